@@ -1,0 +1,1 @@
+"""LangBot AgentRunner SDK."""
