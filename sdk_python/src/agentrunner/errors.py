@@ -66,9 +66,7 @@ class AgentRunnerError(Exception):
         )
         detail = any_pb2.Any()
         detail.Pack(info)
-        return status_pb2.Status(
-            code=self.status_code.value[0], message=self.message, details=[detail]
-        )
+        return status_pb2.Status(code=self.status_code.value[0], message=self.message, details=[detail])
 
 
 class UnauthorizedError(AgentRunnerError):

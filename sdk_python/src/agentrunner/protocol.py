@@ -18,7 +18,9 @@ RUN_ID_HEADER: Final = "x-agentrunner-run-id"
 AUTHORIZATION_HEADER: Final = "authorization"
 
 #: Runner id format: `plugin:<author>/<name>/<runner>`.
-RUNNER_ID_PATTERN: Final = re.compile(r"^plugin:[a-z0-9][a-z0-9_.-]*/[a-z0-9][a-z0-9_.-]*/[a-z0-9][a-z0-9_.-]*$", re.I)
+RUNNER_ID_PATTERN: Final = re.compile(
+    r"^plugin:[a-z0-9][a-z0-9_.-]*/[a-z0-9][a-z0-9_.-]*/[a-z0-9][a-z0-9_.-]*$", re.I
+)
 
 #: `RunResult.payload` oneof field name -> spec result type (PROTOCOL_V1 §7.3).
 RESULT_TYPES: Final[dict[str, str]] = {
@@ -35,9 +37,7 @@ RESULT_TYPES: Final[dict[str, str]] = {
 TERMINAL_PAYLOADS: Final = frozenset({"run_completed", "run_failed"})
 
 # The table above must cover the oneof exactly: a new payload needs a spec name here.
-assert set(RESULT_TYPES) == {
-    f.name for f in result_pb2.RunResult.DESCRIPTOR.oneofs_by_name["payload"].fields
-}
+assert set(RESULT_TYPES) == {f.name for f in result_pb2.RunResult.DESCRIPTOR.oneofs_by_name["payload"].fields}
 
 
 def result_type(result: result_pb2.RunResult) -> str | None:

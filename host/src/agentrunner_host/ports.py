@@ -1,0 +1,204 @@
+"""The seams between the host core and its stores.
+
+The orchestrator and the proxy service talk to these protocols only. `memory.py`-style implementations
+serve unit tests and single-process use; the SQLAlchemy implementations in `agentrunner_host.store` let
+several host replicas share one database (HOST_SDK_INFRASTRUCTURE §4.6–§4.7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from agentrunner.v1 import common_pb2, result_pb2
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def hash_token(token: str) -> str:
+    """Run tokens are stored only as their sha256, so a leaked database leaks no live credential."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuthorizationSnapshot:
+    """What one run may do, frozen at run start (HOST_SDK §4.5, PROTOCOL_V1 §13).
+
+    `ctx.resources` and `ctx.context.available_apis` are projections of this object, and every proxy
+    call is checked against it; nothing is recomputed after the run starts. Operation sets use the spec
+    names (`invoke`, `stream`, `rerank`, `count_tokens`, `detail`, `call`, `retrieve`, `page`, ...).
+    """
+
+    run_id: str
+    runner_id: str
+    agent_id: str
+    binding_id: str
+    event_id: str = ""
+    conversation_id: str = ""
+    thread_id: str = ""
+    bot_id: str = ""
+    workspace_id: str = ""
+    actor_id: str = ""
+    subject_id: str = ""
+    #: model id -> authorized operations
+    models: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    #: tool name -> authorized operations
+    tools: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    #: knowledge base id -> authorized operations
+    knowledge_bases: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    history: frozenset[str] = frozenset()
+    events: frozenset[str] = frozenset()
+    artifacts: frozenset[str] = frozenset()
+    #: state scopes by spec name: conversation, actor, subject, runner, binding, workspace
+    state_scopes: frozenset[str] = frozenset()
+    #: storage areas by spec name: plugin, workspace, binding
+    storage_areas: frozenset[str] = frozenset()
+    #: run record operations: get, list, events_page, cancel, append_result, finalize
+    runs: frozenset[str] = frozenset()
+    platform_actions: frozenset[str] = frozenset()
+    prompt: bool = False
+    steering: bool = False
+    #: whether history / events of other conversations may be read
+    cross_conversation: bool = False
+    deadline_at: dt.datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, frozenset):
+                value = sorted(value)
+            elif isinstance(value, Mapping):
+                value = {k: sorted(v) for k, v in value.items()}
+            elif isinstance(value, dt.datetime):
+                value = value.isoformat()
+            out[field.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AuthorizationSnapshot:
+        kwargs: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            if field.name not in data:
+                continue
+            value = data[field.name]
+            if field.name in {"models", "tools", "knowledge_bases"}:
+                value = {k: frozenset(v) for k, v in value.items()}
+            elif field.name == "deadline_at":
+                value = dt.datetime.fromisoformat(value) if value else None
+            elif isinstance(value, list):
+                value = frozenset(value)
+            kwargs[field.name] = value
+        return cls(**kwargs)
+
+
+@dataclasses.dataclass(slots=True)
+class RunSession:
+    """An active run as the proxy service sees it: the token's identity plus the frozen snapshot."""
+
+    run_id: str
+    token_hash: str
+    runner_id: str
+    expires_at: dt.datetime
+    snapshot: AuthorizationSnapshot
+    revoked: bool = False
+
+
+class SessionRegistry(Protocol):
+    """Active run sessions. Shared by replicas when database-backed."""
+
+    async def register(self, session: RunSession) -> None: ...
+
+    async def lookup(self, token: str) -> RunSession | None:
+        """The live session for a token; None when unknown, expired or revoked."""
+        ...
+
+    async def unregister(self, run_id: str) -> None:
+        """Revokes the run's token. Idempotent."""
+        ...
+
+
+@dataclasses.dataclass(slots=True)
+class RunRecord:
+    """One row of the run ledger (mirrors `agentrunner.v1.Run`)."""
+
+    run_id: str
+    event_id: str
+    agent_id: str
+    binding_id: str
+    runner_id: str
+    status: int = common_pb2.RUN_STATUS_CREATED
+    status_reason: str = ""
+    conversation_id: str = ""
+    thread_id: str = ""
+    bot_id: str = ""
+    workspace_id: str = ""
+    trace_id: str = ""
+    created_at: dt.datetime = dataclasses.field(default_factory=utcnow)
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    deadline_at: dt.datetime | None = None
+    cancel_requested_at: dt.datetime | None = None
+    usage: dict[str, Any] = dataclasses.field(default_factory=dict)
+    last_sequence: int = 0
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+TERMINAL_STATUSES = frozenset(
+    {
+        common_pb2.RUN_STATUS_COMPLETED,
+        common_pb2.RUN_STATUS_FAILED,
+        common_pb2.RUN_STATUS_CANCELLED,
+        common_pb2.RUN_STATUS_TIMEOUT,
+        common_pb2.RUN_STATUS_INTERRUPTED,
+        common_pb2.RUN_STATUS_DISCARDED,
+    }
+)
+
+
+class RunLedger(Protocol):
+    """One record per run plus the run's validated results in sequence order."""
+
+    async def create_run(self, record: RunRecord) -> RunRecord:
+        """Stores a new run. If a run for `record.event_id` already exists, returns that run instead
+        (the caller compares run ids): this is how a duplicate event attaches instead of starting."""
+        ...
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def mark_running(self, run_id: str, started_at: dt.datetime) -> None: ...
+
+    async def append_result(self, run_id: str, result: result_pb2.RunResult) -> None:
+        """Stores one validated result; `(run_id, sequence)` is unique."""
+        ...
+
+    async def list_results(
+        self, run_id: str, after_sequence: int = 0, limit: int | None = None
+    ) -> Sequence[result_pb2.RunResult]: ...
+
+    async def request_cancel(self, run_id: str, at: dt.datetime) -> RunRecord | None: ...
+
+    async def finish_run(
+        self, run_id: str, status: int, reason: str, usage: Mapping[str, Any] | None = None
+    ) -> RunRecord | None:
+        """Sets the terminal status once; a second call leaves the first status in place."""
+        ...
+
+    async def list_runs(
+        self,
+        conversation_id: str,
+        statuses: Sequence[int] = (),
+        before_cursor: str = "",
+        limit: int = 50,
+    ) -> tuple[Sequence[RunRecord], str]:
+        """Newest first; returns the records and the next cursor ('' when none)."""
+        ...
+
+    async def mark_interrupted(self) -> int:
+        """Marks runs left `created`/`running` by a crash as `interrupted`; returns how many."""
+        ...
