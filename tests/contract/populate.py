@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from google.protobuf import descriptor, struct_pb2, timestamp_pb2, duration_pb2
+from google.protobuf import descriptor, duration_pb2, struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 FD = descriptor.FieldDescriptor
