@@ -1,1 +1,35 @@
-"""LangBot AgentRunner SDK."""
+"""LangBot AgentRunner SDK: write, serve and test runners for protocol v1 over gRPC.
+
+from agentrunner import Runner, RunContext, results
+"""
+
+from agentrunner import results
+from agentrunner.api import HostApi, tool_text
+from agentrunner.config import ConfigInvalid
+from agentrunner.context import Input, RunContext, State, Steering
+from agentrunner.engine import RunExecution
+from agentrunner.manifest import ManifestError, build_manifest, load_manifest_file
+from agentrunner.runner import Runner
+from agentrunner.server import PortInUseError, RunnerServer, RunnerServicer, serve, serve_async, start_server
+
+__all__ = [
+    "ConfigInvalid",
+    "HostApi",
+    "Input",
+    "ManifestError",
+    "PortInUseError",
+    "RunContext",
+    "RunExecution",
+    "Runner",
+    "RunnerServer",
+    "RunnerServicer",
+    "State",
+    "Steering",
+    "build_manifest",
+    "load_manifest_file",
+    "results",
+    "serve",
+    "serve_async",
+    "start_server",
+    "tool_text",
+]

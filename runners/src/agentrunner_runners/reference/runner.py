@@ -1,0 +1,165 @@
+"""The reference runner, `plugin:langbot/reference/default`: small, and driven by its input text so host
+tests can reach every path.
+
+Input (stripped) -> behaviour:
+
+- anything else: replies `echo: <text>` (prefix from config `prefix`). When
+  `ctx.delivery.supports_streaming`, the reply is first streamed as 3 `message.delta` increments. When
+  the run may page history (`available_apis.history_page`), it pulls one page (`ListHistory`, limit 50).
+  It reads the conversation-state counter `reference.turns`, emits `state.updated` (scope conversation,
+  key `reference.turns`, value N) and ends with `run.completed` carrying the full message. The
+  `run.completed` envelope metadata (and the message metadata) holds `turn` (N) and `history_items`
+  (number of items in the history page; absent when history was not pulled, with `history_error` set
+  to the error reason when the pull failed).
+- `fail`: raises; the SDK ends the run with `run.failed` code `runner.exception`.
+- `fail:controlled`: yields `run.failed` code `runner.error` itself.
+- `stall`: awaits forever (until the run is cancelled or its deadline passes).
+- `slow:N`: N deltas `tick i ` 100 ms apart, then `run.completed` with their text. When a cancel
+  signal arrives on the control stream it stops at the next tick with `run.failed` code `cancelled`.
+- `empty`: `run.completed` with no message at all.
+- `malformed:oversize`: one `message.delta` larger than 1 MiB, then a normal reply.
+- `malformed:unknown`: a result whose payload uses oneof field number 99 (unknown to the contract,
+  kept by protobuf as an unknown field), then a normal reply.
+- `malformed:state`: a `state.updated` with scope UNSPECIFIED, then a normal reply.
+- `tool:<name> <json>`: calls the tool through `ctx.api.call_tool` with the JSON object as parameters,
+  emitting `tool.call.started`/`tool.call.completed`, and replies with the tool's text. A failed call is
+  reported in `tool.call.completed` (`error_code` = spec code) and the reply is
+  `tool error: <code>: <message>`. `tool!:<name> <json>` does the same without the SDK's local
+  pre-check against `ctx.resources`, so the host's own enforcement can be exercised.
+- `steer`: waits up to 5 s for one steering input and replies `steered: <text>` (`steered: ` plus
+  `(none)` when nothing arrived).
+
+"Normal reply" above means `run.completed` with message `echo: <text>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agentrunner import RunContext, Runner, results, tool_text
+from agentrunner.errors import AgentRunnerError
+from agentrunner.v1 import common_pb2, proxy_service_pb2, result_pb2
+
+TURNS_KEY = "reference.turns"
+OVERSIZE_BYTES = (1 << 20) + 1024
+#: A RunResult payload at oneof field 99 (wire type 2) holding `{1: 1}`: unknown to every v1 reader.
+UNKNOWN_PAYLOAD = bytes([0x9A, 0x06, 0x02, 0x08, 0x01])
+
+
+def _chunks(text: str, parts: int = 3) -> list[str]:
+    size = max(1, -(-len(text) // parts))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+class ReferenceRunner(Runner):
+    """Echo runner with scripted failure modes (manifest: `manifest.yaml` next to this module)."""
+
+    async def run(self, ctx: RunContext) -> AsyncIterator[result_pb2.RunResult]:
+        text = ctx.input.to_text().strip()
+        prefix = str(ctx.config.get("prefix", "echo: "))
+        reply = f"{prefix}{text}"
+        if text == "fail":
+            raise RuntimeError("reference runner failure requested")
+        if text == "fail:controlled":
+            yield results.failed("runner.error", "controlled failure requested")
+            return
+        if text == "stall":
+            await asyncio.Event().wait()
+        if text.startswith("slow:"):
+            async for r in self._slow(ctx, text):
+                yield r
+            return
+        if text == "empty":
+            yield results.completed()
+            return
+        if text == "malformed:oversize":
+            yield results.delta("x" * OVERSIZE_BYTES)
+            yield results.completed(reply)
+            return
+        if text == "malformed:unknown":
+            yield result_pb2.RunResult.FromString(UNKNOWN_PAYLOAD)
+            yield results.completed(reply)
+            return
+        if text == "malformed:state":
+            bad = result_pb2.StateUpdated(scope=common_pb2.STATE_SCOPE_UNSPECIFIED, key="reference.bad")
+            bad.value.number_value = 1
+            yield result_pb2.RunResult(state_updated=bad)
+            yield results.completed(reply)
+            return
+        if text.startswith(("tool:", "tool!:")):
+            async for r in self._tool(ctx, text):
+                yield r
+            return
+        if text == "steer":
+            item = await ctx.steering.get(timeout=5.0)
+            yield results.completed(f"steered: {item.input.text if item is not None else '(none)'}")
+            return
+        async for r in self._echo(ctx, reply):
+            yield r
+
+    async def _echo(self, ctx: RunContext, reply: str) -> AsyncIterator[result_pb2.RunResult]:
+        meta: dict[str, Any] = {}
+        if ctx.api.available and ctx.context.available_apis.history_page:
+            try:
+                page = await ctx.api.list_history(limit=50)
+                meta["history_items"] = len(page.items)
+            except AgentRunnerError as exc:
+                meta["history_error"] = exc.reason
+        turn = int(ctx.state.conversation.get(TURNS_KEY, 0) or 0) + 1
+        meta["turn"] = turn
+        message_id = results.new_id("msg")
+        if ctx.delivery.supports_streaming:
+            for piece in _chunks(reply):
+                yield results.delta(piece, message_id=message_id)
+        yield results.state("conversation", TURNS_KEY, turn)
+        yield results.completed(reply, message_id=message_id, message_metadata=meta, metadata=meta)
+
+    async def _slow(self, ctx: RunContext, text: str) -> AsyncIterator[result_pb2.RunResult]:
+        try:
+            count = int(text.removeprefix("slow:"))
+        except ValueError:
+            yield results.failed("runner.error", f"bad tick count in {text!r}")
+            return
+        sent = []
+        for i in range(count):
+            if i:
+                await asyncio.sleep(0.1)
+            if ctx.cancelled.is_set():
+                yield results.failed("cancelled", f"cancelled after {i} ticks: {ctx.cancel_reason}")
+                return
+            piece = f"tick {i} "
+            sent.append(piece)
+            yield results.delta(piece)
+        yield results.completed("".join(sent))
+
+    async def _tool(self, ctx: RunContext, text: str) -> AsyncIterator[result_pb2.RunResult]:
+        checked = text.startswith("tool:")
+        spec = text.split(":", 1)[1]
+        name, _, raw_args = spec.partition(" ")
+        try:
+            params = json.loads(raw_args) if raw_args.strip() else {}
+            if not isinstance(params, dict):
+                raise ValueError("tool arguments must be a JSON object")
+        except ValueError as exc:
+            yield results.failed("runner.error", f"bad tool arguments: {exc}")
+            return
+        call_id = results.new_id("call")
+        yield results.tool_started(call_id, name, params)
+        try:
+            if checked:
+                resp = await ctx.api.call_tool(name, params, tool_call_id=call_id)
+            else:
+                request = proxy_service_pb2.CallToolRequest(
+                    tool_name=name, parameters=results.to_struct(params), tool_call_id=call_id
+                )
+                resp = await ctx.api.call("CallTool", request)
+        except AgentRunnerError as exc:
+            yield results.tool_completed(call_id, name, error=exc)
+            yield results.completed(f"tool error: {exc.spec_code}: {exc.message}")
+            return
+        out = tool_text(resp)
+        yield results.tool_completed(call_id, name, {"text": out[:200], "is_error": resp.is_error})
+        yield results.completed(out)

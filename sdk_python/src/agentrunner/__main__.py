@@ -1,0 +1,5 @@
+"""`python -m agentrunner ...`."""
+
+from agentrunner.cli import main
+
+main()

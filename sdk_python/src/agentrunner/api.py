@@ -1,0 +1,581 @@
+"""`ctx.api`: the runner's client of the host's ProxyService (PROTOCOL_V1 §8).
+
+Every call carries the run token, the run id and a W3C `traceparent` in metadata; its timeout is the
+smaller of a per-call default and the run's remaining deadline (an expired deadline fails locally,
+without a call). Failures arrive as typed `agentrunner.errors.AgentRunnerError` subclasses. A local
+pre-check against `ctx.resources` / `ctx.context.available_apis` fails fast in development; the host
+remains the enforcer.
+"""
+
+# ruff: noqa: ASYNC109 - per-call `timeout` seconds are part of the gRPC-style API.
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf import message as pb_message
+
+from agentrunner.errors import DeadlineExceededError, UnauthorizedError, from_rpc_error
+from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
+from agentrunner.results import to_struct, to_value
+from agentrunner.v1 import (
+    common_pb2,
+    context_pb2,
+    proxy_service_pb2,
+    proxy_service_pb2_grpc,
+    result_pb2,
+)
+
+P = proxy_service_pb2
+M = TypeVar("M", bound=pb_message.Message)
+
+#: Default per-call timeouts in seconds (clipped by the run's remaining deadline).
+DEFAULT_TIMEOUTS: dict[str, float] = {
+    "InvokeModel": 120.0,
+    "StreamModel": 120.0,
+    "RerankDocuments": 30.0,
+    "CountTokens": 30.0,
+    "GetToolDetail": 15.0,
+    "CallTool": 60.0,
+    "ListKnowledgeBases": 15.0,
+    "RetrieveKnowledge": 30.0,
+    "GetPrompt": 15.0,
+    "ListHistory": 30.0,
+    "SearchHistory": 30.0,
+    "GetEvent": 15.0,
+    "ListEvents": 30.0,
+    "GetArtifactMetadata": 15.0,
+    "ReadArtifact": 30.0,
+    "DownloadArtifact": 120.0,
+    "PullSteering": 10.0,
+}
+_DEFAULT_TIMEOUT = 15.0
+
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", 16 << 20),
+    ("grpc.max_send_message_length", 16 << 20),
+    ("grpc.keepalive_time_ms", 60_000),
+]
+
+_channels: dict[tuple[int, str], grpc.aio.Channel] = {}
+
+
+def host_channel(endpoint: str) -> grpc.aio.Channel:
+    """The one channel per host endpoint (per event loop) in this process."""
+    loop = asyncio.get_running_loop()
+    key = (id(loop), endpoint)
+    channel = _channels.get(key)
+    if channel is None:
+        channel = grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+        _channels[key] = channel
+    return channel
+
+
+async def close_channels() -> None:
+    """Closes the channels of the running loop (servers call it on shutdown)."""
+    loop_id = id(asyncio.get_running_loop())
+    for key in [k for k in _channels if k[0] == loop_id]:
+        await _channels.pop(key).close()
+
+
+def traceparent(trace_id: str) -> str | None:
+    """A W3C `traceparent` for a new span of the run's trace, or None without a valid trace id."""
+    tid = trace_id.lower()
+    if len(tid) != 32 or any(c not in "0123456789abcdef" for c in tid) or tid == "0" * 32:
+        return None
+    return f"00-{tid}-{secrets.token_hex(8)}-01"
+
+
+def _messages(
+    messages: Iterable[common_pb2.ModelMessage | Mapping[str, Any]],
+) -> list[common_pb2.ModelMessage]:
+    return [m if isinstance(m, common_pb2.ModelMessage) else common_pb2.ModelMessage(**m) for m in messages]
+
+
+def _tools(tools: Iterable[common_pb2.ToolDefinition | Mapping[str, Any]]) -> list[common_pb2.ToolDefinition]:
+    out = []
+    for t in tools:
+        if isinstance(t, common_pb2.ToolDefinition):
+            out.append(t)
+        else:
+            d = dict(t)
+            d["parameters"] = to_struct(d.get("parameters"))
+            out.append(common_pb2.ToolDefinition(**d))
+    return out
+
+
+_SCOPES = {"conversation", "actor", "subject", "runner", "binding", "workspace"}
+_AREAS = {"plugin", "workspace", "binding"}
+
+
+def _scope(scope: str | int) -> int:
+    if isinstance(scope, str):
+        if scope not in _SCOPES:
+            raise ValueError(f"unknown state scope {scope!r}")
+        return common_pb2.StateScope.Value("STATE_SCOPE_" + scope.upper())
+    return scope
+
+
+def _area(area: str | int) -> int:
+    if isinstance(area, str):
+        if area not in _AREAS:
+            raise ValueError(f"unknown storage area {area!r}")
+        return P.StorageAreaName.Value("STORAGE_AREA_NAME_" + area.upper())
+    return area
+
+
+class HostApi:
+    """Client of the host's ProxyService bound to one run. Methods return the contract's responses."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        run_id: str,
+        run_token: str,
+        trace_id: str = "",
+        remaining: Callable[[], float | None] = lambda: None,
+        resources: context_pb2.Resources | None = None,
+        available_apis: context_pb2.ContextApis | None = None,
+        precheck: bool = True,
+    ) -> None:
+        self.endpoint = endpoint
+        self.run_id = run_id
+        self._token = run_token
+        self._trace_id = trace_id
+        self._remaining = remaining
+        self._resources = resources or context_pb2.Resources()
+        self._apis = available_apis or context_pb2.ContextApis()
+        self._precheck = precheck
+        self._stub: proxy_service_pb2_grpc.ProxyServiceStub | None = None
+
+    @property
+    def available(self) -> bool:
+        """Whether the host gave this run an API endpoint at all."""
+        return bool(self.endpoint)
+
+    @property
+    def stub(self) -> proxy_service_pb2_grpc.ProxyServiceStub:
+        if not self.endpoint:
+            raise UnauthorizedError("the host gave this run no API endpoint")
+        if self._stub is None:
+            self._stub = proxy_service_pb2_grpc.ProxyServiceStub(host_channel(self.endpoint))
+        return self._stub
+
+    def metadata(self) -> list[tuple[str, str]]:
+        """Metadata sent on every call: run token, run id and a fresh `traceparent`."""
+        md = [(RUN_TOKEN_HEADER, self._token), (RUN_ID_HEADER, self.run_id)]
+        tp = traceparent(self._trace_id)
+        if tp:
+            md.append(("traceparent", tp))
+        return md
+
+    def timeout(self, method: str, override: float | None = None) -> float:
+        """min(per-call default, remaining deadline); raises locally when the deadline has passed."""
+        value = override if override is not None else DEFAULT_TIMEOUTS.get(method, _DEFAULT_TIMEOUT)
+        remaining = self._remaining()
+        if remaining is not None:
+            if remaining <= 0:
+                raise DeadlineExceededError(f"run deadline passed before {method}")
+            value = min(value, remaining)
+        return value
+
+    # -- pre-checks ---------------------------------------------------------------------------
+
+    def _need_api(self, flag: str, method: str) -> None:
+        if self._precheck and not getattr(self._apis, flag):
+            raise UnauthorizedError(f"{method} is not available to this run ({flag} not granted)")
+
+    def _need_resource(self, kind: str, key: str, ident: str, op: str, method: str) -> None:
+        if not self._precheck:
+            return
+        for res in getattr(self._resources, kind):
+            if getattr(res, key) == ident:
+                if res.operations and op not in res.operations:
+                    raise UnauthorizedError(f"{method}: operation {op!r} is not granted on {ident!r}")
+                return
+        raise UnauthorizedError(f"{method}: {ident!r} is not among this run's {kind}")
+
+    def _need_storage(self, area: int, method: str) -> None:
+        self._need_api("storage", method)
+        if not self._precheck:
+            return
+        name = P.StorageAreaName.Name(area).removeprefix("STORAGE_AREA_NAME_").lower()
+        if not getattr(self._resources.storage, f"{name}_storage", False):
+            raise UnauthorizedError(f"{method}: {name} storage is not granted to this run")
+
+    # -- transport ----------------------------------------------------------------------------
+
+    async def call(self, method: str, request: pb_message.Message, *, timeout: float | None = None) -> Any:
+        """Calls one unary ProxyService method by name (no pre-check)."""
+        call_timeout = self.timeout(method, timeout)
+        rpc = getattr(self.stub, method)
+        try:
+            return await rpc(request, timeout=call_timeout, metadata=self.metadata())
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    async def stream(
+        self, method: str, request: pb_message.Message, *, timeout: float | None = None
+    ) -> AsyncIterator[Any]:
+        """Calls one server-streaming ProxyService method; closing the iterator cancels the call."""
+        call_timeout = self.timeout(method, timeout)
+        call = getattr(self.stub, method)(request, timeout=call_timeout, metadata=self.metadata())
+        try:
+            async for item in call:
+                yield item
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        finally:
+            call.cancel()
+
+    # -- models -------------------------------------------------------------------------------
+
+    async def invoke_model(
+        self,
+        model_id: str,
+        messages: Sequence[common_pb2.ModelMessage | Mapping[str, Any]],
+        *,
+        tools: Sequence[common_pb2.ToolDefinition | Mapping[str, Any]] = (),
+        extra_args: Mapping[str, Any] | None = None,
+        remove_think: bool = False,
+        timeout: float | None = None,
+    ) -> P.InvokeModelResponse:
+        self._need_resource("models", "model_id", model_id, "invoke", "InvokeModel")
+        req = P.InvokeModelRequest(
+            model_id=model_id,
+            messages=_messages(messages),
+            tools=_tools(tools),
+            extra_args=to_struct(extra_args),
+            remove_think=remove_think,
+        )
+        return await self.call("InvokeModel", req, timeout=timeout)
+
+    async def stream_model(
+        self,
+        model_id: str,
+        messages: Sequence[common_pb2.ModelMessage | Mapping[str, Any]],
+        *,
+        tools: Sequence[common_pb2.ToolDefinition | Mapping[str, Any]] = (),
+        extra_args: Mapping[str, Any] | None = None,
+        remove_think: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[P.StreamModelResponse]:
+        self._need_resource("models", "model_id", model_id, "stream", "StreamModel")
+        req = P.StreamModelRequest(
+            model_id=model_id,
+            messages=_messages(messages),
+            tools=_tools(tools),
+            extra_args=to_struct(extra_args),
+            remove_think=remove_think,
+        )
+        async for item in self.stream("StreamModel", req, timeout=timeout):
+            yield item
+
+    async def rerank_documents(
+        self,
+        model_id: str,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_k: int = 0,
+        timeout: float | None = None,
+    ) -> P.RerankDocumentsResponse:
+        self._need_resource("models", "model_id", model_id, "rerank", "RerankDocuments")
+        req = P.RerankDocumentsRequest(model_id=model_id, query=query, documents=list(documents), top_k=top_k)
+        return await self.call("RerankDocuments", req, timeout=timeout)
+
+    async def count_tokens(
+        self,
+        model_id: str,
+        messages: Sequence[common_pb2.ModelMessage | Mapping[str, Any]],
+        *,
+        tools: Sequence[common_pb2.ToolDefinition | Mapping[str, Any]] = (),
+        timeout: float | None = None,
+    ) -> P.CountTokensResponse:
+        self._need_resource("models", "model_id", model_id, "count_tokens", "CountTokens")
+        req = P.CountTokensRequest(model_id=model_id, messages=_messages(messages), tools=_tools(tools))
+        return await self.call("CountTokens", req, timeout=timeout)
+
+    # -- tools --------------------------------------------------------------------------------
+
+    async def get_tool_detail(
+        self, tool_name: str, *, timeout: float | None = None
+    ) -> P.GetToolDetailResponse:
+        self._need_resource("tools", "tool_name", tool_name, "detail", "GetToolDetail")
+        return await self.call("GetToolDetail", P.GetToolDetailRequest(tool_name=tool_name), timeout=timeout)
+
+    async def call_tool(
+        self,
+        tool_name: str,
+        parameters: Mapping[str, Any] | None = None,
+        *,
+        tool_call_id: str = "",
+        timeout: float | None = None,
+    ) -> P.CallToolResponse:
+        self._need_resource("tools", "tool_name", tool_name, "call", "CallTool")
+        req = P.CallToolRequest(
+            tool_name=tool_name, parameters=to_struct(parameters), tool_call_id=tool_call_id
+        )
+        return await self.call("CallTool", req, timeout=timeout)
+
+    # -- knowledge ----------------------------------------------------------------------------
+
+    async def list_knowledge_bases(self, *, timeout: float | None = None) -> P.ListKnowledgeBasesResponse:
+        return await self.call("ListKnowledgeBases", P.ListKnowledgeBasesRequest(), timeout=timeout)
+
+    async def retrieve_knowledge(
+        self,
+        kb_id: str,
+        query_text: str,
+        *,
+        top_k: int = 0,
+        filters: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> P.RetrieveKnowledgeResponse:
+        self._need_resource("knowledge_bases", "kb_id", kb_id, "retrieve", "RetrieveKnowledge")
+        req = P.RetrieveKnowledgeRequest(
+            kb_id=kb_id, query_text=query_text, top_k=top_k, filters=to_struct(filters)
+        )
+        return await self.call("RetrieveKnowledge", req, timeout=timeout)
+
+    # -- prompt, history, events --------------------------------------------------------------
+
+    async def get_prompt(self, *, timeout: float | None = None) -> P.GetPromptResponse:
+        self._need_api("prompt_get", "GetPrompt")
+        return await self.call("GetPrompt", P.GetPromptRequest(), timeout=timeout)
+
+    async def list_history(
+        self,
+        *,
+        conversation_id: str = "",
+        before_cursor: str = "",
+        after_cursor: str = "",
+        limit: int = 0,
+        direction: int = P.PAGE_DIRECTION_UNSPECIFIED,
+        include_artifacts: bool = False,
+        timeout: float | None = None,
+    ) -> P.ListHistoryResponse:
+        self._need_api("history_page", "ListHistory")
+        req = P.ListHistoryRequest(
+            conversation_id=conversation_id,
+            before_cursor=before_cursor,
+            after_cursor=after_cursor,
+            limit=limit,
+            direction=direction,
+            include_artifacts=include_artifacts,
+        )
+        return await self.call("ListHistory", req, timeout=timeout)
+
+    async def search_history(
+        self,
+        query: str,
+        *,
+        conversation_id: str = "",
+        roles: Sequence[str] = (),
+        top_k: int = 0,
+        timeout: float | None = None,
+    ) -> P.SearchHistoryResponse:
+        self._need_api("history_search", "SearchHistory")
+        req = P.SearchHistoryRequest(
+            query=query, conversation_id=conversation_id, roles=list(roles), top_k=top_k
+        )
+        return await self.call("SearchHistory", req, timeout=timeout)
+
+    async def get_event(self, event_id: str, *, timeout: float | None = None) -> P.GetEventResponse:
+        self._need_api("event_get", "GetEvent")
+        return await self.call("GetEvent", P.GetEventRequest(event_id=event_id), timeout=timeout)
+
+    async def list_events(
+        self,
+        *,
+        conversation_id: str = "",
+        event_types: Sequence[str] = (),
+        before_cursor: str = "",
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> P.ListEventsResponse:
+        self._need_api("event_page", "ListEvents")
+        req = P.ListEventsRequest(
+            conversation_id=conversation_id,
+            event_types=list(event_types),
+            before_cursor=before_cursor,
+            limit=limit,
+        )
+        return await self.call("ListEvents", req, timeout=timeout)
+
+    # -- artifacts ----------------------------------------------------------------------------
+
+    async def get_artifact_metadata(
+        self, artifact_id: str, *, timeout: float | None = None
+    ) -> P.GetArtifactMetadataResponse:
+        self._need_api("artifact_metadata", "GetArtifactMetadata")
+        req = P.GetArtifactMetadataRequest(artifact_id=artifact_id)
+        return await self.call("GetArtifactMetadata", req, timeout=timeout)
+
+    async def read_artifact(
+        self, artifact_id: str, *, offset: int = 0, length: int = 0, timeout: float | None = None
+    ) -> P.ReadArtifactResponse:
+        self._need_api("artifact_read", "ReadArtifact")
+        req = P.ReadArtifactRequest(artifact_id=artifact_id, offset=offset, length=length)
+        return await self.call("ReadArtifact", req, timeout=timeout)
+
+    async def download_artifact(self, artifact_id: str, *, timeout: float | None = None) -> bytes:
+        """The whole body of an artifact (streamed in chunks by the host)."""
+        self._need_api("artifact_read", "DownloadArtifact")
+        chunks = [
+            c.data
+            async for c in self.stream(
+                "DownloadArtifact", P.DownloadArtifactRequest(artifact_id=artifact_id), timeout=timeout
+            )
+        ]
+        return b"".join(chunks)
+
+    # -- state --------------------------------------------------------------------------------
+
+    async def get_state(self, scope: str | int, key: str, *, timeout: float | None = None) -> Any:
+        """The JSON value of a state key, or None when it does not exist."""
+        self._need_api("state", "GetState")
+        resp = await self.call("GetState", P.GetStateRequest(scope=_scope(scope), key=key), timeout=timeout)
+        if not resp.found:
+            return None
+        return json_format.MessageToDict(resp.value)
+
+    async def set_state(
+        self, scope: str | int, key: str, value: Any, *, timeout: float | None = None
+    ) -> None:
+        self._need_api("state", "SetState")
+        req = P.SetStateRequest(scope=_scope(scope), key=key, value=to_value(value))
+        await self.call("SetState", req, timeout=timeout)
+
+    async def delete_state(self, scope: str | int, key: str, *, timeout: float | None = None) -> bool:
+        self._need_api("state", "DeleteState")
+        resp = await self.call(
+            "DeleteState", P.DeleteStateRequest(scope=_scope(scope), key=key), timeout=timeout
+        )
+        return bool(resp.deleted)
+
+    async def list_state(
+        self, scope: str | int, *, prefix: str = "", limit: int = 0, timeout: float | None = None
+    ) -> P.ListStateResponse:
+        self._need_api("state", "ListState")
+        req = P.ListStateRequest(scope=_scope(scope), prefix=prefix, limit=limit)
+        return await self.call("ListState", req, timeout=timeout)
+
+    # -- storage ------------------------------------------------------------------------------
+
+    async def get_storage(self, area: str | int, key: str, *, timeout: float | None = None) -> bytes | None:
+        """The bytes stored under `key`, or None when absent."""
+        a = _area(area)
+        self._need_storage(a, "GetStorage")
+        resp = await self.call("GetStorage", P.GetStorageRequest(area=a, key=key), timeout=timeout)
+        return bytes(resp.value) if resp.found else None
+
+    async def set_storage(
+        self, area: str | int, key: str, value: bytes, *, timeout: float | None = None
+    ) -> None:
+        a = _area(area)
+        self._need_storage(a, "SetStorage")
+        await self.call("SetStorage", P.SetStorageRequest(area=a, key=key, value=value), timeout=timeout)
+
+    async def delete_storage(self, area: str | int, key: str, *, timeout: float | None = None) -> bool:
+        a = _area(area)
+        self._need_storage(a, "DeleteStorage")
+        resp = await self.call("DeleteStorage", P.DeleteStorageRequest(area=a, key=key), timeout=timeout)
+        return bool(resp.deleted)
+
+    async def list_storage(
+        self, area: str | int, *, prefix: str = "", limit: int = 0, timeout: float | None = None
+    ) -> P.ListStorageResponse:
+        a = _area(area)
+        self._need_storage(a, "ListStorage")
+        req = P.ListStorageRequest(area=a, prefix=prefix, limit=limit)
+        return await self.call("ListStorage", req, timeout=timeout)
+
+    # -- steering, platform, run records ------------------------------------------------------
+
+    async def pull_steering(self, *, limit: int = 0, timeout: float | None = None) -> P.PullSteeringResponse:
+        self._need_api("steering_pull", "PullSteering")
+        return await self.call("PullSteering", P.PullSteeringRequest(limit=limit), timeout=timeout)
+
+    async def request_platform_action(
+        self,
+        action: str,
+        *,
+        target: Mapping[str, Any] | None = None,
+        payload: Mapping[str, Any] | None = None,
+        idempotency_key: str = "",
+        timeout: float | None = None,
+    ) -> P.RequestPlatformActionResponse:
+        req = P.RequestPlatformActionRequest(
+            action=action,
+            target=to_struct(target),
+            payload=to_struct(payload),
+            idempotency_key=idempotency_key,
+        )
+        return await self.call("RequestPlatformAction", req, timeout=timeout)
+
+    async def get_run_record(
+        self, run_id: str = "", *, timeout: float | None = None
+    ) -> P.GetRunRecordResponse:
+        self._need_api("run_get", "GetRunRecord")
+        return await self.call("GetRunRecord", P.GetRunRecordRequest(run_id=run_id), timeout=timeout)
+
+    async def list_run_records(
+        self,
+        *,
+        conversation_id: str = "",
+        statuses: Sequence[int] = (),
+        before_cursor: str = "",
+        limit: int = 0,
+        timeout: float | None = None,
+    ) -> P.ListRunRecordsResponse:
+        self._need_api("run_list", "ListRunRecords")
+        req = P.ListRunRecordsRequest(
+            conversation_id=conversation_id, statuses=list(statuses), before_cursor=before_cursor, limit=limit
+        )
+        return await self.call("ListRunRecords", req, timeout=timeout)
+
+    async def list_run_record_events(
+        self, run_id: str = "", *, after_sequence: int = 0, limit: int = 0, timeout: float | None = None
+    ) -> P.ListRunRecordEventsResponse:
+        self._need_api("run_events_page", "ListRunRecordEvents")
+        req = P.ListRunRecordEventsRequest(run_id=run_id, after_sequence=after_sequence, limit=limit)
+        return await self.call("ListRunRecordEvents", req, timeout=timeout)
+
+    async def cancel_run_record(
+        self, run_id: str = "", *, reason: str = "", timeout: float | None = None
+    ) -> P.CancelRunRecordResponse:
+        self._need_api("run_cancel", "CancelRunRecord")
+        req = P.CancelRunRecordRequest(run_id=run_id, reason=reason)
+        return await self.call("CancelRunRecord", req, timeout=timeout)
+
+    async def append_run_result(
+        self, result: result_pb2.RunResult, *, run_id: str = "", timeout: float | None = None
+    ) -> P.AppendRunResultResponse:
+        self._need_api("run_append_result", "AppendRunResult")
+        req = P.AppendRunResultRequest(run_id=run_id, result=result)
+        return await self.call("AppendRunResult", req, timeout=timeout)
+
+    async def finalize_run_record(
+        self, status: int, *, run_id: str = "", reason: str = "", timeout: float | None = None
+    ) -> P.FinalizeRunRecordResponse:
+        self._need_api("run_finalize", "FinalizeRunRecord")
+        req = P.FinalizeRunRecordRequest(run_id=run_id, status=status, reason=reason)
+        return await self.call("FinalizeRunRecord", req, timeout=timeout)
+
+
+def tool_text(response: P.CallToolResponse) -> str:
+    """The text of a tool result: its text contents joined, else the structured result as JSON."""
+    texts = [c.text for c in response.contents if c.WhichOneof("kind") == "text"]
+    if texts:
+        return "\n".join(texts)
+    if response.HasField("structured"):
+        return json.dumps(json_format.MessageToDict(response.structured), sort_keys=True)
+    return ""

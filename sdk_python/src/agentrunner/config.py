@@ -1,0 +1,114 @@
+"""Validation of `RunContext.config` against the manifest's `config_schema`, before `run` starts.
+
+JSON numbers arrive as doubles through `google.protobuf.Struct`; integer fields are turned back into
+`int` here so runners see the types they declared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2
+
+from agentrunner.v1 import manifest_pb2
+
+T = manifest_pb2.ConfigFieldType
+
+_STRINGS = frozenset(
+    {
+        T.CONFIG_FIELD_TYPE_STRING,
+        T.CONFIG_FIELD_TYPE_TEXT,
+        T.CONFIG_FIELD_TYPE_SECRET,
+        T.CONFIG_FIELD_TYPE_SELECT,
+        T.CONFIG_FIELD_TYPE_LLM_MODEL_SELECTOR,
+        T.CONFIG_FIELD_TYPE_RERANK_MODEL_SELECTOR,
+    }
+)
+_STRING_LISTS = frozenset(
+    {T.CONFIG_FIELD_TYPE_STRING_LIST, T.CONFIG_FIELD_TYPE_KNOWLEDGE_BASE_MULTI_SELECTOR}
+)
+
+
+class ConfigInvalid(ValueError):
+    """A config value does not match the schema; `field` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"config field {field!r}: {message}")
+        self.field = field
+
+
+def _type_name(kind: int) -> str:
+    return T.Name(kind).removeprefix("CONFIG_FIELD_TYPE_").lower().replace("_", "-")
+
+
+def _check(field: manifest_pb2.ConfigField, value: Any) -> Any:
+    kind = field.type
+    if kind in _STRINGS:
+        if not isinstance(value, str):
+            raise ConfigInvalid(field.name, f"expected a string, got {type(value).__name__}")
+        if kind == T.CONFIG_FIELD_TYPE_SELECT and field.options:
+            allowed = [o.name for o in field.options]
+            if value not in allowed:
+                raise ConfigInvalid(field.name, f"{value!r} is not one of {allowed}")
+        return value
+    if kind == T.CONFIG_FIELD_TYPE_INTEGER:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigInvalid(field.name, f"expected an integer, got {type(value).__name__}")
+        if isinstance(value, float) and not value.is_integer():
+            raise ConfigInvalid(field.name, f"expected an integer, got {value}")
+        return int(value)
+    if kind == T.CONFIG_FIELD_TYPE_NUMBER:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigInvalid(field.name, f"expected a number, got {type(value).__name__}")
+        return value
+    if kind == T.CONFIG_FIELD_TYPE_BOOLEAN:
+        if not isinstance(value, bool):
+            raise ConfigInvalid(field.name, f"expected a boolean, got {type(value).__name__}")
+        return value
+    if kind in _STRING_LISTS:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigInvalid(field.name, "expected a list of strings")
+        return value
+    if kind == T.CONFIG_FIELD_TYPE_PROMPT_EDITOR:
+        if not isinstance(value, list) or not all(
+            isinstance(v, Mapping) and isinstance(v.get("role"), str) for v in value
+        ):
+            raise ConfigInvalid(field.name, "expected a list of {role, content} messages")
+        return value
+    if kind == T.CONFIG_FIELD_TYPE_MODEL_FALLBACK_SELECTOR:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return value
+        if isinstance(value, Mapping) and isinstance(value.get("primary", ""), str):
+            return value
+        raise ConfigInvalid(field.name, "expected a model id, a list of ids or {primary, fallbacks}")
+    return value  # JSON: anything
+
+
+def validate_config(
+    schema: Sequence[manifest_pb2.ConfigField], config: struct_pb2.Struct | Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The config with defaults applied and declared types enforced; raises `ConfigInvalid`.
+
+    Keys the schema does not declare are kept as they are (the host may pass newer fields).
+    """
+    if isinstance(config, struct_pb2.Struct):
+        values: dict[str, Any] = json_format.MessageToDict(config)
+    else:
+        values = dict(config or {})
+    for field in schema:
+        present = field.name in values and values[field.name] is not None
+        if not present:
+            if field.HasField("default_value"):
+                default = json_format.MessageToDict(field.default_value)
+                if default is not None:
+                    values[field.name] = _check(field, default)
+                    continue
+            if field.required:
+                raise ConfigInvalid(field.name, f"is required ({_type_name(field.type)})")
+            values.pop(field.name, None)
+            continue
+        values[field.name] = _check(field, values[field.name])
+    return values

@@ -1,0 +1,118 @@
+"""The runner side of the per-run control stream (`ProxyService.Control`).
+
+Opened for runners that declare `interrupt` or `steering`: sends `hello`, acknowledges every host signal
+by id, sends heartbeats, and turns signals into `ctx.cancelled`, steering items and deadline changes.
+A host without the stream (UNIMPLEMENTED) or a broken stream never fails the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+import grpc
+import structlog
+
+from agentrunner.context import RunContext
+from agentrunner.errors import AgentRunnerError
+from agentrunner.v1 import proxy_service_pb2 as P
+
+log = structlog.get_logger("agentrunner.control")
+
+DEFAULT_HEARTBEAT = 10.0
+
+
+class ControlClient:
+    """Runs the control stream of one run until cancelled (the engine cancels it when the run ends)."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        *,
+        run_token: str,
+        accepts: list[str],
+        on_cancel: Callable[[str, float | None], None],
+        last_sequence: Callable[[], int],
+    ) -> None:
+        self._ctx = ctx
+        self._token = run_token
+        self._accepts = accepts
+        self._on_cancel = on_cancel
+        self._last_sequence = last_sequence
+        self._write_lock = asyncio.Lock()
+        self.connected = asyncio.Event()
+        self.unimplemented = False
+
+    async def _write(self, call: grpc.aio.StreamStreamCall, request: P.ControlRequest) -> None:
+        async with self._write_lock:
+            await call.write(request)
+
+    async def _heartbeats(self, call: grpc.aio.StreamStreamCall, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            beat = P.ControlHeartbeat(last_sequence=self._last_sequence())
+            await self._write(call, P.ControlRequest(heartbeat=beat))
+
+    async def run(self) -> None:
+        api = self._ctx.api
+        remaining = self._ctx.remaining()
+        timeout = None if remaining is None else max(remaining, 0.0) + 5.0
+        heartbeat: asyncio.Task[None] | None = None
+        call: grpc.aio.StreamStreamCall | None = None
+        try:
+            call = api.stub.Control(metadata=api.metadata(), timeout=timeout)
+            hello = P.ControlHello(run_id=self._ctx.run_id, run_token=self._token, accepts=self._accepts)
+            await self._write(call, P.ControlRequest(hello=hello))
+            if "steering" in self._accepts:
+                self._ctx.steering.control_active = True
+            while True:
+                msg = await call.read()
+                if msg is grpc.aio.EOF:
+                    break
+                kind = msg.WhichOneof("signal")
+                if kind == "welcome":
+                    self.connected.set()
+                    interval = DEFAULT_HEARTBEAT
+                    if msg.welcome.HasField("heartbeat_interval"):
+                        interval = max(msg.welcome.heartbeat_interval.ToNanoseconds() / 1e9, 0.05)
+                    if msg.welcome.HasField("deadline_at"):
+                        self._ctx._set_deadline(msg.welcome.deadline_at.ToNanoseconds() / 1e9)
+                    if heartbeat is None:
+                        heartbeat = asyncio.create_task(self._heartbeats(call, interval))
+                    continue
+                accepted, detail = True, ""
+                if kind == "cancel":
+                    grace = None
+                    if msg.cancel.HasField("grace_period"):
+                        grace = msg.cancel.grace_period.ToNanoseconds() / 1e9
+                    self._on_cancel(msg.cancel.reason, grace)
+                elif kind == "steering":
+                    if "steering" in self._accepts:
+                        self._ctx.steering.push(msg.steering)
+                    else:
+                        accepted, detail = False, "runner does not accept steering"
+                elif kind == "deadline":
+                    self._ctx._set_deadline(msg.deadline.deadline_at.ToNanoseconds() / 1e9)
+                else:
+                    accepted, detail = False, "unknown signal"
+                if msg.signal_id:
+                    ack = P.ControlAck(signal_id=msg.signal_id, accepted=accepted, detail=detail)
+                    await self._write(call, P.ControlRequest(ack=ack))
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None  # type: ignore[attr-defined]
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                self.unimplemented = True
+                log.info("host has no control stream; continuing without it", run_id=self._ctx.run_id)
+            elif code != grpc.StatusCode.CANCELLED:
+                log.warning("control stream ended", run_id=self._ctx.run_id, code=str(code))
+        except AgentRunnerError as exc:
+            log.warning("control stream unavailable", run_id=self._ctx.run_id, reason=exc.reason)
+        finally:
+            self._ctx.steering.control_active = False
+            if heartbeat is not None:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
+                    await heartbeat
+            if call is not None:
+                call.cancel()

@@ -1,0 +1,278 @@
+"""Runs one run of a runner and enforces the runner-side stream grammar (transport neutral).
+
+- `run_id`, `sequence` (1..n) and a timestamp are filled on every result;
+- config is validated before `run` starts (`runner.config_invalid`, field named in message and details);
+- a runner that returns without a terminal result gets `run.completed`;
+- the stream ends at the first terminal result: the generator is closed, nothing after it is sent;
+- tool calls still open when the run ends get a `tool.call.completed` with `error_code=runner.incomplete`;
+- an exception becomes `run.failed` (`runner.exception`, or the spec code of an `AgentRunnerError`),
+  with no traceback in the message (the traceback is logged locally);
+- the runner runs in its own task: a cancelled call cancels it at once and nothing more is emitted;
+  `stop()` (control-stream cancel after its grace, the deadline, server shutdown) cancels it and ends
+  the stream with `run.failed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import traceback
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+from google.protobuf import timestamp_pb2
+
+from agentrunner import results
+from agentrunner.config import ConfigInvalid, validate_config
+from agentrunner.context import RunContext
+from agentrunner.control import ControlClient
+from agentrunner.errors import AgentRunnerError
+from agentrunner.protocol import is_terminal
+from agentrunner.runner import Runner
+from agentrunner.v1 import result_pb2, runner_service_pb2
+
+log = structlog.get_logger("agentrunner.engine")
+
+#: The SDK ends the run this long before `deadline_at` so its `run.failed` still reaches the host.
+DEADLINE_MARGIN = 0.1
+#: Grace after a cancel signal without an explicit grace period.
+DEFAULT_CANCEL_GRACE = 1.0
+_MAX_MESSAGE = 500
+_QUEUE_SIZE = 32
+
+CONFIG_INVALID = "runner.config_invalid"
+RUNNER_EXCEPTION = "runner.exception"
+CANCELLED = "cancelled"
+DEADLINE_EXCEEDED = "deadline_exceeded"
+
+
+def exception_message(exc: BaseException) -> str:
+    """A one-paragraph description of an exception for peers: type and message, never a traceback."""
+    text = str(exc).strip()
+    message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return message if len(message) <= _MAX_MESSAGE else message[: _MAX_MESSAGE - 1] + "…"
+
+
+class RunExecution:
+    """One run of one runner; iterate `results()` once."""
+
+    def __init__(
+        self, runner: Runner, request: runner_service_pb2.RunRequest, *, precheck: bool = True
+    ) -> None:
+        self.runner = runner
+        self.request = request
+        self.manifest = runner.get_manifest()
+        self.run_id = request.context.run_id
+        self.ctx: RunContext | None = None
+        self._precheck = precheck
+        self._queue: asyncio.Queue[result_pb2.RunResult] = asyncio.Queue(_QUEUE_SIZE)
+        self._task: asyncio.Task[None] | None = None
+        self._stop: tuple[str, str, bool] | None = None
+        self._error: BaseException | None = None
+        self._seq = 0
+        self._open_tools: dict[str, str] = {}
+        self._helpers: list[asyncio.Task[Any]] = []
+        self.control: ControlClient | None = None
+        self.finished = asyncio.Event()
+
+    # -- control ------------------------------------------------------------------------------
+
+    def stop(self, code: str, message: str, *, retryable: bool = False) -> None:
+        """Ends the run now: cancels the runner task; the stream ends with `run.failed(code)`."""
+        if self._stop is not None:
+            return
+        self._stop = (code, message, retryable)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    def _on_cancel(self, reason: str, grace: float | None) -> None:
+        assert self.ctx is not None
+        self.ctx.cancel_reason = reason
+        self.ctx.cancelled.set()
+        delay = DEFAULT_CANCEL_GRACE if grace is None else max(grace, 0.0)
+        message = f"cancelled by the host: {reason}" if reason else "cancelled by the host"
+        asyncio.get_running_loop().call_later(delay, self.stop, CANCELLED, message)
+
+    async def _watch_deadline(self, ctx: RunContext) -> None:
+        while True:
+            remaining = ctx.remaining()
+            if remaining is None:
+                return
+            left = remaining - DEADLINE_MARGIN
+            if left <= 0:
+                self.stop(DEADLINE_EXCEEDED, "the run deadline passed", retryable=True)
+                return
+            await asyncio.sleep(min(left, 0.5))
+
+    # -- the stream ---------------------------------------------------------------------------
+
+    def _seal(self, result: result_pb2.RunResult) -> result_pb2.RunResult:
+        if result.run_id and result.run_id != self.run_id:
+            log.warning("runner set another run_id; replaced", run_id=self.run_id, given=result.run_id)
+        result.run_id = self.run_id
+        self._seq += 1
+        result.sequence = self._seq
+        if not result.HasField("timestamp"):
+            ts = timestamp_pb2.Timestamp()
+            ts.GetCurrentTime()
+            result.timestamp.CopyFrom(ts)
+        kind = result.WhichOneof("payload")
+        if kind == "tool_call_started":
+            self._open_tools[result.tool_call_started.tool_call_id] = result.tool_call_started.tool_name
+        elif kind == "tool_call_completed":
+            self._open_tools.pop(result.tool_call_completed.tool_call_id, None)
+        elif kind is None:
+            log.warning("runner emitted a result type this SDK does not know", run_id=self.run_id)
+        return result
+
+    def _close_tools(self) -> list[result_pb2.RunResult]:
+        out = [
+            self._seal(
+                results.tool_completed(
+                    call_id,
+                    name,
+                    error_code="runner.incomplete",
+                    error_message="the run ended before the tool call completed",
+                )
+            )
+            for call_id, name in list(self._open_tools.items())
+        ]
+        return out
+
+    def _terminal(self, result: result_pb2.RunResult) -> list[result_pb2.RunResult]:
+        return [*self._close_tools(), self._seal(result)]
+
+    async def _produce(self, ctx: RunContext) -> None:
+        gen = self.runner.run(ctx)
+        try:
+            async for item in gen:
+                if not isinstance(item, result_pb2.RunResult):
+                    raise TypeError(
+                        f"runner yielded {type(item).__name__}; yield results built with agentrunner.results"
+                    )
+                await self._queue.put(item)
+                if is_terminal(item):
+                    break
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._error = exc
+            log.error(
+                "runner raised",
+                run_id=self.run_id,
+                runner=self.manifest.id,
+                error=exception_message(exc),
+                traceback="".join(traceback.format_exception(exc)),
+            )
+        finally:
+            with contextlib.suppress(BaseException):
+                await gen.aclose()
+
+    def _prepare(self) -> tuple[RunContext | None, result_pb2.RunResult | None]:
+        """The context, or the terminal result that ends the run before it starts."""
+        try:
+            config: Any = validate_config(self.manifest.config_schema, self.request.context.config)
+            model = type(self.runner).config_model
+            if model is not None:
+                from pydantic import ValidationError
+
+                try:
+                    config = model.model_validate(config)
+                except ValidationError as exc:
+                    first = exc.errors()[0]
+                    field = ".".join(str(p) for p in first["loc"]) or "config"
+                    raise ConfigInvalid(field, first["msg"]) from None
+        except ConfigInvalid as exc:
+            return None, results.failed(CONFIG_INVALID, str(exc), details={"field": exc.field})
+        ctx = RunContext(
+            self.request.context,
+            config=config,
+            run_token=self.request.run_token,
+            host_api_endpoint=self.request.host_api_endpoint,
+            precheck=self._precheck,
+        )
+        remaining = ctx.remaining()
+        if remaining is not None and remaining <= DEADLINE_MARGIN:
+            return None, results.failed(
+                DEADLINE_EXCEEDED, "the run deadline passed before it started", retryable=True
+            )
+        return ctx, None
+
+    async def results(self) -> AsyncIterator[result_pb2.RunResult]:
+        """The run's results, ending with exactly one terminal result (unless the call is cancelled)."""
+        ctx, early = self._prepare()
+        if ctx is None:
+            assert early is not None
+            yield self._seal(early)
+            self.finished.set()
+            return
+        self.ctx = ctx
+        caps = self.manifest.capabilities
+        if (caps.interrupt or caps.steering) and ctx.api.available:
+            accepts = (
+                ["deadline"]
+                + (["cancel"] if caps.interrupt else [])
+                + (["steering"] if caps.steering else [])
+            )
+            self.control = ControlClient(
+                ctx,
+                run_token=self.request.run_token,
+                accepts=accepts,
+                on_cancel=self._on_cancel,
+                last_sequence=lambda: self._seq,
+            )
+            self._helpers.append(asyncio.create_task(self.control.run()))
+        if ctx.remaining() is not None:
+            self._helpers.append(asyncio.create_task(self._watch_deadline(ctx)))
+        self._task = asyncio.create_task(self._produce(ctx), name=f"runner:{self.run_id}")
+        if self._stop is not None:
+            self._task.cancel()
+        getter: asyncio.Future[result_pb2.RunResult] | None = None
+        try:
+            while True:
+                if not self._queue.empty():
+                    item = self._queue.get_nowait()
+                elif self._task.done():
+                    break
+                else:
+                    getter = asyncio.ensure_future(self._queue.get())
+                    await asyncio.wait({getter, self._task}, return_when=asyncio.FIRST_COMPLETED)
+                    if not getter.done():
+                        getter.cancel()
+                        getter = None
+                        continue
+                    item = getter.result()
+                    getter = None
+                if is_terminal(item):
+                    for r in self._terminal(item):
+                        yield r
+                    return
+                yield self._seal(item)
+            for r in self._terminal(self._final()):
+                yield r
+        finally:
+            if getter is not None:
+                getter.cancel()
+            await self._cleanup()
+
+    def _final(self) -> result_pb2.RunResult:
+        if self._stop is not None:
+            code, message, retryable = self._stop
+            return results.failed(code, message, retryable=retryable)
+        if self._error is not None:
+            exc = self._error
+            if isinstance(exc, AgentRunnerError):
+                return results.failed(
+                    exc.spec_code, exc.message, retryable=exc.retryable, details={"reason": exc.reason}
+                )
+            return results.failed(RUNNER_EXCEPTION, exception_message(exc))
+        return results.completed()
+
+    async def _cleanup(self) -> None:
+        tasks = [t for t in [self._task, *self._helpers] if t is not None]
+        for t in tasks:
+            t.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self.finished.set()

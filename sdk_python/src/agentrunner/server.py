@@ -1,0 +1,245 @@
+"""Serving runners over gRPC: the thin RunnerService servicer, `start_server` and blocking `serve`.
+
+The server has health checking (`grpc.health.v1`), reflection, optional TLS, 16 MiB message limits and
+`so_reuseport=0` (a busy port fails loudly with `PortInUseError`). Shutdown stops admitting runs, lets
+in-flight runs finish for `grace` seconds, then ends them with `run.failed` code `cancelled`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from agentrunner.api import close_channels
+from agentrunner.engine import CANCELLED, RunExecution
+from agentrunner.errors import InvalidArgumentError, NotFoundError, RunnerUnavailableError, abort_with
+from agentrunner.runner import Runner
+from agentrunner.v1 import runner_service_pb2, runner_service_pb2_grpc
+
+log = structlog.get_logger("agentrunner.server")
+
+READY_PREFIX = "AGENTRUNNER_LISTENING"
+SERVICE_NAME = runner_service_pb2.DESCRIPTOR.services_by_name["RunnerService"].full_name
+MAX_MESSAGE = 16 << 20
+SERVER_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+class PortInUseError(OSError):
+    """The requested address could not be bound (usually: the port is in use)."""
+
+
+def _instances(runners: Iterable[Runner | type[Runner]]) -> list[Runner]:
+    out = [r() if isinstance(r, type) else r for r in runners]
+    if not out:
+        raise ValueError("serve at least one runner")
+    ids = [r.get_manifest().id for r in out]  # raises ManifestError early
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"runner ids must be unique, got {ids}")
+    return out
+
+
+class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
+    """Thin servicer: finds the runner and relays `RunExecution.results()`."""
+
+    def __init__(self, runners: Sequence[Runner], *, precheck: bool = True) -> None:
+        self._runners = list(runners)
+        self._precheck = precheck
+        self.active: set[RunExecution] = set()
+        self.draining = False
+
+    def find(self, runner_id: str, runner_name: str = "") -> Runner | None:
+        for r in self._runners:
+            m = r.get_manifest()
+            if (runner_id and runner_id in (m.id, m.name)) or (not runner_id and runner_name == m.name):
+                return r
+        if not runner_id and not runner_name and len(self._runners) == 1:
+            return self._runners[0]
+        return None
+
+    async def ListRunners(
+        self, request: runner_service_pb2.ListRunnersRequest, context: grpc.aio.ServicerContext
+    ) -> runner_service_pb2.ListRunnersResponse:
+        return runner_service_pb2.ListRunnersResponse(runners=[r.get_manifest() for r in self._runners])
+
+    async def DescribeRunner(
+        self, request: runner_service_pb2.DescribeRunnerRequest, context: grpc.aio.ServicerContext
+    ) -> runner_service_pb2.DescribeRunnerResponse:
+        runner = self.find(request.runner_id) if request.runner_id else None
+        if runner is None:
+            await abort_with(context, NotFoundError(f"no runner {request.runner_id!r} is served here"))
+        return runner_service_pb2.DescribeRunnerResponse(runner=runner.get_manifest())
+
+    async def Run(
+        self, request: runner_service_pb2.RunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[runner_service_pb2.RunResponse]:
+        if self.draining:
+            await abort_with(context, RunnerUnavailableError("the runner server is shutting down"))
+        runner = self.find(request.runner_id, request.runner_name)
+        if runner is None:
+            await abort_with(
+                context, NotFoundError(f"no runner {request.runner_id or request.runner_name!r} here")
+            )
+        if not request.context.run_id:
+            await abort_with(
+                context, InvalidArgumentError("context.run_id is required", field="context.run_id")
+            )
+        execution = RunExecution(runner, request, precheck=self._precheck)
+        self.active.add(execution)
+        stream = execution.results()
+        try:
+            async for result in stream:
+                yield runner_service_pb2.RunResponse(result=result)
+        finally:
+            self.active.discard(execution)
+            await stream.aclose()
+
+
+async def _wait_finished(executions: set[RunExecution], limit: float) -> None:
+    waiters = [asyncio.create_task(e.finished.wait()) for e in list(executions)]
+    if not waiters:
+        return
+    _, pending = await asyncio.wait(waiters, timeout=limit)
+    for w in pending:
+        w.cancel()
+    await asyncio.sleep(0.05)  # the handlers write the last result after `finished`
+
+
+class RunnerServer(int):
+    """The bound port (an `int`), with the handle to stop the server."""
+
+    server: grpc.aio.Server
+    servicer: RunnerServicer
+    health: health.aio.HealthServicer  # type: ignore[name-defined]
+    host: str
+
+    @property
+    def port(self) -> int:
+        return int(self)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{int(self)}"
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Graceful shutdown: refuse new runs, let in-flight runs end within `grace`, then cancel them."""
+        servicer = self.servicer
+        servicer.draining = True
+        await self.health.enter_graceful_shutdown()
+        await _wait_finished(servicer.active, grace)
+        for execution in list(servicer.active):
+            execution.stop(CANCELLED, "the runner server is shutting down")
+        await _wait_finished(servicer.active, 1.0)  # let the `run.failed` results reach the host
+        await self.server.stop(0.5)
+        await close_channels()
+
+    async def wait_for_termination(self) -> None:
+        await self.server.wait_for_termination()
+
+
+async def start_server(
+    runners: Iterable[Runner | type[Runner]],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
+    precheck: bool = True,
+) -> RunnerServer:
+    """Starts a RunnerService server in the running loop; returns the bound port (`RunnerServer`)."""
+    instances = _instances(runners)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    servicer = RunnerServicer(instances, precheck=precheck)
+    runner_service_pb2_grpc.add_RunnerServiceServicer_to_server(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+        server,
+    )
+    address = f"{host}:{port}"
+    try:
+        if tls_cert or tls_key:
+            if not (tls_cert and tls_key):
+                raise ValueError("TLS needs both a certificate and a key")
+            key, chain = await asyncio.gather(
+                asyncio.to_thread(Path(tls_key).read_bytes), asyncio.to_thread(Path(tls_cert).read_bytes)
+            )
+            creds = grpc.ssl_server_credentials([(key, chain)])
+            bound = server.add_secure_port(address, creds)
+        else:
+            bound = server.add_insecure_port(address)
+    except RuntimeError:
+        raise PortInUseError(f"cannot listen on {address}: address already in use or unavailable") from None
+    if not bound:
+        raise PortInUseError(f"cannot listen on {address} (is the port already in use?)")
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+    handle = RunnerServer(bound)
+    handle.server = server
+    handle.servicer = servicer
+    handle.health = health_servicer
+    handle.host = host
+    log.info(
+        "runner server listening", address=handle.address, runners=[r.get_manifest().id for r in instances]
+    )
+    return handle
+
+
+async def serve_async(
+    runners: Iterable[Runner | type[Runner]],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
+    grace: float = 5.0,
+    announce: bool = True,
+) -> None:
+    """Serves until SIGTERM/SIGINT, then shuts down gracefully. Prints the ready line when `announce`."""
+    if not structlog.is_configured():
+        # stdout carries the ready line (and nothing else): logs go to stderr.
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    handle = await start_server(runners, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    if announce:
+        sys.stdout.write(f"{READY_PREFIX} {host}:{int(handle)}\n")
+        sys.stdout.flush()
+    await stop.wait()
+    log.info("shutting down", grace=grace, active=len(handle.servicer.active))
+    await handle.stop(grace)
+
+
+def serve(
+    runners: Iterable[Runner | type[Runner]],
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    tls_cert: str | Path | None = None,
+    tls_key: str | Path | None = None,
+    grace: float = 5.0,
+) -> None:
+    """Blocking entry point: serves the runners until SIGTERM (prints `AGENTRUNNER_LISTENING host:port`)."""
+    asyncio.run(serve_async(runners, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key, grace=grace))

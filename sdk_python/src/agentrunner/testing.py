@@ -1,0 +1,674 @@
+"""`agentrunner.testing`: an in-process host double on real gRPC, for runner tests.
+
+    async with HostDouble() as host:
+        host.on("ListHistory", {"items": [{"role": "user", "content": "hi"}]})
+        outcome = await host.run(MyRunner, "hello", config={"prefix": ">"})
+        assert outcome.text == "> hello"
+
+The double serves the host's ProxyService on `127.0.0.1:0` with scripted responses per RPC (messages,
+dicts, callables, or errors by reason), records every proxy call with its metadata, runs the control
+stream (push `cancel` / `steer`), runs a runner (in-process over loopback, or at an address) with a given
+input, config and context, checks the stream grammar and returns the results.
+"""
+
+# ruff: noqa: ASYNC109 - test helpers take explicit timeouts so no test can hang.
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import inspect
+import secrets
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from google.protobuf import duration_pb2, json_format, message_factory, timestamp_pb2
+from google.protobuf import message as pb_message
+
+from agentrunner.errors import ERROR_TYPES, AgentRunnerError, RunTokenInvalidError, abort_with, from_rpc_error
+from agentrunner.protocol import RUN_TOKEN_HEADER, is_terminal, result_type
+from agentrunner.results import to_struct
+from agentrunner.runner import Runner
+from agentrunner.server import RunnerServer, start_server
+from agentrunner.v1 import (
+    common_pb2,
+    context_pb2,
+    manifest_pb2,
+    proxy_service_pb2,
+    result_pb2,
+    runner_service_pb2,
+    runner_service_pb2_grpc,
+)
+
+__all__ = [
+    "GrammarError",
+    "HostDouble",
+    "ProxyCall",
+    "RunHandle",
+    "RunOutcome",
+    "check_grammar",
+    "make_context",
+]
+
+_SERVICE = proxy_service_pb2.DESCRIPTOR.services_by_name["ProxyService"]
+PROXY_METHODS: dict[str, Any] = {m.name: m for m in _SERVICE.methods}
+
+
+class GrammarError(AssertionError):
+    """The runner's stream broke the result grammar."""
+
+
+@dataclass
+class ProxyCall:
+    """One recorded ProxyService call."""
+
+    method: str
+    request: pb_message.Message
+    metadata: dict[str, str]
+    #: Seconds left on the call's gRPC deadline when it arrived (None without a deadline).
+    time_remaining: float | None = None
+
+
+def check_grammar(results: Sequence[result_pb2.RunResult], run_id: str, *, ended: bool = True) -> list[str]:
+    """Grammar violations of a result stream (empty when fine). `ended`: the call finished normally."""
+    errors: list[str] = []
+    open_tools: dict[str, str] = {}
+    terminals = 0
+    for i, r in enumerate(results, start=1):
+        if r.sequence != i:
+            errors.append(f"result {i}: sequence {r.sequence}, expected {i}")
+        if r.run_id != run_id:
+            errors.append(f"result {i}: run_id {r.run_id!r}, expected {run_id!r}")
+        if not r.HasField("timestamp"):
+            errors.append(f"result {i}: no timestamp")
+        if terminals:
+            errors.append(f"result {i}: {result_type(r)} after the terminal result")
+        kind = r.WhichOneof("payload")
+        if kind == "tool_call_started":
+            open_tools[r.tool_call_started.tool_call_id] = r.tool_call_started.tool_name
+        elif kind == "tool_call_completed":
+            if open_tools.pop(r.tool_call_completed.tool_call_id, None) is None:
+                errors.append(f"result {i}: tool.call.completed without a matching tool.call.started")
+        if is_terminal(r):
+            terminals += 1
+    if ended and terminals == 0:
+        errors.append("the stream ended without a terminal result")
+    if ended and open_tools:
+        errors.append(f"tool calls never completed: {sorted(open_tools)}")
+    return errors
+
+
+@dataclass
+class RunOutcome:
+    """What a run produced, as the host saw it."""
+
+    run_id: str
+    results: list[result_pb2.RunResult]
+    code: grpc.StatusCode = grpc.StatusCode.OK
+    error: AgentRunnerError | None = None
+    grammar_errors: list[str] = field(default_factory=list)
+
+    @property
+    def types(self) -> list[str | None]:
+        """Spec type names in order (`None` for payloads unknown to this reader)."""
+        return [result_type(r) for r in self.results]
+
+    @property
+    def terminal(self) -> result_pb2.RunResult | None:
+        return self.results[-1] if self.results and is_terminal(self.results[-1]) else None
+
+    @property
+    def completed(self) -> bool:
+        t = self.terminal
+        return t is not None and t.WhichOneof("payload") == "run_completed"
+
+    @property
+    def failure(self) -> result_pb2.RunFailed | None:
+        t = self.terminal
+        return t.run_failed if t is not None and t.WhichOneof("payload") == "run_failed" else None
+
+    def of_type(self, spec_type: str) -> list[result_pb2.RunResult]:
+        return [r for r in self.results if result_type(r) == spec_type]
+
+    @property
+    def deltas(self) -> list[str]:
+        return [r.message_delta.text for r in self.of_type("message.delta")]
+
+    @property
+    def text(self) -> str:
+        """The reply text: the final message if any, else the concatenated deltas."""
+        t = self.terminal
+        if (
+            t is not None
+            and t.WhichOneof("payload") == "run_completed"
+            and t.run_completed.HasField("message")
+        ):
+            return t.run_completed.message.content
+        completed = self.of_type("message.completed")
+        if completed:
+            return completed[-1].message_completed.message.content
+        return "".join(self.deltas)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The terminal result's envelope metadata."""
+        t = self.terminal
+        return json_format.MessageToDict(t.metadata) if t is not None else {}
+
+
+class RunHandle:
+    """A run in progress: read results as they come, cancel the call, or wait for the end."""
+
+    def __init__(self, run_id: str, context: context_pb2.RunContext, call: Any) -> None:
+        self.run_id = run_id
+        self.context = context
+        self.call = call
+        self.results: list[result_pb2.RunResult] = []
+        self._code = grpc.StatusCode.OK
+        self._error: AgentRunnerError | None = None
+        self._done = False
+
+    async def next(self, timeout: float = 5.0) -> result_pb2.RunResult | None:
+        """The next result, or None when the stream ended."""
+        if self._done:
+            return None
+        try:
+            async with asyncio.timeout(timeout):
+                msg = await self.call.read()
+        except grpc.RpcError as exc:
+            self._done = True
+            self._code = exc.code()  # type: ignore[attr-defined]
+            self._error = from_rpc_error(exc)
+            return None
+        except asyncio.CancelledError:
+            if self.call.cancelled():
+                self._done = True
+                self._code = grpc.StatusCode.CANCELLED
+                return None
+            raise
+        if msg is grpc.aio.EOF:
+            self._done = True
+            return None
+        self.results.append(msg.result)
+        return msg.result
+
+    def cancel(self) -> None:
+        """Cancels the `Run` call (the host giving up on the run)."""
+        self.call.cancel()
+        self._done = True
+        self._code = grpc.StatusCode.CANCELLED
+
+    async def wait(self, timeout: float = 30.0, *, check: bool = True) -> RunOutcome:
+        """Reads to the end; raises `GrammarError` on a grammar violation when `check`."""
+        async with asyncio.timeout(timeout):
+            while await self.next(timeout) is not None:
+                pass
+        outcome = RunOutcome(self.run_id, list(self.results), self._code, self._error)
+        outcome.grammar_errors = check_grammar(
+            outcome.results, self.run_id, ended=self._code == grpc.StatusCode.OK
+        )
+        if check and outcome.grammar_errors:
+            raise GrammarError("; ".join(outcome.grammar_errors))
+        return outcome
+
+
+def _model_resources(items: Iterable[str | context_pb2.ModelResource]) -> list[context_pb2.ModelResource]:
+    return [
+        context_pb2.ModelResource(model_id=m, model_type="llm", provider="test") if isinstance(m, str) else m
+        for m in items
+    ]
+
+
+def _tool_resources(items: Iterable[str | context_pb2.ToolResource]) -> list[context_pb2.ToolResource]:
+    return [
+        context_pb2.ToolResource(tool_name=t, tool_type="native") if isinstance(t, str) else t for t in items
+    ]
+
+
+def _kb_resources(
+    items: Iterable[str | context_pb2.KnowledgeBaseResource],
+) -> list[context_pb2.KnowledgeBaseResource]:
+    return [context_pb2.KnowledgeBaseResource(kb_id=k, kb_name=k) if isinstance(k, str) else k for k in items]
+
+
+def default_apis(manifest: manifest_pb2.RunnerManifest | None) -> context_pb2.ContextApis:
+    """The pull APIs a host would grant for the manifest's permissions (its full policy)."""
+    apis = context_pb2.ContextApis()
+    if manifest is None:
+        return apis
+    p = manifest.permissions
+    m = manifest_pb2
+    apis.history_page = m.HISTORY_OPERATION_PAGE in p.history
+    apis.history_search = m.HISTORY_OPERATION_SEARCH in p.history
+    apis.event_get = m.EVENT_OPERATION_GET in p.events
+    apis.event_page = m.EVENT_OPERATION_PAGE in p.events
+    apis.artifact_metadata = m.ARTIFACT_OPERATION_METADATA in p.artifacts
+    apis.artifact_read = m.ARTIFACT_OPERATION_READ in p.artifacts
+    apis.state = bool(p.state)
+    apis.storage = bool(p.storage)
+    apis.prompt_get = p.prompt
+    apis.steering_pull = manifest.capabilities.steering
+    apis.run_get = m.RUN_RECORD_OPERATION_GET in p.runs
+    apis.run_list = m.RUN_RECORD_OPERATION_LIST in p.runs
+    apis.run_events_page = m.RUN_RECORD_OPERATION_EVENTS_PAGE in p.runs
+    apis.run_cancel = m.RUN_RECORD_OPERATION_CANCEL in p.runs
+    apis.run_append_result = m.RUN_RECORD_OPERATION_APPEND_RESULT in p.runs
+    apis.run_finalize = m.RUN_RECORD_OPERATION_FINALIZE in p.runs
+    return apis
+
+
+def make_context(
+    text: str = "",
+    *,
+    manifest: manifest_pb2.RunnerManifest | None = None,
+    run_id: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    streaming: bool = True,
+    deadline: float | None = 30.0,
+    models: Iterable[str | context_pb2.ModelResource] = (),
+    tools: Iterable[str | context_pb2.ToolResource] = (),
+    knowledge_bases: Iterable[str | context_pb2.KnowledgeBaseResource] = (),
+    storage: Iterable[str] | None = None,
+    apis: context_pb2.ContextApis | Mapping[str, bool] | None = None,
+    state: Mapping[str, Mapping[str, Any]] | None = None,
+    conversation_id: str = "conv-test",
+    contents: Iterable[common_pb2.ContentElement] = (),
+    attachments: Iterable[common_pb2.ArtifactRef] = (),
+) -> context_pb2.RunContext:
+    """A realistic `RunContext`: a `message.received` event, with the manifest's pull APIs granted."""
+    run_id = run_id or f"run_{uuid.uuid4().hex[:12]}"
+    now = timestamp_pb2.Timestamp()
+    now.GetCurrentTime()
+    ctx = context_pb2.RunContext(
+        run_id=run_id,
+        trigger=context_pb2.Trigger(
+            type="message.received", source=context_pb2.TRIGGER_SOURCE_API, timestamp=now
+        ),
+        event=context_pb2.EventContext(
+            event_id=f"evt_{uuid.uuid4().hex[:12]}",
+            event_type="message.received",
+            event_time=now,
+            source="test",
+        ),
+        conversation=context_pb2.ConversationContext(
+            conversation_id=conversation_id, launcher_type="person", launcher_id="user-1", sender_id="user-1"
+        ),
+        actor=context_pb2.ActorContext(actor_type="user", actor_id="user-1", actor_name="Tester"),
+        input=context_pb2.RunInput(text=text, contents=list(contents), attachments=list(attachments)),
+        delivery=context_pb2.DeliveryContext(surface="test", supports_streaming=streaming),
+        config=to_struct(config),
+    )
+    ctx.resources.models.extend(_model_resources(models))
+    ctx.resources.tools.extend(_tool_resources(tools))
+    ctx.resources.knowledge_bases.extend(_kb_resources(knowledge_bases))
+    areas = (
+        list(storage)
+        if storage is not None
+        else [
+            manifest_pb2.StorageArea.Name(a).removeprefix("STORAGE_AREA_").lower()
+            for a in (manifest.permissions.storage if manifest else [])
+        ]
+    )
+    for area in areas:
+        setattr(ctx.resources.storage, f"{area}_storage", True)
+    if isinstance(apis, context_pb2.ContextApis):
+        ctx.context.available_apis.CopyFrom(apis)
+    else:
+        ctx.context.available_apis.CopyFrom(default_apis(manifest))
+        for key, value in (apis or {}).items():
+            setattr(ctx.context.available_apis, key, value)
+    ctx.context.conversation_id = conversation_id
+    ctx.context.inline_policy.mode = context_pb2.INLINE_MODE_CURRENT_EVENT
+    for scope, values in (state or {}).items():
+        getattr(ctx.state, scope).CopyFrom(to_struct(values))
+    ctx.runtime.host = "agentrunner-testing"
+    ctx.runtime.protocol_version = "1"
+    ctx.runtime.trace_id = secrets.token_hex(16)
+    if deadline is not None:
+        ctx.runtime.deadline_at.FromNanoseconds(int((time.time() + deadline) * 1e9))
+    return ctx
+
+
+Script = Any  # a message, a dict, a callable(request, call), an AgentRunnerError, or a list (streams)
+
+
+@dataclass
+class _ControlSession:
+    run_id: str
+    outbox: asyncio.Queue[proxy_service_pb2.ControlResponse] = field(default_factory=asyncio.Queue)
+    acks: list[proxy_service_pb2.ControlAck] = field(default_factory=list)
+    heartbeats: int = 0
+    hello: proxy_service_pb2.ControlHello | None = None
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    ack_event: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class HostDouble:
+    """An in-process stand-in for the host: ProxyService on real gRPC, plus a `Run` client."""
+
+    def __init__(
+        self, *, control: bool = True, heartbeat_interval: float = 0.2, check_token: bool = True
+    ) -> None:
+        self.control_enabled = control
+        self.heartbeat_interval = heartbeat_interval
+        self.check_token = check_token
+        self.calls: list[ProxyCall] = []
+        self.tokens: dict[str, str] = {}
+        self._scripts: dict[str, list[Script]] = defaultdict(list)
+        self._sessions: dict[str, _ControlSession] = {}
+        self._session_ready: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
+        self._server: grpc.aio.Server | None = None
+        self._runner_servers: dict[int, RunnerServer] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.endpoint = ""
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> str:
+        server = grpc.aio.server(
+            options=[
+                ("grpc.so_reuseport", 0),
+                ("grpc.max_receive_message_length", 16 << 20),
+                ("grpc.max_send_message_length", 16 << 20),
+            ]
+        )
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
+        for name, method in PROXY_METHODS.items():
+            req_cls = message_factory.GetMessageClass(method.input_type)
+            resp_cls = message_factory.GetMessageClass(method.output_type)
+            des, ser = req_cls.FromString, resp_cls.SerializeToString
+            if name == "Control":
+                handlers[name] = grpc.stream_stream_rpc_method_handler(self._control, des, ser)
+            elif method.server_streaming:
+                handlers[name] = grpc.unary_stream_rpc_method_handler(
+                    self._streaming(name, resp_cls), des, ser
+                )
+            else:
+                handlers[name] = grpc.unary_unary_rpc_method_handler(self._unary(name, resp_cls), des, ser)
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers)])
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        self._server = server
+        self.endpoint = f"127.0.0.1:{port}"
+        return self.endpoint
+
+    async def stop(self) -> None:
+        for handle in self._runner_servers.values():
+            await handle.stop(0.2)
+        self._runner_servers.clear()
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+        if self._server is not None:
+            await self._server.stop(0)
+            self._server = None
+
+    async def __aenter__(self) -> HostDouble:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- scripting ----------------------------------------------------------------------------
+
+    def on(
+        self,
+        method: str,
+        response: Script = None,
+        *,
+        error: str | AgentRunnerError | None = None,
+        message: str = "",
+        retryable: bool | None = None,
+    ) -> HostDouble:
+        """Scripts the next answer of `method`. Answers are used in order; the last one repeats.
+
+        `response`: a response message, a dict in the response's JSON shape, a (sync or async)
+        callable `(request, call) -> response` that may raise `AgentRunnerError`, or for streaming
+        RPCs a list of items. `error`: a reason (`"NOT_FOUND"`) or an `AgentRunnerError` to answer with.
+        """
+        if method not in PROXY_METHODS or method == "Control":
+            raise ValueError(f"unknown ProxyService method {method!r}")
+        if error is not None:
+            if isinstance(error, str):
+                cls = ERROR_TYPES[error]
+                error = cls(message or f"scripted {error}", retryable=retryable)
+            response = error
+        self._scripts[method].append(response)
+        return self
+
+    def calls_to(self, method: str) -> list[ProxyCall]:
+        return [c for c in self.calls if c.method == method]
+
+    def _next_script(self, method: str) -> Script:
+        queue = self._scripts.get(method)
+        if not queue:
+            return None
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    async def _record(
+        self, method: str, request: pb_message.Message, context: grpc.aio.ServicerContext
+    ) -> ProxyCall:
+        metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        call = ProxyCall(method, request, metadata, context.time_remaining())
+        self.calls.append(call)
+        if self.check_token:
+            token = metadata.get(RUN_TOKEN_HEADER, "")
+            if token not in self.tokens.values():
+                await abort_with(context, RunTokenInvalidError("missing or unknown run token"))
+        return call
+
+    async def _answer(self, script: Script, request: pb_message.Message, call: ProxyCall) -> Any:
+        if callable(script) and not isinstance(script, pb_message.Message):
+            script = script(request, call)
+            if inspect.isawaitable(script):
+                script = await script
+        return script
+
+    def _unary(self, method: str, resp_cls: type[pb_message.Message]) -> Callable[..., Any]:
+        async def handler(
+            request: pb_message.Message, context: grpc.aio.ServicerContext
+        ) -> pb_message.Message:
+            call = await self._record(method, request, context)
+            try:
+                answer = await self._answer(self._next_script(method), request, call)
+            except AgentRunnerError as exc:
+                answer = exc
+            if isinstance(answer, AgentRunnerError):
+                await abort_with(context, answer)
+            if answer is None:
+                return resp_cls()
+            if isinstance(answer, Mapping):
+                return json_format.ParseDict(dict(answer), resp_cls())
+            return answer
+
+        return handler
+
+    def _streaming(self, method: str, resp_cls: type[pb_message.Message]) -> Callable[..., Any]:
+        async def handler(
+            request: pb_message.Message, context: grpc.aio.ServicerContext
+        ) -> AsyncIterator[pb_message.Message]:
+            call = await self._record(method, request, context)
+            try:
+                answer = await self._answer(self._next_script(method), request, call)
+            except AgentRunnerError as exc:
+                answer = exc
+            if isinstance(answer, AgentRunnerError):
+                await abort_with(context, answer)
+            for item in answer or []:
+                if isinstance(item, AgentRunnerError):
+                    await abort_with(context, item)
+                yield json_format.ParseDict(dict(item), resp_cls()) if isinstance(item, Mapping) else item
+
+        return handler
+
+    # -- control stream -----------------------------------------------------------------------
+
+    async def _control(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        if not self.control_enabled:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        first = await context.read()
+        if first is grpc.aio.EOF or first.WhichOneof("message") != "hello":
+            await abort_with(context, RunTokenInvalidError("the first control message must be hello"))
+        hello = first.hello
+        metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        self.calls.append(ProxyCall("Control", hello, metadata, context.time_remaining()))
+        if self.check_token and self.tokens.get(hello.run_id) != hello.run_token:
+            await abort_with(context, RunTokenInvalidError("hello carries a wrong run token"))
+        session = _ControlSession(hello.run_id, hello=hello)
+        self._sessions[hello.run_id] = session
+        welcome = proxy_service_pb2.ControlWelcome(
+            heartbeat_interval=duration_pb2.Duration(nanos=int(self.heartbeat_interval * 1e9))
+        )
+        await context.write(proxy_service_pb2.ControlResponse(welcome=welcome))
+        self._session_ready[hello.run_id].set()
+
+        async def reader() -> None:
+            while True:
+                msg = await context.read()
+                if msg is grpc.aio.EOF:
+                    return
+                kind = msg.WhichOneof("message")
+                if kind == "ack":
+                    session.acks.append(msg.ack)
+                    session.ack_event.set()
+                elif kind == "heartbeat":
+                    session.heartbeats += 1
+
+        read_task = asyncio.create_task(reader())
+        try:
+            while True:
+                get = asyncio.ensure_future(session.outbox.get())
+                await asyncio.wait({get, read_task}, return_when=asyncio.FIRST_COMPLETED)
+                if not get.done():
+                    get.cancel()
+                    break
+                await context.write(get.result())
+        finally:
+            read_task.cancel()
+            with contextlib.suppress(BaseException):
+                await read_task
+            session.closed.set()
+
+    def control_session(self, run_id: str) -> _ControlSession | None:
+        """The run's control stream as the double saw it (hello, acks, heartbeats), if it connected."""
+        return self._sessions.get(run_id)
+
+    async def wait_control(self, run_id: str, timeout: float = 5.0) -> _ControlSession:
+        async with asyncio.timeout(timeout):
+            await self._session_ready[run_id].wait()
+        return self._sessions[run_id]
+
+    async def _push(
+        self, run_id: str, response: proxy_service_pb2.ControlResponse, wait_ack: float | None
+    ) -> str:
+        session = await self.wait_control(run_id)
+        response.signal_id = response.signal_id or f"sig_{uuid.uuid4().hex[:10]}"
+        session.ack_event.clear()
+        await session.outbox.put(response)
+        if wait_ack:
+            async with asyncio.timeout(wait_ack):
+                while not any(a.signal_id == response.signal_id for a in session.acks):
+                    session.ack_event.clear()
+                    await session.ack_event.wait()
+        return response.signal_id
+
+    async def cancel(self, run_id: str, reason: str = "test cancel", *, grace: float = 0.0) -> str:
+        """Pushes a CancelSignal and waits for its ack; returns the signal id."""
+        sig = proxy_service_pb2.CancelSignal(
+            reason=reason,
+            grace_period=duration_pb2.Duration(nanos=int(grace * 1e9) % 10**9, seconds=int(grace)),
+        )
+        return await self._push(run_id, proxy_service_pb2.ControlResponse(cancel=sig), wait_ack=5.0)
+
+    async def steer(self, run_id: str, text: str) -> str:
+        """Pushes a steering input and waits for its ack; returns the signal id."""
+        now = timestamp_pb2.Timestamp()
+        now.GetCurrentTime()
+        item = proxy_service_pb2.SteeringInput(
+            steering_id=f"steer_{uuid.uuid4().hex[:10]}",
+            input=context_pb2.RunInput(text=text),
+            receive_time=now,
+        )
+        return await self._push(run_id, proxy_service_pb2.ControlResponse(steering=item), wait_ack=5.0)
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def _address(self, runner: Runner | type[Runner] | str) -> str:
+        if isinstance(runner, str):
+            return runner
+        key = id(runner)
+        if key not in self._runner_servers:
+            self._runner_servers[key] = await start_server([runner])
+        return self._runner_servers[key].address
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        if address not in self._channels:
+            self._channels[address] = grpc.aio.insecure_channel(
+                address, options=[("grpc.max_receive_message_length", 16 << 20)]
+            )
+        return self._channels[address]
+
+    async def start_run(
+        self,
+        runner: Runner | type[Runner] | str,
+        text: str = "",
+        *,
+        context: context_pb2.RunContext | None = None,
+        runner_id: str = "",
+        call_timeout: float | None = None,
+        **context_args: Any,
+    ) -> RunHandle:
+        """Starts a run and returns its handle. Context args go to `make_context`."""
+        manifest = None
+        stub = runner_service_pb2_grpc.RunnerServiceStub(self._channel(await self._address(runner)))
+        if not isinstance(runner, str):
+            manifest = runner.get_manifest()
+            runner_id = runner_id or manifest.id
+        elif context is None:
+            # A runner at an address: read its manifest like a host would, to grant its pull APIs.
+            listed = await stub.ListRunners(runner_service_pb2.ListRunnersRequest(), timeout=10)
+            matching = [m for m in listed.runners if not runner_id or runner_id in (m.id, m.name)]
+            manifest = matching[0] if matching else None
+            if manifest is not None:
+                runner_id = runner_id or manifest.id
+        if context is None:
+            context = make_context(text, manifest=manifest, **context_args)
+        token = f"tok_{secrets.token_hex(12)}"
+        self.tokens[context.run_id] = token
+        request = runner_service_pb2.RunRequest(
+            runner_id=runner_id,
+            context=context,
+            run_token=token,
+            host_api_endpoint=self.endpoint,
+        )
+        if call_timeout is None and context.runtime.HasField("deadline_at"):
+            deadline = context.runtime.deadline_at.ToNanoseconds() / 1e9
+            call_timeout = max(deadline - time.time(), 0.01)
+        call = stub.Run(request, timeout=call_timeout)
+        return RunHandle(context.run_id, context, call)
+
+    async def run(
+        self,
+        runner: Runner | type[Runner] | str,
+        text: str = "",
+        *,
+        check: bool = True,
+        timeout: float = 30.0,
+        **kwargs: Any,
+    ) -> RunOutcome:
+        """Runs to the end and returns the outcome (raises `GrammarError` on violations when `check`)."""
+        handle = await self.start_run(runner, text, **kwargs)
+        return await handle.wait(timeout, check=check)
+
+
+def deadline_in(seconds: float) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds))
+    return ts

@@ -1,0 +1,120 @@
+"""`python -m agentrunner serve` as a real subprocess: ready line, health, SIGTERM mid-run, busy port, TLS."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentrunner import start_server
+from agentrunner.errors import RunnerUnavailableError
+from agentrunner.testing import HostDouble, make_context
+from agentrunner.v1 import runner_service_pb2, runner_service_pb2_grpc
+from agentrunner_runners.reference import ReferenceRunner
+
+pytestmark = pytest.mark.asyncio
+
+TARGET = "agentrunner_runners.reference:ReferenceRunner"
+
+
+async def launch(*args: str, cwd: Path | None = None) -> tuple[asyncio.subprocess.Process, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agentrunner",
+        "serve",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+    )
+    assert proc.stdout is not None
+    line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
+    assert line.startswith("AGENTRUNNER_LISTENING "), line
+    return proc, line.split()[1]
+
+
+async def test_sigterm_during_a_run_ends_it_cancelled_and_busy_port_fails() -> None:
+    proc, address = await launch(TARGET, "--port", "0", "--grace", "0.3")
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+            listed = await runner_service_pb2_grpc.RunnerServiceStub(channel).ListRunners(
+                runner_service_pb2.ListRunnersRequest(), timeout=5
+            )
+            assert [m.id for m in listed.runners] == ["plugin:langbot/reference/default"]
+
+            # The same port again: loud failure, exit code 2, nothing on stdout.
+            port = address.rsplit(":", 1)[1]
+            busy = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "agentrunner", "serve", TARGET, "--port", port,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(busy.communicate(), 20)
+            assert busy.returncode == 2
+            assert out == b""
+            assert b"already in use" in err
+
+            async with HostDouble() as host:
+                handle = await host.start_run(address, "stall", runner_id="plugin:langbot/reference/default")
+                await host.wait_control(handle.run_id)
+                proc.send_signal(signal.SIGTERM)
+                outcome = await handle.wait(10)
+        assert outcome.types == ["run.failed"]
+        assert outcome.failure is not None and outcome.failure.code == "cancelled"
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_programmatic_server_returns_its_port_and_refuses_runs_while_draining() -> None:
+    server = await start_server([ReferenceRunner])
+    assert isinstance(server, int) and server > 0 and server.port == int(server)
+    async with HostDouble() as host:
+        out = await host.run(f"127.0.0.1:{server}", "hi", runner_id="plugin:langbot/reference/default")
+        assert out.text == "echo: hi"
+        stall = await host.start_run(server.address, "stall", runner_id="plugin:langbot/reference/default")
+        await host.wait_control(stall.run_id)
+        stopping = asyncio.create_task(server.stop(0.5))
+        await asyncio.sleep(0.05)
+        late = await host.start_run(server.address, "hi", runner_id="plugin:langbot/reference/default")
+        outcome = await late.wait(check=False)
+        assert outcome.code == grpc.StatusCode.UNAVAILABLE
+        assert isinstance(outcome.error, RunnerUnavailableError)
+        stalled = await stall.wait()
+        assert stalled.failure is not None and stalled.failure.code == "cancelled"
+        await stopping
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl binary")
+async def test_tls(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    openssl = await asyncio.create_subprocess_exec(
+        "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+        "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    assert await asyncio.wait_for(openssl.wait(), 30) == 0
+    server = await start_server([ReferenceRunner], tls_cert=cert, tls_key=key)
+    try:
+        creds = grpc.ssl_channel_credentials(cert.read_bytes())
+        async with grpc.aio.secure_channel(server.address, creds) as channel:
+            stub = runner_service_pb2_grpc.RunnerServiceStub(channel)
+            request = runner_service_pb2.RunRequest(
+                runner_id="plugin:langbot/reference/default",
+                context=make_context("over tls", streaming=False),
+            )
+            got = [r.result async for r in stub.Run(request, timeout=10)]
+        assert got[-1].run_completed.message.content == "echo: over tls"
+    finally:
+        await server.stop(0.1)
