@@ -15,9 +15,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from google.protobuf.message import Message
+
 from agentrunner.errors import DeadlineExceededError, UnauthorizedError
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession
-from google.protobuf.message import Message
 
 
 @dataclasses.dataclass(slots=True)
