@@ -1,0 +1,240 @@
+"""Host path vs a bare grpc.aio relay of the same messages (issue 4 benchmark; not a test).
+
+Three processes per path, all on loopback: this client, the relay under test (the host via its CLI, or
+the bare relay below), and the reference runner via the SDK CLI. Measured in one run:
+
+- ttfb_p50_ratio: p50 time from starting `Run` to the first result, host / relay (sequential runs);
+- throughput_ratio: `message.delta` results per second received with 100 concurrent runs, host / relay;
+- rss_kib_per_open_run: host RSS growth per open run with 1,000 `stall` runs open.
+
+Writes bench/results.json and prints one summary line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import grpc
+import psutil
+import yaml
+
+from agentrunner.v1 import (
+    host_service_pb2,
+    host_service_pb2_grpc,
+    runner_service_pb2,
+    runner_service_pb2_grpc,
+)
+
+HERE = pathlib.Path(__file__).parent
+REF_ID = "plugin:langbot/reference/default"
+TTFB_RUNS = int(os.environ.get("BENCH_TTFB_RUNS", "300"))
+CONCURRENCY = 100
+TPUT_SECONDS = float(os.environ.get("BENCH_TPUT_SECONDS", "5"))
+OPEN_RUNS = int(os.environ.get("BENCH_OPEN_RUNS", "1000"))
+
+
+# -- the bare relay (runs in its own process: `bench_host.py --relay PORT RUNNER`) -----------------------
+class Relay(host_service_pb2_grpc.HostServiceServicer):
+    def __init__(self, runner: str) -> None:
+        self.stub = runner_service_pb2_grpc.RunnerServiceStub(grpc.aio.insecure_channel(runner))
+        self.n = 0
+
+    async def Run(self, request, context):  # type: ignore[override]
+        self.n += 1
+        run_id = f"run_{self.n}"
+        req = runner_service_pb2.RunRequest(runner_id=REF_ID, runner_name="default")
+        req.context.run_id = run_id
+        req.context.input.text = request.event.input.text
+        req.context.delivery.supports_streaming = request.event.delivery.supports_streaming
+        yield host_service_pb2.HostServiceRunResponse(accepted=host_service_pb2.RunAccepted(run_id=run_id))
+        call = self.stub.Run(req, timeout=context.time_remaining() or 300)
+        try:
+            async for response in call:
+                yield host_service_pb2.HostServiceRunResponse(result=response.result)
+        finally:
+            call.cancel()
+        yield host_service_pb2.HostServiceRunResponse(finished=host_service_pb2.RunFinished(run_id=run_id))
+
+
+async def serve_relay(port: int, runner: str) -> None:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    host_service_pb2_grpc.add_HostServiceServicer_to_server(Relay(runner), server)
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    print(f"AGENTRUNNER_HOST_LISTENING 127.0.0.1:{bound}", flush=True)
+    await server.wait_for_termination()
+
+
+# -- process helpers -------------------------------------------------------------------------------------
+def start(args: list[str], marker: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith(marker):
+        proc.kill()
+        raise RuntimeError(f"{args[:4]} did not start: {line!r}")
+    return proc, line.split()[1]
+
+
+def request(text: str) -> host_service_pb2.HostServiceRunRequest:
+    req = host_service_pb2.HostServiceRunRequest()
+    req.event.event_type = "message.received"
+    req.event.conversation.conversation_id = "bench"
+    req.event.input.text = text
+    req.event.delivery.supports_streaming = True
+    return req
+
+
+async def ttfb(stub: host_service_pb2_grpc.HostServiceStub, n: int) -> list[float]:
+    out = []
+    for i in range(n + 20):
+        started = time.perf_counter()
+        first = None
+        async for update in stub.Run(request("hello"), timeout=30):
+            if first is None and update.HasField("result"):
+                first = time.perf_counter() - started
+        if i >= 20:  # warm-up
+            out.append(first or 0.0)
+    return out
+
+
+async def throughput(stub: host_service_pb2_grpc.HostServiceStub) -> float:
+    deltas = 0
+    stop_at = time.perf_counter() + TPUT_SECONDS
+
+    async def worker() -> None:
+        nonlocal deltas
+        while time.perf_counter() < stop_at:
+            async for update in stub.Run(request("throughput test"), timeout=30):
+                if update.HasField("result") and update.result.HasField("message_delta"):
+                    deltas += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return deltas / (time.perf_counter() - started)
+
+
+async def rss_per_open_run(stub: host_service_pb2_grpc.HostServiceStub, pid: int) -> float:
+    proc = psutil.Process(pid)
+    await asyncio.sleep(0.5)
+    before = proc.memory_info().rss
+    calls = [stub.Run(request("stall"), timeout=120) for _ in range(OPEN_RUNS)]
+    await asyncio.gather(*(c.read() for c in calls))  # every run accepted (and its runner call opened)
+    await asyncio.sleep(1.0)
+    after = proc.memory_info().rss
+    for c in calls:
+        c.cancel()
+    await asyncio.sleep(1.0)
+    return (after - before) / 1024 / OPEN_RUNS
+
+
+async def measure(address: str, pid: int, with_rss: bool) -> dict[str, float]:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = host_service_pb2_grpc.HostServiceStub(channel)
+        t = await ttfb(stub, TTFB_RUNS)
+        out = {
+            "ttfb_p50_ms": statistics.median(t) * 1000,
+            "ttfb_p95_ms": statistics.quantiles(t, n=20)[18] * 1000,
+        }
+        out["delta_per_s"] = await throughput(stub)
+        if with_rss:
+            out["rss_kib_per_open_run"] = await rss_per_open_run(stub, pid)
+        return out
+
+
+async def main() -> int:
+    py = sys.executable
+    runner, runner_addr = start(
+        [
+            py,
+            "-m",
+            "agentrunner",
+            "serve",
+            "agentrunner_runners.reference:ReferenceRunner",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ],
+        "AGENTRUNNER_LISTENING",
+    )
+    results: dict[str, object] = {}
+    try:
+        relay, relay_addr = start([py, __file__, "--relay", "0", runner_addr], "AGENTRUNNER_HOST_LISTENING")
+        try:
+            results["relay"] = await measure(relay_addr, relay.pid, with_rss=True)
+        finally:
+            relay.kill()
+            relay.wait()
+        with tempfile.TemporaryDirectory() as tmp:
+            config = pathlib.Path(tmp) / "host.yaml"
+            config.write_text(
+                yaml.safe_dump(
+                    {
+                        "listen": {"address": "127.0.0.1:0"},
+                        "database": {"url": f"sqlite+aiosqlite:///{tmp}/bench.db"},
+                        "runners": [{"id": "ref", "address": runner_addr}],
+                        "agents": [
+                            {
+                                "id": "bench",
+                                "runner_id": REF_ID,
+                                "event_types": ["*"],
+                                "timeout_seconds": 300,
+                                "resource_policy": {"history": False},
+                            }
+                        ],
+                        "bindings": [{"id": "all", "event": "*", "target": {"agent": "bench"}}],
+                    }
+                )
+            )
+            host, host_addr = start(
+                [py, "-m", "agentrunner_host", "serve", "--config", str(config), "--log-level", "WARNING"],
+                "AGENTRUNNER_HOST_LISTENING",
+            )
+            try:
+                results["host"] = await measure(host_addr, host.pid, with_rss=True)
+            finally:
+                host.terminate()
+                host.wait(timeout=10)
+    finally:
+        runner.kill()
+        runner.wait()
+    h, r = results["host"], results["relay"]  # type: ignore[assignment]
+    summary = {
+        "ttfb_p50_ratio": round(h["ttfb_p50_ms"] / r["ttfb_p50_ms"], 3),  # type: ignore[index]
+        "throughput_ratio": round(h["delta_per_s"] / r["delta_per_s"], 3),  # type: ignore[index]
+        "rss_kib_per_open_run": round(h["rss_kib_per_open_run"], 1),  # type: ignore[index]
+    }
+    results["summary"] = summary
+    results["targets"] = {
+        "ttfb_p50_ratio": "<= 1.5",
+        "throughput_ratio": ">= 0.7",
+        "rss_kib_per_open_run": "<= 150",
+    }
+    results["setup"] = {
+        "ttfb_runs": TTFB_RUNS,
+        "concurrency": CONCURRENCY,
+        "throughput_seconds": TPUT_SECONDS,
+        "open_runs": OPEN_RUNS,
+        "cpus": os.cpu_count(),
+        "stores": "in-memory ledger/sessions (default)",
+        "host_log_level": "WARNING",
+    }
+    (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    print(" ".join(f"{k}={v}" for k, v in summary.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--relay":
+        asyncio.run(serve_relay(int(sys.argv[2]), sys.argv[3]))
+    else:
+        sys.exit(asyncio.run(main()))

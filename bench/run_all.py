@@ -1,0 +1,21 @@
+"""`make bench`: runs every `bench/bench_*.py` in turn (each prints its own summary line)."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+HERE = pathlib.Path(__file__).parent
+
+
+def main() -> int:
+    status = 0
+    for script in sorted(HERE.glob("bench_*.py")):
+        print(f"# {script.name}", flush=True)
+        status |= subprocess.call([sys.executable, str(script)])
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

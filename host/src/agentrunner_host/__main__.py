@@ -1,0 +1,3 @@
+from agentrunner_host.cli import main
+
+main()

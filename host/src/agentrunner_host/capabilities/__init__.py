@@ -1,0 +1,1 @@
+"""Backends runners reach through the proxy service: models, tools and knowledge bases."""

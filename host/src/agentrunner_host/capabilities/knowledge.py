@@ -1,0 +1,649 @@
+"""Built-in knowledge bases: ingest files, index them, retrieve chunks (PROTOCOL_V1 §8 "Knowledge").
+
+Full-text search runs in the database (SQLite FTS5, PostgreSQL tsvector + GIN); when the knowledge base
+names an embedding model, chunks also carry vectors and retrieval fuses both rankings (reciprocal rank
+fusion). Vectors are compared in process with exact cosine similarity over stored float32 arrays, which
+is exact and fast enough for the corpora a single host ingests from a directory. Any other retriever
+(an external RAG service, a plugin) plugs in behind `Retriever`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import hashlib
+import html.parser
+import inspect
+import math
+import re
+from array import array
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import structlog
+import yaml
+from pydantic import BaseModel, Field
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    delete,
+    select,
+    text,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.orm import Mapped, mapped_column
+
+from agentrunner.errors import InvalidArgumentError, NotFoundError
+from agentrunner_host.store.base import Base
+
+log = structlog.get_logger(__name__)
+
+SUPPORTED_SUFFIXES = {".txt": "text/plain", ".md": "text/markdown", ".markdown": "text/markdown",
+                      ".html": "text/html", ".htm": "text/html"}  # fmt: skip
+MAX_TOP_K = 50
+
+
+# --------------------------------------------------------------------------- config and values
+
+
+class KnowledgeBaseConfig(BaseModel):
+    """One knowledge base of the host config."""
+
+    id: str
+    name: str = ""
+    kind: str = "builtin"
+    description: str = ""
+    #: embedding model id from the model registry; without one retrieval is full-text only
+    embedding_model: str | None = None
+    #: directory the CLI ingests when no path is given
+    source_dir: str | None = None
+    chunk_chars: int = Field(default=800, ge=100)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KnowledgeBaseInfo:
+    kb_id: str
+    name: str
+    kind: str
+    description: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetrievedChunk:
+    document_id: str
+    chunk_id: str
+    content: str
+    score: float
+    metadata: dict[str, Any]
+
+
+class Retriever(Protocol):
+    """Anything that answers a query with scored chunks, best first."""
+
+    async def retrieve(self, query: str, top_k: int, filters: Mapping[str, Any]) -> list[RetrievedChunk]: ...
+
+
+Embedder = Callable[[Sequence[str]], Awaitable[list[list[float]]]]
+Progress = Callable[[int, int, str], Any]
+
+
+@dataclasses.dataclass(slots=True)
+class IngestReport:
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    chunks: int = 0
+    skipped: list[str] = dataclasses.field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+class KbDocument(Base):
+    """One ingested file."""
+
+    __tablename__ = "kb_documents"
+    __table_args__ = (UniqueConstraint("kb_id", "path", name="uq_kb_documents_kb_id_path"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kb_id: Mapped[str] = mapped_column(String(128), index=True)
+    path: Mapped[str] = mapped_column(String(1024))
+    title: Mapped[str] = mapped_column(String(512), default="")
+    mime_type: Mapped[str] = mapped_column(String(64))
+    sha256: Mapped[str] = mapped_column(String(64))
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class KbChunk(Base):
+    """One retrievable piece of a document, with its vector when the knowledge base has a model."""
+
+    __tablename__ = "kb_chunks"
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    kb_id: Mapped[str] = mapped_column(String(128), index=True)
+    document_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("kb_documents.id", ondelete="CASCADE"), index=True
+    )
+    seq: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(String(512), default="")
+    content: Mapped[str] = mapped_column(Text)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    #: little-endian float32 array
+    embedding: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    embedding_model: Mapped[str | None] = mapped_column(String(128), nullable=True)
+
+
+KNOWLEDGE_TABLES = [KbDocument.__table__, KbChunk.__table__]
+
+# Kept identical to migration 0002_knowledge.
+SQLITE_FTS_DDL = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS kb_chunks_fts USING fts5("
+    "chunk_id UNINDEXED, kb_id UNINDEXED, title, content, tokenize='porter unicode61')"
+)
+PG_TSV_EXPR = (
+    "setweight(to_tsvector('english', coalesce(title, '')), 'A') || "
+    "setweight(to_tsvector('english', content), 'B')"
+)
+PG_GIN_DDL = f"CREATE INDEX IF NOT EXISTS ix_kb_chunks_tsv ON kb_chunks USING gin (({PG_TSV_EXPR}))"
+
+
+async def create_knowledge_schema(conn: AsyncConnection) -> None:
+    """Creates the knowledge tables and the full-text index (what migration 0002 does), for tests
+    and for hosts that run without Alembic."""
+    await conn.run_sync(lambda sync: Base.metadata.create_all(sync, tables=KNOWLEDGE_TABLES))
+    if conn.dialect.name == "sqlite":
+        await conn.execute(text(SQLITE_FTS_DDL))
+    elif conn.dialect.name == "postgresql":
+        await conn.execute(text(PG_GIN_DDL))
+
+
+# --------------------------------------------------------------------------- parsing and chunking
+
+
+class _HtmlText(html.parser.HTMLParser):
+    _BLOCK: ClassVar[frozenset[str]] = frozenset({"p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "section", "article",
+              "pre", "blockquote", "ul", "ol", "table", "header", "footer"})  # fmt: skip
+    _SKIP: ClassVar[frozenset[str]] = frozenset({"script", "style", "noscript", "template"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.title = ""
+        self._skip = 0
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self._SKIP:
+            self._skip += 1
+        elif tag == "title":
+            self._in_title = True
+        elif tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._SKIP and self._skip:
+            self._skip -= 1
+        elif tag == "title":
+            self._in_title = False
+        elif tag in self._BLOCK:
+            self.parts.append("\n\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title:
+            self.title += data
+        elif not self._skip:
+            self.parts.append(data)
+
+
+_FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
+
+
+def parse_document(path: Path, raw: str) -> tuple[str, str, dict[str, Any]]:
+    """(title, body text, metadata) of a file; Markdown front matter becomes metadata."""
+    suffix = path.suffix.lower()
+    meta: dict[str, Any] = {}
+    title = ""
+    if suffix in (".html", ".htm"):
+        parser = _HtmlText()
+        parser.feed(raw)
+        parser.close()
+        body = "".join(parser.parts)
+        title = " ".join(parser.title.split())
+    else:
+        body = raw
+        if suffix in (".md", ".markdown"):
+            match = _FRONT_MATTER.match(raw)
+            if match:
+                try:
+                    loaded = yaml.safe_load(match.group(1))
+                    if isinstance(loaded, dict):
+                        meta = {
+                            str(k): v for k, v in loaded.items() if isinstance(v, (str, int, float, bool))
+                        }
+                except yaml.YAMLError:
+                    log.warning("kb_front_matter_invalid", path=str(path))
+                body = raw[match.end() :]
+            heading = re.search(r"^#\s+(.+)$", body, re.MULTILINE)
+            title = str(meta.get("title") or (heading.group(1).strip() if heading else ""))
+        else:
+            first = next((line.strip() for line in body.splitlines() if line.strip()), "")
+            title = first if len(first) <= 80 else ""
+    body = re.sub(r"[ \t]+", " ", body)
+    body = re.sub(r"\n\s*\n+", "\n\n", body).strip()
+    return title or path.stem, body, meta
+
+
+def chunk_text(body: str, chunk_chars: int) -> list[str]:
+    """Paragraph-packed chunks of at most `chunk_chars` characters (long paragraphs split on words)."""
+    pieces: list[str] = []
+    for para in (p.strip() for p in body.split("\n\n")):
+        if not para:
+            continue
+        while len(para) > chunk_chars:
+            cut = para.rfind(" ", 0, chunk_chars)
+            cut = cut if cut > chunk_chars // 2 else chunk_chars
+            pieces.append(para[:cut].strip())
+            para = para[cut:].strip()
+        if para:
+            pieces.append(para)
+    chunks: list[str] = []
+    current = ""
+    for piece in pieces:
+        if current and len(current) + 2 + len(piece) > chunk_chars:
+            chunks.append(current)
+            current = piece
+        else:
+            current = f"{current}\n\n{piece}" if current else piece
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _pack(vector: Sequence[float]) -> bytes:
+    return array("f", vector).tobytes()
+
+
+def _unpack(data: bytes) -> array[float]:
+    out = array("f")
+    out.frombytes(data)
+    return out
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=False))
+    na = math.sqrt(sum(x * x for x in a))
+    nb = math.sqrt(sum(y * y for y in b))
+    return dot / (na * nb) if na and nb else 0.0
+
+
+# --------------------------------------------------------------------------- ingestion
+
+
+async def ingest_directory(
+    db: AsyncEngine,
+    kb_id: str,
+    path: str | Path,
+    progress: Progress | None = None,
+    *,
+    embed: Embedder | None = None,
+    embedding_model: str = "",
+    chunk_chars: int = 800,
+) -> IngestReport:
+    """Syncs a knowledge base with the .txt/.md/.html files under `path`: new and changed files are
+    (re)chunked and indexed, unchanged ones skipped, vanished ones removed. `progress(done, total,
+    relative_path)` is called after each file (it may be async)."""
+    root = Path(path)
+    files = await asyncio.to_thread(_list_files, root)
+    report = IngestReport()
+    async with db.connect() as conn:
+        rows = (
+            await conn.execute(select(KbDocument.path, KbDocument.sha256).where(KbDocument.kb_id == kb_id))
+        ).all()
+        missing_vectors: set[str] = set()
+        if embed is not None:
+            missing_vectors = set(
+                (
+                    await conn.execute(
+                        select(KbDocument.path)
+                        .join(KbChunk, KbChunk.document_id == KbDocument.id)
+                        .where(KbDocument.kb_id == kb_id)
+                        .where((KbChunk.embedding.is_(None)) | (KbChunk.embedding_model != embedding_model))
+                    )
+                ).scalars()
+            )
+    known = {r.path: r.sha256 for r in rows}
+    seen: set[str] = set()
+    for done, file in enumerate(files, 1):
+        rel = file.relative_to(root).as_posix()
+        seen.add(rel)
+        data = await asyncio.to_thread(file.read_bytes)
+        digest = hashlib.sha256(data).hexdigest()
+        if known.get(rel) == digest and rel not in missing_vectors:
+            report.unchanged += 1
+        else:
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raw = data.decode("latin-1")
+            title, body, meta = parse_document(file, raw)
+            chunks = chunk_text(body, chunk_chars)
+            vectors = await _embed_all(embed, [f"{title}\n{c}" for c in chunks]) if embed else None
+            await _store_document(db, kb_id, rel, file, digest, title, meta, chunks, vectors, embedding_model)
+            report.chunks += len(chunks)
+            if rel in known:
+                report.updated += 1
+            else:
+                report.added += 1
+        if progress is not None:
+            result = progress(done, len(files), rel)
+            if inspect.isawaitable(result):
+                await result
+    gone = [p for p in known if p not in seen]
+    if gone:
+        async with db.begin() as conn:
+            for rel in gone:
+                await _delete_document(conn, _document_id(kb_id, rel))
+        report.removed = len(gone)
+    log.info(
+        "kb_ingested", kb_id=kb_id, **{k: v for k, v in dataclasses.asdict(report).items() if k != "skipped"}
+    )
+    return report
+
+
+def _list_files(root: Path) -> list[Path]:
+    if not root.is_dir():
+        raise InvalidArgumentError(f"{root} is not a directory", field="path")
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES)
+
+
+async def _embed_all(embed: Embedder, texts: list[str], batch: int = 64) -> list[list[float]]:
+    out: list[list[float]] = []
+    for i in range(0, len(texts), batch):
+        out.extend(await embed(texts[i : i + batch]))
+    return out
+
+
+def _document_id(kb_id: str, rel: str) -> str:
+    return hashlib.sha256(f"{kb_id}\0{rel}".encode()).hexdigest()[:32]
+
+
+async def _delete_document(conn: AsyncConnection, doc_id: str) -> None:
+    if conn.dialect.name == "sqlite":
+        await conn.execute(
+            text(
+                "DELETE FROM kb_chunks_fts WHERE chunk_id IN (SELECT id FROM kb_chunks WHERE document_id = :d)"
+            ),
+            {"d": doc_id},
+        )
+    await conn.execute(delete(KbChunk).where(KbChunk.document_id == doc_id))
+    await conn.execute(delete(KbDocument).where(KbDocument.id == doc_id))
+
+
+async def _store_document(
+    db: AsyncEngine,
+    kb_id: str,
+    rel: str,
+    file: Path,
+    digest: str,
+    title: str,
+    meta: dict[str, Any],
+    chunks: list[str],
+    vectors: list[list[float]] | None,
+    embedding_model: str,
+) -> None:
+    doc_id = _document_id(kb_id, rel)
+    now = dt.datetime.now(dt.UTC)
+    doc_meta = {**meta, "title": title, "path": rel, "source": file.suffix.lower().lstrip(".")}
+    async with db.begin() as conn:
+        await _delete_document(conn, doc_id)
+        await conn.execute(
+            KbDocument.__table__.insert().values(
+                id=doc_id,
+                kb_id=kb_id,
+                path=rel,
+                title=title[:512],
+                mime_type=SUPPORTED_SUFFIXES[file.suffix.lower()],
+                sha256=digest,
+                metadata=doc_meta,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        rows = [
+            {
+                "id": f"{doc_id}:{seq}",
+                "kb_id": kb_id,
+                "document_id": doc_id,
+                "seq": seq,
+                "title": title[:512],
+                "content": content,
+                "metadata": {"seq": seq},
+                "embedding": _pack(vectors[seq]) if vectors else None,
+                "embedding_model": embedding_model if vectors else None,
+            }
+            for seq, content in enumerate(chunks)
+        ]
+        if rows:
+            await conn.execute(KbChunk.__table__.insert(), rows)
+            if conn.dialect.name == "sqlite":
+                await conn.execute(
+                    text(
+                        "INSERT INTO kb_chunks_fts (chunk_id, kb_id, title, content) "
+                        "VALUES (:id, :kb_id, :title, :content)"
+                    ),
+                    [{k: r[k] for k in ("id", "kb_id", "title", "content")} for r in rows],
+                )
+
+
+# --------------------------------------------------------------------------- retrieval
+
+_STOP = frozenset(
+    "a an and are as at be by can do does for from how i if in into is it its me my of on or our "
+    "should so than that the their then there these this to was we what when where which who why "
+    "will with you your".split()
+)
+
+
+def query_terms(query: str) -> list[str]:
+    terms = [t for t in re.findall(r"\w+", query.lower()) if t not in _STOP]
+    return list(dict.fromkeys(terms))[:32]
+
+
+def _matches(meta: Mapping[str, Any], filters: Mapping[str, Any]) -> bool:
+    return all(meta.get(k) == v or str(meta.get(k)) == str(v) for k, v in filters.items())
+
+
+class BuiltinRetriever:
+    """Hybrid retrieval over one built-in knowledge base."""
+
+    RRF_K = 60
+
+    def __init__(
+        self, db: AsyncEngine, kb_id: str, embed: Embedder | None = None, embedding_model: str = ""
+    ) -> None:
+        self.db = db
+        self.kb_id = kb_id
+        self.embed = embed
+        self.embedding_model = embedding_model
+
+    async def retrieve(self, query: str, top_k: int, filters: Mapping[str, Any]) -> list[RetrievedChunk]:
+        pool = 400 if filters else max(top_k * 5, 50)
+        async with self.db.connect() as conn:
+            lexical = await self._full_text(conn, query, pool)
+            semantic: list[tuple[str, float]] = []
+            if self.embed is not None:
+                semantic = await self._vectors(conn, query, pool)
+            ranked = self._fuse(lexical, semantic)
+            if not ranked:
+                return []
+            ids = [cid for cid, _ in ranked]
+            rows = (
+                await conn.execute(
+                    select(KbChunk.id, KbChunk.document_id, KbChunk.content, KbChunk.meta, KbDocument.meta)
+                    .join(KbDocument, KbDocument.id == KbChunk.document_id)
+                    .where(KbChunk.id.in_(ids))
+                )
+            ).all()
+        by_id = {r[0]: r for r in rows}
+        out: list[RetrievedChunk] = []
+        for chunk_id, score in ranked:
+            row = by_id.get(chunk_id)
+            if row is None:
+                continue
+            meta = {**(row[4] or {}), **(row[3] or {})}
+            if filters and not _matches(meta, filters):
+                continue
+            out.append(RetrievedChunk(row[1], chunk_id, row[2], score, meta))
+            if len(out) >= top_k:
+                break
+        return out
+
+    def _fuse(
+        self, lexical: list[tuple[str, float]], semantic: list[tuple[str, float]]
+    ) -> list[tuple[str, float]]:
+        if not semantic:
+            return lexical
+        if not lexical:
+            return semantic
+        scores: dict[str, float] = {}
+        for ranking in (lexical, semantic):
+            for rank, (cid, _) in enumerate(ranking):
+                scores[cid] = scores.get(cid, 0.0) + 1.0 / (self.RRF_K + rank + 1)
+        return sorted(scores.items(), key=lambda kv: -kv[1])
+
+    async def _full_text(self, conn: AsyncConnection, query: str, limit: int) -> list[tuple[str, float]]:
+        terms = query_terms(query)
+        if not terms:
+            return []
+        if conn.dialect.name == "sqlite":
+            match = " OR ".join('"' + t.replace('"', "") + '"' for t in terms)
+            rows = await conn.execute(
+                text(
+                    "SELECT chunk_id, bm25(kb_chunks_fts, 0.0, 0.0, 2.0, 1.0) AS rank FROM kb_chunks_fts "
+                    "WHERE kb_chunks_fts MATCH :q AND kb_id = :kb ORDER BY rank LIMIT :n"
+                ),
+                {"q": match, "kb": self.kb_id, "n": limit},
+            )
+            return [(r[0], -float(r[1])) for r in rows]
+        if conn.dialect.name == "postgresql":
+            tsquery = " | ".join(re.sub(r"\W", "", t) for t in terms if re.sub(r"\W", "", t))
+            if not tsquery:
+                return []
+            rows = await conn.execute(
+                text(
+                    f"SELECT id, ts_rank({PG_TSV_EXPR}, to_tsquery('english', :q)) AS score FROM kb_chunks "
+                    f"WHERE kb_id = :kb AND ({PG_TSV_EXPR}) @@ to_tsquery('english', :q) "
+                    "ORDER BY score DESC, id LIMIT :n"
+                ),
+                {"q": tsquery, "kb": self.kb_id, "n": limit},
+            )
+            return [(r[0], float(r[1])) for r in rows]
+        raise NotImplementedError(f"full-text search on {conn.dialect.name}")
+
+    async def _vectors(self, conn: AsyncConnection, query: str, limit: int) -> list[tuple[str, float]]:
+        assert self.embed is not None
+        (qvec,) = await self.embed([query])
+        rows = await conn.execute(
+            select(KbChunk.id, KbChunk.embedding).where(
+                KbChunk.kb_id == self.kb_id,
+                KbChunk.embedding.is_not(None),
+                KbChunk.embedding_model == self.embedding_model,
+            )
+        )
+        scored = [(cid, _cosine(qvec, _unpack(blob))) for cid, blob in rows]
+        scored.sort(key=lambda kv: -kv[1])
+        return [s for s in scored[:limit] if s[1] > 0]
+
+
+# --------------------------------------------------------------------------- service
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExternalKnowledgeBase:
+    """A knowledge base served by something other than the host's database."""
+
+    kb_id: str
+    name: str
+    kind: str
+    retriever: Retriever
+    description: str = ""
+
+
+class KnowledgeService:
+    """Every knowledge base of the host, built-in or external, behind one retrieve call."""
+
+    def __init__(
+        self,
+        db: AsyncEngine,
+        configs: Sequence[KnowledgeBaseConfig] = (),
+        *,
+        embedder_for: Callable[[str], Embedder] | None = None,
+        external: Sequence[ExternalKnowledgeBase] = (),
+        max_top_k: int = MAX_TOP_K,
+    ) -> None:
+        self.db = db
+        self.max_top_k = max_top_k
+        self._configs = {c.id: c for c in configs}
+        self._infos: dict[str, KnowledgeBaseInfo] = {}
+        self._retrievers: dict[str, Retriever] = {}
+        self._embedder_for = embedder_for
+        for c in configs:
+            embed = embedder_for(c.embedding_model) if (c.embedding_model and embedder_for) else None
+            if c.embedding_model and embed is None:
+                raise ValueError(
+                    f"knowledge base {c.id}: embedding model {c.embedding_model} is not available"
+                )
+            self._infos[c.id] = KnowledgeBaseInfo(c.id, c.name or c.id, c.kind, c.description)
+            self._retrievers[c.id] = BuiltinRetriever(db, c.id, embed, c.embedding_model or "")
+        for ext in external:
+            if ext.kb_id in self._infos:
+                raise ValueError(f"duplicate knowledge base id {ext.kb_id}")
+            self._infos[ext.kb_id] = KnowledgeBaseInfo(ext.kb_id, ext.name, ext.kind, ext.description)
+            self._retrievers[ext.kb_id] = ext.retriever
+
+    def list_bases(self) -> list[KnowledgeBaseInfo]:
+        return list(self._infos.values())
+
+    def get(self, kb_id: str) -> KnowledgeBaseInfo:
+        info = self._infos.get(kb_id)
+        if info is None:
+            raise NotFoundError(f"knowledge base {kb_id!r} does not exist", metadata={"kbId": kb_id})
+        return info
+
+    async def retrieve(
+        self, kb_id: str, query: str, top_k: int = 5, filters: Mapping[str, Any] | None = None
+    ) -> list[RetrievedChunk]:
+        self.get(kb_id)
+        if not query.strip():
+            raise InvalidArgumentError("query_text must not be empty", field="query_text")
+        top_k = min(top_k if top_k > 0 else 5, self.max_top_k)
+        return await self._retrievers[kb_id].retrieve(query, top_k, dict(filters or {}))
+
+    async def ingest(
+        self, kb_id: str, path: str | Path | None = None, progress: Progress | None = None
+    ) -> IngestReport:
+        """Ingests a built-in knowledge base from `path` (default: its configured `source_dir`)."""
+        config = self._configs.get(kb_id)
+        if config is None:
+            raise NotFoundError(f"built-in knowledge base {kb_id!r} does not exist")
+        source = path or config.source_dir
+        if not source:
+            raise InvalidArgumentError(f"knowledge base {kb_id} has no source_dir; give a path", field="path")
+        embed = None
+        if config.embedding_model and self._embedder_for:
+            embed = self._embedder_for(config.embedding_model)
+        return await ingest_directory(
+            self.db, kb_id, source, progress, embed=embed,
+            embedding_model=config.embedding_model or "", chunk_chars=config.chunk_chars,
+        )  # fmt: skip

@@ -1,0 +1,323 @@
+"""The host configuration: one YAML file validated with pydantic, secrets overridable from the environment.
+
+Invalid configuration fails at startup with `ConfigError`, whose message names the file, the path inside
+it and the reason. Binding ties (two enabled bindings that could both win the same event) are refused here
+rather than discovered at run time.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/agentrunner.db"
+STATE_SCOPES = ("conversation", "actor", "subject", "runner", "binding", "workspace")
+STORAGE_AREAS = ("plugin", "workspace", "binding")
+RUN_OPERATIONS = ("get", "list", "events_page", "cancel", "append_result", "finalize")
+
+
+class ConfigError(Exception):
+    """A configuration problem; the message is `file: path: reason` lines."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TlsConfig(_Strict):
+    """Server or client TLS. A `client_ca_file` on the server turns on mutual TLS."""
+
+    cert_file: pathlib.Path | None = None
+    key_file: pathlib.Path | None = None
+    ca_file: pathlib.Path | None = None
+    client_ca_file: pathlib.Path | None = None
+    #: clients only: override the name checked against the server certificate
+    server_name: str | None = None
+
+
+class ListenConfig(_Strict):
+    address: str = "127.0.0.1:50051"
+    tls: TlsConfig | None = None
+    #: address runners use to reach the proxy service; defaults to the bound listen address
+    advertise_address: str | None = None
+
+
+class DatabaseConfig(_Strict):
+    url: str = DEFAULT_DATABASE_URL
+
+
+class MetricsConfig(_Strict):
+    #: `host:port` for the Prometheus endpoint; unset disables it
+    address: str | None = None
+
+
+class LimitsConfig(_Strict):
+    result_max_bytes: int = Field(1024 * 1024, gt=0)
+    state_key_max_chars: int = Field(256, gt=0)
+    state_value_max_bytes: int = Field(64 * 1024, gt=0)
+    #: how long a runner has to stop after a cancel signal before the host cancels the call
+    cancel_grace_seconds: float = Field(2.0, ge=0)
+    #: how long the host keeps reading (and dropping) results after the terminal one
+    post_terminal_drain_seconds: float = Field(1.0, ge=0)
+    heartbeat_interval_seconds: float = Field(10.0, gt=0)
+
+
+class RegistryConfig(_Strict):
+    refresh_interval_seconds: float = Field(30.0, gt=0)
+    #: faster probing of endpoints that were down, so a returning endpoint is noticed quickly
+    retry_interval_seconds: float = Field(2.0, gt=0)
+    describe_timeout_seconds: float = Field(5.0, gt=0)
+
+
+class RunnerEndpointConfig(_Strict):
+    """One runner process the host dials."""
+
+    id: str = Field(min_length=1)
+    address: str = Field(min_length=1)
+    tls: TlsConfig | None = None
+    #: bearer token sent as `authorization` metadata; prefer `auth_token_env` for secrets
+    auth_token: str | None = None
+    auth_token_env: str | None = None
+
+    def resolved_token(self, env: HostEnv) -> str | None:
+        if self.id in env.runner_tokens:
+            return env.runner_tokens[self.id]
+        if self.auth_token_env:
+            return os.environ.get(self.auth_token_env) or None
+        return self.auth_token
+
+
+Selector = list[str] | Literal["*"]
+
+
+class ResourcePolicy(_Strict):
+    """Layer two of the authorization cut: what the agent allows, whatever the runner asks for."""
+
+    models: Selector = "*"
+    tools: Selector = Field(default_factory=list)
+    knowledge_bases: Selector = "*"
+    #: history / events / artifacts: grant what the manifest declares (True) or nothing (False)
+    history: bool = True
+    events: bool = True
+    artifacts: bool = True
+    cross_conversation: bool = False
+    storage: list[Literal["plugin", "workspace", "binding"]] = Field(default_factory=lambda: ["plugin"])
+    runs: list[Literal["get", "list", "events_page", "cancel", "append_result", "finalize"]] = Field(
+        default_factory=lambda: ["get", "list", "events_page", "cancel"]
+    )
+    prompt: bool = True
+    platform_actions: list[str] = Field(default_factory=list)
+
+
+class StatePolicy(_Strict):
+    scopes: list[Literal["conversation", "actor", "subject", "runner", "binding", "workspace"]] = Field(
+        default_factory=lambda: ["conversation", "actor", "subject", "runner"]
+    )
+
+
+class DeliveryPolicy(_Strict):
+    #: overrides the client's `supports_streaming` when set
+    streaming: bool | None = None
+    surface: str | None = None
+
+
+class AgentConfig(_Strict):
+    id: str = Field(min_length=1)
+    runner_id: str = Field(min_length=1)
+    runner_config: dict[str, Any] = Field(default_factory=dict)
+    resource_policy: ResourcePolicy = Field(default_factory=ResourcePolicy)
+    state_policy: StatePolicy = Field(default_factory=StatePolicy)
+    delivery_policy: DeliveryPolicy = Field(default_factory=DeliveryPolicy)
+    event_types: list[str] = Field(default_factory=lambda: ["message.received"])
+    timeout_seconds: float = Field(300.0, gt=0)
+    enabled: bool = True
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("runner_id")
+    @classmethod
+    def _runner_id_format(cls, value: str) -> str:
+        from agentrunner.protocol import RUNNER_ID_PATTERN
+
+        if not RUNNER_ID_PATTERN.match(value):
+            raise ValueError("runner id must look like plugin:<author>/<name>/<runner>")
+        return value
+
+
+class BindingScope(_Strict):
+    type: Literal["global", "workspace", "bot", "conversation"] = "global"
+    id: str = ""
+
+    @model_validator(mode="after")
+    def _id_needed(self) -> BindingScope:
+        if self.type != "global" and not self.id:
+            raise ValueError(f"scope type {self.type!r} needs an id")
+        if self.type == "global" and self.id:
+            raise ValueError("a global scope takes no id")
+        return self
+
+
+class BindingTarget(_Strict):
+    agent: str | None = None
+    discard: bool = False
+
+    @model_validator(mode="after")
+    def _one_target(self) -> BindingTarget:
+        if bool(self.agent) == self.discard:
+            raise ValueError("a target is either `agent: <id>` or `discard: true`")
+        return self
+
+
+class BindingConfig(_Strict):
+    id: str = Field(min_length=1)
+    scope: BindingScope = Field(default_factory=BindingScope)
+    #: exact event type, a `prefix.*` pattern, or `*`
+    event: str = "message.received"
+    priority: int = 0
+    target: BindingTarget
+    enabled: bool = True
+
+    @field_validator("event")
+    @classmethod
+    def _pattern(cls, value: str) -> str:
+        if value != "*" and ("*" in value[:-1] or (value.endswith("*") and not value.endswith(".*"))):
+            raise ValueError("event pattern must be an exact type, `prefix.*` or `*`")
+        if not value:
+            raise ValueError("event pattern is empty")
+        return value
+
+
+class ResourceEntry(BaseModel):
+    """A model, tool or knowledge base the host offers (the capability owners extend the fields)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1)
+    kind: str = Field(min_length=1)
+
+
+class HostConfig(_Strict):
+    listen: ListenConfig = Field(default_factory=ListenConfig)
+    database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
+    runners: list[RunnerEndpointConfig] = Field(default_factory=list)
+    agents: list[AgentConfig] = Field(default_factory=list)
+    bindings: list[BindingConfig] = Field(default_factory=list)
+    models: list[ResourceEntry] = Field(default_factory=list)
+    tools: list[ResourceEntry] = Field(default_factory=list)
+    knowledge_bases: list[ResourceEntry] = Field(default_factory=list)
+
+    def agent(self, agent_id: str) -> AgentConfig | None:
+        return next((a for a in self.agents if a.id == agent_id), None)
+
+
+def patterns_overlap(a: str, b: str) -> bool:
+    """Whether some event type matches both patterns."""
+    if a == "*" or b == "*":
+        return True
+    if a.endswith(".*") and b.endswith(".*"):
+        pa, pb = a[:-1], b[:-1]
+        return pa.startswith(pb) or pb.startswith(pa)
+    if a.endswith(".*"):
+        return b.startswith(a[:-1])
+    if b.endswith(".*"):
+        return a.startswith(b[:-1])
+    return a == b
+
+
+def find_binding_ties(bindings: list[BindingConfig]) -> list[tuple[BindingConfig, BindingConfig]]:
+    enabled = [b for b in bindings if b.enabled]
+    out = []
+    for i, a in enumerate(enabled):
+        for b in enabled[i + 1 :]:
+            if a.scope == b.scope and a.priority == b.priority and patterns_overlap(a.event, b.event):
+                out.append((a, b))
+    return out
+
+
+class HostEnv(BaseSettings):
+    """Environment overrides for secrets and deployment values (`AGENTRUNNER_*`)."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTRUNNER_", extra="ignore")
+
+    database_url: str | None = None
+    listen_address: str | None = None
+    #: JSON object endpoint id -> bearer token, e.g. AGENTRUNNER_RUNNER_TOKENS='{"ref": "s3cret"}'
+    runner_tokens: dict[str, str] = Field(default_factory=dict)
+
+
+def cross_check(config: HostConfig) -> list[tuple[str, str]]:
+    """Checks across sections: unique ids, binding targets, binding ties. Returns (path, reason) pairs."""
+    problems: list[tuple[str, str]] = []
+    for name in ("runners", "agents", "bindings", "models", "tools", "knowledge_bases"):
+        seen: set[str] = set()
+        for i, item in enumerate(getattr(config, name)):
+            if item.id in seen:
+                problems.append((f"{name}.{i}.id", f"duplicate id {item.id!r}"))
+            seen.add(item.id)
+    agent_ids = {a.id for a in config.agents}
+    for i, binding in enumerate(config.bindings):
+        if binding.target.agent and binding.target.agent not in agent_ids:
+            problems.append((f"bindings.{i}.target.agent", f"unknown agent {binding.target.agent!r}"))
+    index = {id(b): i for i, b in enumerate(config.bindings)}
+    for a, b in find_binding_ties(config.bindings):
+        problems.append(
+            (
+                f"bindings.{index[id(b)]}",
+                f"ties with bindings.{index[id(a)]} ({a.id!r}): same scope "
+                f"{a.scope.type}:{a.scope.id or '*'}, priority {a.priority}, overlapping events "
+                f"{a.event!r}/{b.event!r}; give one a higher priority",
+            )
+        )
+    return problems
+
+
+def _format_errors(source: str, error: ValidationError) -> str:
+    lines = []
+    for err in error.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        lines.append(f"{source}: {loc}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>", env: HostEnv | None = None) -> HostConfig:
+    """Validates a loaded mapping; applies environment overrides."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: <root>: expected a mapping, got {type(data).__name__}")
+    try:
+        config = HostConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(source, exc)) from None
+    problems = cross_check(config)
+    if problems:
+        raise ConfigError("\n".join(f"{source}: {loc}: {msg}" for loc, msg in problems))
+    env = env or HostEnv()
+    if env.database_url:
+        config.database.url = env.database_url
+    if env.listen_address:
+        config.listen.address = env.listen_address
+    return config
+
+
+def load_config(path: str | os.PathLike[str]) -> HostConfig:
+    """Reads and validates a YAML host config file."""
+    source = str(path)
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{source}: <file>: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "<yaml>"
+        raise ConfigError(f"{source}: {where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    return parse_config(data, source)

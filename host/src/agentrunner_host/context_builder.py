@@ -1,0 +1,201 @@
+"""Builds the run context (PROTOCOL_V1 §5): event-first, nothing from history inlined.
+
+State snapshots and transcript positions come from the fact stores through optional hooks
+(`FactHooks`), so the builder works without them (empty state, no cursors) until they are plugged in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
+
+from agentrunner.errors import InvalidArgumentError
+from agentrunner.protocol import PROTOCOL_VERSION
+from agentrunner.v1 import context_pb2, host_service_pb2, manifest_pb2, result_pb2
+from agentrunner_host import __version__
+from agentrunner_host.authz import project_apis, project_resources
+from agentrunner_host.config import AgentConfig, HostConfig
+from agentrunner_host.ports import AuthorizationSnapshot
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ContextPosition:
+    """Where the event sits in the event log and transcript (from the fact stores)."""
+
+    latest_cursor: str = ""
+    event_seq: int | None = None
+    transcript_seq: int | None = None
+    has_history_before: bool = False
+
+
+#: (snapshot, scopes) -> {scope name: {key: JSON value}}
+StateReader = Callable[[AuthorizationSnapshot, frozenset[str]], Awaitable[Mapping[str, Mapping[str, Any]]]]
+#: (snapshot, event) -> position of the event
+PositionReader = Callable[[AuthorizationSnapshot, host_service_pb2.EventEnvelope], Awaitable[ContextPosition]]
+#: (snapshot, validated result) -> None: persist facts (state writes, artifacts, transcript)
+ResultApplier = Callable[[AuthorizationSnapshot, result_pb2.RunResult], Awaitable[None]]
+
+
+@dataclasses.dataclass(slots=True)
+class FactHooks:
+    """Optional seams to the fact stores; each is None until the store is configured."""
+
+    state_reader: StateReader | None = None
+    position_reader: PositionReader | None = None
+    result_applier: ResultApplier | None = None
+
+
+class RunnerConfigError(InvalidArgumentError):
+    """The agent's runner config does not satisfy the manifest's config schema."""
+
+
+def _type_ok(field: manifest_pb2.ConfigField, value: Any) -> bool:
+    t = field.type
+    if value is None:
+        return not field.required
+    if t in (
+        manifest_pb2.CONFIG_FIELD_TYPE_STRING,
+        manifest_pb2.CONFIG_FIELD_TYPE_TEXT,
+        manifest_pb2.CONFIG_FIELD_TYPE_SECRET,
+        manifest_pb2.CONFIG_FIELD_TYPE_LLM_MODEL_SELECTOR,
+        manifest_pb2.CONFIG_FIELD_TYPE_RERANK_MODEL_SELECTOR,
+    ):
+        return isinstance(value, str)
+    if t == manifest_pb2.CONFIG_FIELD_TYPE_SELECT:
+        return isinstance(value, str) and value in {o.name for o in field.options}
+    if t == manifest_pb2.CONFIG_FIELD_TYPE_INTEGER:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if t == manifest_pb2.CONFIG_FIELD_TYPE_NUMBER:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if t == manifest_pb2.CONFIG_FIELD_TYPE_BOOLEAN:
+        return isinstance(value, bool)
+    if t in (
+        manifest_pb2.CONFIG_FIELD_TYPE_STRING_LIST,
+        manifest_pb2.CONFIG_FIELD_TYPE_KNOWLEDGE_BASE_MULTI_SELECTOR,
+    ):
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if t == manifest_pb2.CONFIG_FIELD_TYPE_MODEL_FALLBACK_SELECTOR:
+        return isinstance(value, str | list | dict)
+    if t == manifest_pb2.CONFIG_FIELD_TYPE_PROMPT_EDITOR:
+        return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+    return True
+
+
+def effective_runner_config(
+    manifest: manifest_pb2.RunnerManifest, runner_config: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The agent's runner config with schema defaults applied; raises RunnerConfigError naming the field."""
+    out = dict(runner_config)
+    for field in manifest.config_schema:
+        if field.name not in out and field.HasField("default_value"):
+            out[field.name] = json_format.MessageToDict(field.default_value)
+        if field.required and out.get(field.name) in (None, ""):
+            raise RunnerConfigError(f"runner config field {field.name!r} is required", field=field.name)
+        if field.name in out and not _type_ok(field, out[field.name]):
+            raise RunnerConfigError(
+                f"runner config field {field.name!r} has the wrong type", field=field.name
+            )
+    return out
+
+
+def _json_safe(value: struct_pb2.Struct) -> struct_pb2.Struct:
+    """Adapter extras must be JSON-safe; a Struct already is, but a round trip drops anything odd."""
+    out = struct_pb2.Struct()
+    out.update(json.loads(json.dumps(json_format.MessageToDict(value))))
+    return out
+
+
+def _ts(value: dt.datetime) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+class ContextBuilder:
+    def __init__(self, host: HostConfig, hooks: FactHooks) -> None:
+        self._host = host
+        self._hooks = hooks
+
+    async def build(
+        self,
+        *,
+        event: host_service_pb2.EventEnvelope,
+        agent: AgentConfig,
+        snapshot: AuthorizationSnapshot,
+        runner_config: Mapping[str, Any],
+        trace_id: str,
+        deadline_at: dt.datetime,
+    ) -> context_pb2.RunContext:
+        ctx = context_pb2.RunContext(run_id=snapshot.run_id)
+        ctx.trigger.type = event.event_type
+        ctx.trigger.source = event.trigger_source or context_pb2.TRIGGER_SOURCE_API
+        ctx.trigger.timestamp.CopyFrom(event.event_time)
+        ev = ctx.event
+        ev.event_id = event.event_id
+        ev.event_type = event.event_type
+        ev.event_time.CopyFrom(event.event_time)
+        ev.source = event.source or "api"
+        ev.source_event_type = event.source_event_type
+        ev.data.CopyFrom(event.data)
+        if event.HasField("conversation"):
+            ctx.conversation.CopyFrom(event.conversation)
+        ctx.conversation.bot_id = ctx.conversation.bot_id or event.bot_id
+        ctx.conversation.workspace_id = ctx.conversation.workspace_id or event.workspace_id
+        if event.HasField("actor"):
+            ctx.actor.CopyFrom(event.actor)
+        if event.HasField("subject"):
+            ctx.subject.CopyFrom(event.subject)
+        ctx.input.text = event.input.text
+        ctx.input.contents.extend(event.input.contents)
+        for attachment in event.input.attachments:
+            # Bodies never travel in the context: external URIs stay references; stored bodies become
+            # artifacts through the artifact store (fact stores), here they are described only.
+            ref = ctx.input.attachments.add(name=attachment.name, mime_type=attachment.mime_type)
+            if attachment.WhichOneof("source") == "uri":
+                ref.uri = attachment.uri
+        ctx.delivery.CopyFrom(event.delivery)
+        ctx.delivery.surface = agent.delivery_policy.surface or event.delivery.surface or "grpc"
+        if agent.delivery_policy.streaming is not None:
+            ctx.delivery.supports_streaming = agent.delivery_policy.streaming
+        ctx.resources.CopyFrom(project_resources(snapshot, self._host))
+        access = ctx.context
+        access.conversation_id = snapshot.conversation_id
+        access.thread_id = snapshot.thread_id
+        if self._hooks.position_reader is not None:
+            pos = await self._hooks.position_reader(snapshot, event)
+            access.latest_cursor = pos.latest_cursor
+            if pos.event_seq is not None:
+                access.event_seq = pos.event_seq
+            if pos.transcript_seq is not None:
+                access.transcript_seq = pos.transcript_seq
+            access.has_history_before = pos.has_history_before
+        access.inline_policy.mode = context_pb2.INLINE_MODE_CURRENT_EVENT
+        access.inline_policy.delivered_count = 1
+        access.inline_policy.messages_complete = False
+        access.inline_policy.reason = (
+            "event-first: history is pulled through the proxy service, never inlined"
+        )
+        access.available_apis.CopyFrom(project_apis(snapshot))
+        if self._hooks.state_reader is not None and snapshot.state_scopes:
+            state = await self._hooks.state_reader(snapshot, snapshot.state_scopes)
+            for scope, values in state.items():
+                if scope in snapshot.state_scopes:
+                    getattr(ctx.state, scope).update(dict(values))
+        rt = ctx.runtime
+        rt.host = "langbot-agentrunner-host"
+        rt.protocol_version = PROTOCOL_VERSION
+        rt.host_version = __version__
+        rt.trace_id = trace_id
+        rt.deadline_at.CopyFrom(_ts(deadline_at))
+        rt.metadata.update({"streaming_supported": ctx.delivery.supports_streaming})
+        ctx.config.update(json.loads(json.dumps(dict(runner_config))))
+        if event.HasField("adapter_extra"):
+            ctx.adapter.extra.CopyFrom(_json_safe(event.adapter_extra))
+        if event.HasField("metadata"):
+            ctx.metadata.CopyFrom(event.metadata)
+        return ctx

@@ -1,0 +1,94 @@
+"""Logs, metrics and trace context.
+
+- structlog JSON logs; `run_id` / `trace_id` are bound with contextvars so every line of a run has them.
+- Prometheus metrics (runs by status, time to first result, results by type, proxy calls by method/status).
+- W3C trace context (OpenTelemetry): extracted from incoming gRPC metadata, injected into runner calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable, Mapping
+
+import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from prometheus_client import Counter, Histogram
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+RUNS = Counter("agentrunner_runs_total", "Runs by final status", ["status"])
+TIME_TO_FIRST_RESULT = Histogram(
+    "agentrunner_time_to_first_result_seconds",
+    "Time from accepting an event to the first validated result",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+RESULTS = Counter("agentrunner_results_total", "Validated results by type", ["type"])
+RESULTS_REJECTED = Counter("agentrunner_results_rejected_total", "Dropped results by reason", ["reason"])
+PROXY_CALLS = Counter(
+    "agentrunner_proxy_calls_total", "Proxy calls by method and status", ["method", "status"]
+)
+
+_configured = False
+
+
+def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
+    """JSON lines on stderr; idempotent."""
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    logging.basicConfig(
+        stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO), format="%(message)s"
+    )
+    renderer = (
+        structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def configure_tracing() -> None:
+    """Installs an SDK tracer provider so spans get real ids (exporters can be added by deployments)."""
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+
+
+tracer = trace.get_tracer("agentrunner_host")
+
+
+def extract_context(metadata: Iterable[tuple[str, str | bytes]] | None) -> otel_context.Context:
+    carrier = {
+        k: v if isinstance(v, str) else v.decode()
+        for k, v in (metadata or ())
+        if k in ("traceparent", "tracestate")
+    }
+    return _PROPAGATOR.extract(carrier)
+
+
+def inject_metadata(ctx: otel_context.Context | None = None) -> list[tuple[str, str]]:
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=ctx)
+    return list(carrier.items())
+
+
+def trace_id_of(span: trace.Span) -> str:
+    sc = span.get_span_context()
+    return format(sc.trace_id, "032x") if sc.trace_id else ""
+
+
+def traceparent_of(metadata: Mapping[str, str]) -> str:
+    return metadata.get("traceparent", "")

@@ -1,0 +1,716 @@
+"""The run orchestrator: event -> binding -> runner.Run(ctx) -> validated result stream (HOST_SDK §4.4).
+
+One `run()` call drives one run from the caller's task, so a caller that goes away cancels the runner
+call at once. Everything a run touches is released in one place (`_finish`), on every path: the run
+token is revoked, the control stream closed, the ledger finalized and followers told.
+
+Duplicate events: the ledger keeps one run per `event_id`. A second `Run` with the same event id and the
+same content starts nothing: it gets `accepted{attached: true}` with the first run's id and then that
+run's stream replayed from the first result (live results follow if it is still running). The same id
+with different content is refused with ALREADY_EXISTS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf import json_format, timestamp_pb2
+from opentelemetry import trace
+
+from agentrunner.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
+from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2, runner_service_pb2
+from agentrunner_host.authz import RunScope, freeze_snapshot, issue_session
+from agentrunner_host.bindings import BindingResolver, EventKey
+from agentrunner_host.config import AgentConfig, HostConfig
+from agentrunner_host.context_builder import (
+    ContextBuilder,
+    FactHooks,
+    RunnerConfigError,
+    effective_runner_config,
+)
+from agentrunner_host.control import ControlHub
+from agentrunner_host.observability import (
+    RUNS,
+    TIME_TO_FIRST_RESULT,
+    extract_context,
+    inject_metadata,
+    trace_id_of,
+    tracer,
+)
+from agentrunner_host.ports import (
+    TERMINAL_STATUSES,
+    AuthorizationSnapshot,
+    RunLedger,
+    RunRecord,
+    SessionRegistry,
+    utcnow,
+)
+from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.validation import Limits, ResultValidator
+
+log = structlog.get_logger("agentrunner_host.orchestrator")
+
+Update = host_service_pb2.HostServiceRunResponse
+
+STATUS_NAMES = {
+    v: common_pb2.RunStatus.Name(v).removeprefix("RUN_STATUS_").lower() for v in common_pb2.RunStatus.values()
+}
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class LiveRun:
+    """A run open in this process: what followers subscribe to and what cancel acts on."""
+
+    record: RunRecord
+    subscribers: list[asyncio.Queue[Update]] = dataclasses.field(default_factory=list)
+    call: Any = None
+    validator: ResultValidator | None = None
+    cancel_reason: str = ""
+    cancel_task: asyncio.Task[None] | None = None
+    done: bool = False
+
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    def publish(self, update: Update) -> None:
+        for queue in self.subscribers:
+            queue.put_nowait(update)
+
+    def next_sequence(self) -> int:
+        return self.validator.next_sequence() if self.validator else 1
+
+
+def _now_ts() -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.GetCurrentTime()
+    return ts
+
+
+def _ts(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def record_to_proto(record: RunRecord) -> host_service_pb2.Run:
+    run = host_service_pb2.Run(
+        run_id=record.run_id,
+        event_id=record.event_id,
+        agent_id=record.agent_id,
+        binding_id=record.binding_id,
+        runner_id=record.runner_id,
+        conversation_id=record.conversation_id,
+        thread_id=record.thread_id,
+        status=record.status,  # type: ignore[arg-type]
+        status_reason=record.status_reason,
+        last_sequence=record.last_sequence,
+        trace_id=record.trace_id,
+        bot_id=record.bot_id,
+        workspace_id=record.workspace_id,
+    )
+    for field, value in (
+        ("create_time", record.created_at),
+        ("start_time", record.started_at),
+        ("finish_time", record.finished_at),
+        ("deadline_time", record.deadline_at),
+        ("cancel_request_time", record.cancel_requested_at),
+    ):
+        ts = _ts(value)
+        if ts is not None:
+            getattr(run, field).CopyFrom(ts)
+    if record.usage:
+        json_format.ParseDict(record.usage, run.usage, ignore_unknown_fields=True)
+    public_meta = {k: v for k, v in record.metadata.items() if k != "event_digest"}
+    if public_meta:
+        run.metadata.update(public_meta)
+    return run
+
+
+def _status_for_terminal(result: result_pb2.RunResult) -> tuple[int, str]:
+    if result.HasField("run_completed"):
+        return common_pb2.RUN_STATUS_COMPLETED, result.run_completed.finish_reason or "stop"
+    code = result.run_failed.code
+    if code == "cancelled":
+        return common_pb2.RUN_STATUS_CANCELLED, code
+    if code == "deadline_exceeded":
+        return common_pb2.RUN_STATUS_TIMEOUT, code
+    return common_pb2.RUN_STATUS_FAILED, code
+
+
+def _failure(
+    run_id: str, sequence: int, code: str, message: str, retryable: bool, **details: Any
+) -> result_pb2.RunResult:
+    result = result_pb2.RunResult(run_id=run_id, sequence=sequence, timestamp=_now_ts())
+    result.run_failed.code = code
+    result.run_failed.message = message
+    result.run_failed.retryable = retryable
+    if details:
+        result.run_failed.details.update(details)
+    return result
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        config: HostConfig,
+        registry: RunnerRegistry,
+        ledger: RunLedger,
+        sessions: SessionRegistry,
+        hub: ControlHub,
+        hooks: FactHooks | None = None,
+        proxy_endpoint: Callable[[], str] = lambda: "",
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.ledger = ledger
+        self.sessions = sessions
+        self.hub = hub
+        self.hooks = hooks or FactHooks()
+        self.resolver = BindingResolver(config)
+        self.contexts = ContextBuilder(config, self.hooks)
+        self.limits = Limits(
+            result_max_bytes=config.limits.result_max_bytes,
+            state_key_max_chars=config.limits.state_key_max_chars,
+            state_value_max_bytes=config.limits.state_value_max_bytes,
+        )
+        self._proxy_endpoint = proxy_endpoint
+        self._live: dict[str, LiveRun] = {}
+
+    @property
+    def open_runs(self) -> int:
+        return len(self._live)
+
+    # -- Run ---------------------------------------------------------------------------------------------
+    @staticmethod
+    def normalize_event(event: host_service_pb2.EventEnvelope) -> host_service_pb2.EventEnvelope:
+        out = host_service_pb2.EventEnvelope()
+        out.CopyFrom(event)
+        if not out.event_id:
+            out.event_id = f"evt_{uuid.uuid4().hex}"
+        if not out.event_type:
+            out.event_type = "message.received"
+        if not out.HasField("event_time"):
+            out.event_time.GetCurrentTime()
+        if not out.trigger_source:
+            out.trigger_source = context_pb2.TRIGGER_SOURCE_API
+        return out
+
+    async def run(
+        self, request: host_service_pb2.HostServiceRunRequest, metadata: Iterable[tuple[str, Any]] = ()
+    ) -> AsyncIterator[Update]:
+        """Streams one event's run: accepted, validated results (exactly one terminal), finished.
+        Raises typed errors (binding not found, ALREADY_EXISTS, ...) before the first update."""
+        event = self.normalize_event(request.event)
+        conv = event.conversation
+        key = EventKey(
+            event.event_type,
+            bot_id=event.bot_id or conv.bot_id,
+            workspace_id=event.workspace_id or conv.workspace_id,
+            conversation_id=conv.conversation_id,
+        )
+        resolution = self.resolver.resolve(key, request.agent_id)
+        if resolution.agent is None:
+            RUNS.labels("discarded").inc()
+            log.info("run.discarded", event_id=event.event_id, binding_id=resolution.binding_id)
+            yield Update(
+                accepted=host_service_pb2.RunAccepted(
+                    binding_id=resolution.binding_id, event_id=event.event_id
+                )
+            )
+            yield Update(
+                finished=host_service_pb2.RunFinished(
+                    status=common_pb2.RUN_STATUS_DISCARDED, reason="binding.discard"
+                )
+            )
+            return
+        agent = resolution.agent
+        # digest of the event as submitted (before the host fills in times), to tell a retry from a clash
+        digest = hashlib.sha256(
+            request.event.SerializeToString(deterministic=True) + request.agent_id.encode()
+        ).hexdigest()
+        span = tracer.start_span(
+            "agentrunner.host.run", context=extract_context(metadata), kind=trace.SpanKind.SERVER
+        )
+        run_id = f"run_{uuid.uuid4().hex}"
+        record = RunRecord(
+            run_id=run_id,
+            event_id=event.event_id,
+            agent_id=agent.id,
+            binding_id=resolution.binding_id,
+            runner_id=agent.runner_id,
+            conversation_id=conv.conversation_id,
+            thread_id=conv.thread_id,
+            bot_id=key.bot_id,
+            workspace_id=key.workspace_id,
+            trace_id=trace_id_of(span),
+            deadline_at=utcnow() + dt.timedelta(seconds=agent.timeout_seconds),
+            metadata={"event_digest": digest},
+        )
+        try:
+            stored = await self.ledger.create_run(record)
+        except BaseException:
+            span.end()
+            raise
+        if stored.run_id != run_id:
+            span.end()
+            if stored.metadata.get("event_digest") != digest:
+                raise AlreadyExistsError(
+                    f"event {event.event_id!r} was already submitted with different content",
+                    metadata={"eventId": event.event_id, "runId": stored.run_id},
+                )
+            log.info("run.duplicate_event", event_id=event.event_id, run_id=stored.run_id)
+            async with contextlib.aclosing(self.follow(stored.run_id, 0, attached=True)) as updates:
+                async for update in updates:
+                    yield update
+            return
+        live = LiveRun(stored)
+        self._live[run_id] = live
+        self.hub.open(run_id)
+        async with contextlib.aclosing(self._execute(live, event, agent, span)) as updates:
+            async for update in updates:
+                yield update
+
+    async def _execute(
+        self, live: LiveRun, event: host_service_pb2.EventEnvelope, agent: AgentConfig, span: trace.Span
+    ) -> AsyncIterator[Update]:
+        structlog.contextvars.bind_contextvars(run_id=live.run_id, trace_id=live.record.trace_id)
+        try:
+            async with contextlib.aclosing(self._execute_inner(live, event, agent, span)) as updates:
+                async for update in updates:
+                    yield update
+        finally:
+            if live.call is not None and not live.call.done():
+                live.call.cancel()
+            if not live.done:
+                # The caller went away (or a write failed) before the run ended: record the cancel for
+                # followers and the ledger, and release everything.
+                await self._abandon(live)
+            structlog.contextvars.unbind_contextvars("run_id", "trace_id")
+            span.end()
+
+    async def _execute_inner(
+        self, live: LiveRun, event: host_service_pb2.EventEnvelope, agent: AgentConfig, span: trace.Span
+    ) -> AsyncIterator[Update]:
+        run_id = live.run_id
+        record = live.record
+        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        call = None
+        failure: result_pb2.RunResult | None = None
+        received_any = False
+        first = True
+        try:
+            yield Update(
+                accepted=host_service_pb2.RunAccepted(
+                    run_id=run_id,
+                    runner_id=record.runner_id,
+                    binding_id=record.binding_id,
+                    agent_id=record.agent_id,
+                    trace_id=record.trace_id,
+                    event_id=record.event_id,
+                )
+            )
+            log.info(
+                "run.accepted",
+                runner_id=record.runner_id,
+                binding_id=record.binding_id,
+                event_id=record.event_id,
+            )
+            runner = await self.registry.resolve(agent.runner_id)
+            if runner is None:
+                failure = _failure(
+                    run_id,
+                    1,
+                    "runner.unavailable",
+                    f"runner {agent.runner_id} is not available",
+                    True,
+                    runnerId=agent.runner_id,
+                )
+            else:
+                try:
+                    runner_config = effective_runner_config(runner.manifest, agent.runner_config)
+                except RunnerConfigError as exc:
+                    failure = _failure(
+                        run_id, 1, "runner.config_invalid", exc.message, False, field=exc.field or ""
+                    )
+            if failure is None:
+                assert runner is not None
+                deadline_at = record.deadline_at or utcnow() + dt.timedelta(seconds=agent.timeout_seconds)
+                snapshot = freeze_snapshot(
+                    host=self.config,
+                    agent=agent,
+                    manifest=runner.manifest,
+                    runner_config=runner_config,
+                    scope=self._scope(record, event),
+                    deadline_at=deadline_at,
+                )
+                token, session = issue_session(snapshot, deadline_at)
+                await self.sessions.register(session)
+                validator = live.validator = ResultValidator(snapshot, self.limits)
+                ctx = await self.contexts.build(
+                    event=event,
+                    agent=agent,
+                    snapshot=snapshot,
+                    runner_config=runner_config,
+                    trace_id=record.trace_id,
+                    deadline_at=deadline_at,
+                )
+                request = runner_service_pb2.RunRequest(
+                    runner_id=runner.runner_id,
+                    runner_name=runner.manifest.name or runner.runner_id.rsplit("/", 1)[-1],
+                    context=ctx,
+                    run_token=token,
+                    host_api_endpoint=self._proxy_endpoint(),
+                )
+                endpoint = self.registry.endpoint_of(runner)
+                metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(span)))
+                await self.ledger.mark_running(run_id, utcnow())
+                timeout = max(0.001, (deadline_at - utcnow()).total_seconds())
+                call = live.call = endpoint.stub.Run(request, timeout=timeout, metadata=metadata)
+                del request, ctx
+                drain_until: float | None = None
+                try:
+                    while True:
+                        if drain_until is None:
+                            response = await call.read()
+                        else:
+                            left = drain_until - loop.time()
+                            if left <= 0:
+                                break
+                            try:
+                                response = await asyncio.wait_for(call.read(), left)
+                            except TimeoutError:
+                                break
+                        if response is grpc.aio.EOF:
+                            break
+                        if not isinstance(response, runner_service_pb2.RunResponse):
+                            # grpc.aio hands back None for a message it could not deserialize
+                            if validator.terminal is None:
+                                failure = _failure(
+                                    run_id,
+                                    0,
+                                    "runner.protocol_error",
+                                    "the runner sent a message that is not a RunResponse",
+                                    False,
+                                )
+                            log.warning("run.undecodable_message")
+                            break
+                        received_any = True
+                        result = validator.accept(response.result)
+                        if result is None:
+                            continue
+                        if result.HasField("run_completed") and not validator.saw_message:
+                            result = self._empty_output(result)
+                            validator.terminal = result
+                        await self._store(live, snapshot, result)
+                        if first:
+                            first = False
+                            TIME_TO_FIRST_RESULT.observe(time.monotonic() - started)
+                        yield Update(result=result)
+                        if validator.terminal is not None and drain_until is None:
+                            drain_until = loop.time() + self.config.limits.post_terminal_drain_seconds
+                except grpc.aio.AioRpcError as exc:
+                    if validator.terminal is None:
+                        failure = self._classify(live, runner, exc, received_any)
+                    else:
+                        log.warning("run.error_after_terminal", code=exc.code().name)
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise  # the caller went away; `finally` cleans up
+                    if validator.terminal is None:  # our own call.cancel() after a CancelRun grace period
+                        failure = _failure(run_id, 0, "cancelled", live.cancel_reason or "cancelled", False)
+                if failure is None and validator.terminal is None:
+                    failure = _failure(
+                        run_id,
+                        0,
+                        "runner.no_terminal",
+                        "the runner stream ended without a terminal result",
+                        True,
+                    )
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except Exception:
+            log.exception("run.host_error")
+            if not live.done and (live.validator is None or live.validator.terminal is None):
+                failure = _failure(run_id, 0, "host.error", "the host failed while running this run", True)
+            else:
+                failure = None
+        finally:
+            if call is not None and not call.done():
+                call.cancel()
+        if failure is not None:
+            failure.sequence = live.next_sequence()
+            if live.validator is not None:
+                live.validator.terminal = failure
+            await self._store(live, None, failure)
+            yield Update(result=failure)
+        terminal = live.validator.terminal if live.validator is not None else failure
+        assert terminal is not None
+        status, reason = _status_for_terminal(terminal)
+        yield await self._finish(live, status, reason, terminal)
+
+    @staticmethod
+    def _scope(record: RunRecord, event: host_service_pb2.EventEnvelope) -> RunScope:
+        return RunScope(
+            run_id=record.run_id,
+            binding_id=record.binding_id,
+            event_id=record.event_id,
+            conversation_id=record.conversation_id,
+            thread_id=record.thread_id,
+            bot_id=record.bot_id,
+            workspace_id=record.workspace_id,
+            actor_id=event.actor.actor_id,
+            subject_id=event.subject.subject_id,
+        )
+
+    @staticmethod
+    def _empty_output(result: result_pb2.RunResult) -> result_pb2.RunResult:
+        failed = _failure(
+            result.run_id,
+            result.sequence,
+            "runner.empty_output",
+            "the runner completed without any message",
+            False,
+        )
+        failed.usage.CopyFrom(result.usage)
+        log.warning("run.empty_output")
+        return failed
+
+    def _classify(
+        self, live: LiveRun, runner: Any, exc: grpc.aio.AioRpcError, received_any: bool
+    ) -> result_pb2.RunResult:
+        code = exc.code()
+        run_id = live.run_id
+        log.warning("run.runner_call_failed", code=code.name, received_any=received_any)
+        if code == grpc.StatusCode.CANCELLED and live.cancel_reason:
+            return _failure(run_id, 0, "cancelled", live.cancel_reason, False)
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return _failure(run_id, 0, "deadline_exceeded", "the run deadline passed", True)
+        if code == grpc.StatusCode.UNAVAILABLE and not received_any:
+            self.registry.mark_unreachable(runner, f"UNAVAILABLE: {exc.details()}")
+            return _failure(
+                run_id, 0, "runner.unavailable", f"runner {runner.runner_id} is unreachable", True
+            )
+        details = (exc.details() or "").lower()
+        if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN) and "deserializ" in details:
+            return _failure(
+                run_id,
+                0,
+                "runner.protocol_error",
+                "the runner sent a message that is not a RunResponse",
+                False,
+            )
+        return _failure(
+            run_id,
+            0,
+            "runner.stream_broken",
+            f"the runner stream broke ({code.name}) before a terminal result",
+            True,
+            grpcCode=code.name,
+        )
+
+    async def _store(
+        self, live: LiveRun, snapshot: AuthorizationSnapshot | None, result: result_pb2.RunResult
+    ) -> None:
+        await self.ledger.append_result(live.run_id, result)
+        if self.hooks.result_applier is not None and snapshot is not None:
+            try:
+                await self.hooks.result_applier(snapshot, result)
+            except Exception:
+                log.exception("run.result_apply_failed", sequence=result.sequence)
+        if live.subscribers:
+            live.publish(Update(result=result))
+
+    async def _finish(
+        self, live: LiveRun, status: int, reason: str, terminal: result_pb2.RunResult | None
+    ) -> Update:
+        live.done = True
+        usage = (
+            json_format.MessageToDict(terminal.usage)
+            if terminal is not None and terminal.HasField("usage")
+            else None
+        )
+        try:
+            record = await self.ledger.finish_run(live.run_id, status, reason, usage)
+        finally:
+            await self._release(live)
+        final_status = record.status if record else status
+        finished = host_service_pb2.RunFinished(
+            run_id=live.run_id, status=final_status, reason=record.status_reason if record else reason
+        )  # type: ignore[arg-type]
+        if terminal is not None and terminal.HasField("usage"):
+            finished.usage.CopyFrom(terminal.usage)
+        update = Update(finished=finished)
+        live.publish(update)
+        RUNS.labels(STATUS_NAMES.get(final_status, str(final_status))).inc()
+        log.info("run.finished", status=STATUS_NAMES.get(final_status), reason=finished.reason)
+        return update
+
+    async def _release(self, live: LiveRun) -> None:
+        self._live.pop(live.run_id, None)
+        self.hub.close(live.run_id)
+        if live.cancel_task is not None and live.cancel_task is not asyncio.current_task():
+            live.cancel_task.cancel()
+        await self.sessions.unregister(live.run_id)
+
+    async def _abandon(self, live: LiveRun) -> None:
+        if live.call is not None and not live.call.done():
+            live.call.cancel()
+        self.hub.send_cancel(live.run_id, "client cancelled", 0)
+        reason = live.cancel_reason or "client.cancelled"
+        try:
+            terminal = None
+            if live.validator is None or live.validator.terminal is None:
+                terminal = _failure(live.run_id, live.next_sequence(), "cancelled", reason, False)
+                await self._store(live, None, terminal)
+            await self._finish(live, common_pb2.RUN_STATUS_CANCELLED, reason, terminal)
+        except Exception:
+            log.exception("run.abandon_failed")
+        finally:
+            if not live.done:
+                live.done = True
+            await self._release(live)
+
+    # -- followers -------------------------------------------------------------------------------------
+    async def follow(
+        self, run_id: str, after_sequence: int = 0, attached: bool = False
+    ) -> AsyncIterator[Update]:
+        """A run's stream for a second caller: stored results after `after_sequence`, then live ones."""
+        record = await self.ledger.get_run(run_id)
+        if record is None:
+            raise NotFoundError(f"run {run_id!r} does not exist", metadata={"runId": run_id})
+        live = self._live.get(run_id)
+        queue: asyncio.Queue[Update] | None = None
+        if live is not None and not live.done:
+            queue = asyncio.Queue()
+            live.subscribers.append(queue)
+        try:
+            yield Update(
+                accepted=host_service_pb2.RunAccepted(
+                    run_id=record.run_id,
+                    runner_id=record.runner_id,
+                    binding_id=record.binding_id,
+                    agent_id=record.agent_id,
+                    attached=attached,
+                    trace_id=record.trace_id,
+                    event_id=record.event_id,
+                )
+            )
+            last = after_sequence
+            while True:
+                for result in await self.ledger.list_results(run_id, last):
+                    last = result.sequence
+                    yield Update(result=result)
+                if queue is not None:
+                    break
+                record = await self.ledger.get_run(run_id)
+                if record is None or record.status in TERMINAL_STATUSES:
+                    for result in await self.ledger.list_results(run_id, last):
+                        last = result.sequence
+                        yield Update(result=result)
+                    yield self._finished_from(record, run_id)
+                    return
+                await asyncio.sleep(0.2)  # a run open on another replica: poll the shared ledger
+            while True:
+                update = await queue.get()
+                if update.HasField("result"):
+                    if update.result.sequence <= last:
+                        continue
+                    last = update.result.sequence
+                yield update
+                if update.HasField("finished"):
+                    return
+        finally:
+            if queue is not None and live is not None and queue in live.subscribers:
+                live.subscribers.remove(queue)
+
+    @staticmethod
+    def _finished_from(record: RunRecord | None, run_id: str) -> Update:
+        finished = host_service_pb2.RunFinished(run_id=run_id)
+        if record is not None:
+            finished.status = record.status  # type: ignore[assignment]
+            finished.reason = record.status_reason
+            if record.usage:
+                json_format.ParseDict(record.usage, finished.usage, ignore_unknown_fields=True)
+        return Update(finished=finished)
+
+    # -- records and cancel ----------------------------------------------------------------------------
+    async def get_run(self, run_id: str) -> RunRecord:
+        record = await self.ledger.get_run(run_id)
+        if record is None:
+            raise NotFoundError(f"run {run_id!r} does not exist", metadata={"runId": run_id})
+        return record
+
+    async def cancel_run(self, run_id: str, reason: str = "") -> RunRecord:
+        """Pushes a cancel signal on the control stream, then cancels the runner call after the grace."""
+        record = await self.get_run(run_id)
+        if record.status in TERMINAL_STATUSES:
+            raise FailedPreconditionError(
+                f"run {run_id!r} already ended",
+                metadata={"runId": run_id, "status": STATUS_NAMES[record.status]},
+            )
+        updated = await self.ledger.request_cancel(run_id, utcnow()) or record
+        live = self._live.get(run_id)
+        if live is not None and not live.cancel_reason:
+            grace = self.config.limits.cancel_grace_seconds
+            live.cancel_reason = reason or "cancelled by request"
+            self.hub.send_cancel(run_id, live.cancel_reason, grace)
+            live.cancel_task = asyncio.create_task(self._cancel_after(live, grace), name=f"cancel-{run_id}")
+            log.info("run.cancel_requested", run_id=run_id, grace_seconds=grace)
+        return updated
+
+    @staticmethod
+    async def _cancel_after(live: LiveRun, grace: float) -> None:
+        await asyncio.sleep(grace)
+        if not live.done and live.call is not None and not live.call.done():
+            live.call.cancel()
+
+    # -- steering --------------------------------------------------------------------------------------
+    def steer(self, run_id: str, event: host_service_pb2.EventEnvelope) -> str | None:
+        """Queues new input for an open run (control stream + PullSteering); None when the run is not open
+        here or its runner does not accept steering."""
+        from agentrunner.v1 import proxy_service_pb2
+
+        live = self._live.get(run_id)
+        if live is None or live.done or live.validator is None or not live.validator.snapshot.steering:
+            return None
+        item = proxy_service_pb2.SteeringInput(steering_id=f"steer_{uuid.uuid4().hex[:16]}")
+        item.event.event_id = event.event_id
+        item.event.event_type = event.event_type
+        item.event.event_time.CopyFrom(event.event_time)
+        item.event.source = event.source or "api"
+        item.input.text = event.input.text
+        item.input.contents.extend(event.input.contents)
+        if event.HasField("actor"):
+            item.actor.CopyFrom(event.actor)
+        item.receive_time.GetCurrentTime()
+        return self.hub.send_steering(run_id, item)
+
+    def open_run_for_conversation(self, conversation_id: str, thread_id: str = "") -> str | None:
+        for live in self._live.values():
+            rec = live.record
+            if (
+                not live.done
+                and conversation_id
+                and rec.conversation_id == conversation_id
+                and rec.thread_id == thread_id
+            ):
+                return live.run_id
+        return None
+
+    def usage_dict(self, usage: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(usage)

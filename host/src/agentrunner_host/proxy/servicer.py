@@ -1,0 +1,305 @@
+"""The gRPC ProxyService: authentication, deadline clipping, audit and error mapping in one place.
+
+Every method of the contract is served. A call is authenticated by its run token
+(`x-agentrunner-run-token`), bound to the session's frozen snapshot, clipped to the run deadline, then
+dispatched by method name to the handler table (capability and fact-store families register there).
+Unregistered methods answer NOT_IMPLEMENTED. `Control` is the per-run control stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf import message_factory
+from opentelemetry import trace
+
+from agentrunner.errors import (
+    AgentRunnerError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotImplementedFeatureError,
+    RuntimeFailureError,
+    RunTokenInvalidError,
+    abort_with,
+)
+from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
+from agentrunner.v1 import proxy_service_pb2
+from agentrunner_host.control import ControlHub
+from agentrunner_host.observability import PROXY_CALLS, extract_context, tracer
+from agentrunner_host.ports import RunSession, SessionRegistry
+from agentrunner_host.proxy.api import AuditSink, HandlerTable, ProxyCall
+
+log = structlog.get_logger("agentrunner_host.proxy")
+
+SERVICE_NAME = "agentrunner.v1.ProxyService"
+_SERVICE = proxy_service_pb2.DESCRIPTOR.services_by_name["ProxyService"]
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in context.invocation_metadata() or ():
+        out[key] = value if isinstance(value, str) else value.decode(errors="replace")
+    return out
+
+
+class ProxyServicer:
+    def __init__(
+        self,
+        sessions: SessionRegistry,
+        audit: AuditSink,
+        hub: ControlHub,
+        handlers: HandlerTable | None = None,
+        heartbeat_interval: float = 10.0,
+    ) -> None:
+        self.sessions = sessions
+        self.audit = audit
+        self.hub = hub
+        self.handlers: dict[str, Any] = dict(handlers or {})
+        self.heartbeat_interval = heartbeat_interval
+
+    def register(self, handlers: HandlerTable) -> None:
+        """Plugs a family's handlers in by method name (later registrations win)."""
+        self.handlers.update(handlers)
+
+    # -- authentication --------------------------------------------------------------------------------
+    async def authenticate(
+        self, metadata: Mapping[str, str], token: str = "", run_id: str = ""
+    ) -> RunSession:
+        token = token or metadata.get(RUN_TOKEN_HEADER, "")
+        if not token:
+            raise RunTokenInvalidError("the run token is missing", metadata={"header": RUN_TOKEN_HEADER})
+        session = await self.sessions.lookup(token)
+        if session is None:
+            raise RunTokenInvalidError("the run token is unknown, expired or revoked")
+        claimed = run_id or metadata.get(RUN_ID_HEADER, "")
+        if claimed and claimed != session.run_id:
+            raise RunTokenInvalidError("the run token belongs to another run", metadata={"runId": claimed})
+        return session
+
+    @staticmethod
+    def _deadline(session: RunSession, context: grpc.aio.ServicerContext) -> float:
+        """min(gRPC deadline, run deadline) as a monotonic time."""
+        now = time.monotonic()
+        deadline = now + 24 * 3600.0
+        remaining = context.time_remaining()
+        if remaining is not None:
+            deadline = min(deadline, now + remaining)
+        if session.snapshot.deadline_at is not None:
+            from agentrunner_host.ports import utcnow
+
+            deadline = min(deadline, now + (session.snapshot.deadline_at - utcnow()).total_seconds())
+        return deadline
+
+    # -- dispatch --------------------------------------------------------------------------------------
+    async def _begin(self, method: str, context: grpc.aio.ServicerContext) -> ProxyCall:
+        metadata = _metadata(context)
+        try:
+            session = await self.authenticate(metadata)
+        except AgentRunnerError as err:
+            await self._audit_failure(method, metadata.get(RUN_ID_HEADER, ""), "", "", err)
+            raise
+        call = ProxyCall(session=session, method=method, traceparent=metadata.get("traceparent", ""))
+        call.deadline = self._deadline(session, context)
+        return call
+
+    async def _audit_failure(
+        self, method: str, run_id: str, runner_id: str, resource: str, err: AgentRunnerError
+    ) -> None:
+        PROXY_CALLS.labels(method, err.reason).inc()
+        await self.audit.record_proxy_call(
+            run_id=run_id,
+            runner_id=runner_id,
+            method=method,
+            resource=resource,
+            outcome=err.reason,
+            detail={"code": err.status_code.name, "message": err.message},
+        )
+
+    async def _finish(self, call: ProxyCall, outcome: str, err: AgentRunnerError | None = None) -> None:
+        PROXY_CALLS.labels(call.method, outcome).inc()
+        detail = {k: v for k, v in call.audit.items() if k != "resource"}
+        if err is not None:
+            detail.update(code=err.status_code.name, message=err.message)
+        await self.audit.record_proxy_call(
+            run_id=call.run_id,
+            runner_id=call.session.runner_id,
+            method=call.method,
+            resource=str(call.audit.get("resource", "")),
+            outcome=outcome,
+            detail=detail,
+        )
+
+    def _handler(self, method: str) -> Any:
+        handler = self.handlers.get(method)
+        if handler is None:
+            raise NotImplementedFeatureError(
+                f"{method} is not available on this host", metadata={"method": method}
+            )
+        return handler
+
+    @staticmethod
+    def _internal(method: str, exc: BaseException) -> AgentRunnerError:
+        log.error("proxy.handler_error", method=method, error=type(exc).__name__, exc_info=exc)
+        return RuntimeFailureError(f"{method} failed inside the host")
+
+    async def unary(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            call = await self._begin(method, context)
+        except AgentRunnerError as err:
+            await abort_with(context, err)
+        span = tracer.start_span(
+            f"agentrunner.proxy/{method}",
+            context=extract_context(context.invocation_metadata()),
+            kind=trace.SpanKind.SERVER,
+        )
+        span.set_attribute("agentrunner.run_id", call.run_id)
+        err: AgentRunnerError | None = None
+        try:
+            handler = self._handler(method)
+            try:
+                async with asyncio.timeout_at(asyncio.get_running_loop().time() + call.time_remaining()):  # type: ignore[operator]
+                    response = await handler(call, request)
+            except TimeoutError:
+                raise DeadlineExceededError(
+                    f"{method} ran past the run deadline", metadata={"runId": call.run_id}
+                ) from None
+            await self._finish(call, "OK")
+            return response
+        except AgentRunnerError as e:
+            err = e
+        except Exception as exc:
+            err = self._internal(method, exc)
+        finally:
+            span.end()
+        await self._finish(call, err.reason, err)
+        await abort_with(context, err)
+
+    async def stream(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+        try:
+            call = await self._begin(method, context)
+        except AgentRunnerError as err:
+            await abort_with(context, err)
+        err: AgentRunnerError | None = None
+        try:
+            handler = self._handler(method)
+            async with asyncio.timeout_at(asyncio.get_running_loop().time() + call.time_remaining()):  # type: ignore[operator]
+                gen = handler(call, request)
+                try:
+                    async for item in gen:
+                        await context.write(item)
+                finally:
+                    await gen.aclose()
+            await self._finish(call, "OK")
+            return
+        except TimeoutError:
+            err = DeadlineExceededError(
+                f"{method} ran past the run deadline", metadata={"runId": call.run_id}
+            )
+        except AgentRunnerError as e:
+            err = e
+        except Exception as exc:
+            err = self._internal(method, exc)
+        await self._finish(call, err.reason, err)
+        await abort_with(context, err)
+
+    # -- control stream --------------------------------------------------------------------------------
+    async def control(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        metadata = _metadata(context)
+        try:
+            try:
+                first = await asyncio.wait_for(context.read(), timeout=10.0)
+            except TimeoutError:
+                raise InvalidArgumentError(
+                    "the control stream must start with hello", field="hello"
+                ) from None
+            if first is grpc.aio.EOF or not first.HasField("hello"):
+                raise InvalidArgumentError("the control stream must start with hello", field="hello")
+            hello = first.hello
+            try:
+                session = await self.authenticate(metadata, token=hello.run_token, run_id=hello.run_id)
+            except AgentRunnerError as err:
+                await self._audit_failure("Control", hello.run_id, "", "", err)
+                raise
+            channel = self.hub.get(session.run_id)
+            if channel is None:
+                raise FailedPreconditionError(
+                    "the run is not open on this host", metadata={"runId": session.run_id}
+                )
+        except AgentRunnerError as err:
+            await abort_with(context, err)
+        call = ProxyCall(session=session, method="Control")
+        call.audit["accepts"] = ",".join(hello.accepts)
+        await self._finish(call, "OK")
+        channel.connected = True
+        welcome = proxy_service_pb2.ControlResponse()
+        if session.snapshot.deadline_at is not None:
+            welcome.welcome.deadline_at.FromDatetime(session.snapshot.deadline_at)
+        welcome.welcome.heartbeat_interval.FromMilliseconds(int(self.heartbeat_interval * 1000))
+        await context.write(welcome)
+        reader = asyncio.create_task(self._control_reader(context, session.run_id))
+        try:
+            while True:
+                getter = asyncio.ensure_future(channel.queue.get())
+                done, _ = await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    break
+                signal = getter.result()
+                if signal is None:
+                    break
+                await context.write(signal)
+        finally:
+            reader.cancel()
+            channel.connected = False
+
+    async def _control_reader(self, context: grpc.aio.ServicerContext, run_id: str) -> None:
+        while True:
+            message = await context.read()
+            if message is grpc.aio.EOF:
+                return
+            kind = message.WhichOneof("message")
+            if kind == "ack":
+                self.hub.record_ack(run_id, message.ack)
+            elif kind == "heartbeat":
+                self.hub.record_heartbeat(run_id, message.heartbeat.last_sequence)
+
+    # -- gRPC wiring -----------------------------------------------------------------------------------
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        handlers: dict[str, grpc.RpcMethodHandler] = {}
+        for method in _SERVICE.methods:
+            req_cls = message_factory.GetMessageClass(method.input_type)
+            resp_cls = message_factory.GetMessageClass(method.output_type)
+            kwargs: dict[str, Callable[..., Any]] = {
+                "request_deserializer": req_cls.FromString,
+                "response_serializer": resp_cls.SerializeToString,
+            }
+            name = method.name
+            if name == "Control":
+                handlers[name] = grpc.stream_stream_rpc_method_handler(self.control, **kwargs)
+            elif method.server_streaming:
+                handlers[name] = grpc.unary_stream_rpc_method_handler(self._bind_stream(name), **kwargs)
+            else:
+                handlers[name] = grpc.unary_unary_rpc_method_handler(self._bind_unary(name), **kwargs)
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+
+    def _bind_unary(self, name: str) -> Callable[..., Any]:
+        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await self.unary(name, request, context)
+
+        return handle
+
+    def _bind_stream(self, name: str) -> Callable[..., Any]:
+        async def handle(request: Any, context: grpc.aio.ServicerContext) -> None:
+            await self.stream(name, request, context)
+
+        return handle
+
+
+assert all(inspect.iscoroutinefunction(f) for f in (ProxyServicer.unary, ProxyServicer.stream))

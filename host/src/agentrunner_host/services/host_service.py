@@ -1,0 +1,87 @@
+"""`HostService`: thin gRPC adapter over the orchestrator (all behaviour lives there)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+import structlog
+from google.protobuf import timestamp_pb2
+
+from agentrunner.errors import AgentRunnerError, InvalidArgumentError, RuntimeFailureError, abort_with
+from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
+from agentrunner_host.orchestrator import Orchestrator, Update, record_to_proto
+from agentrunner_host.registry import RunnerRegistry
+
+log = structlog.get_logger("agentrunner_host.host_service")
+
+
+async def _pump(
+    stream: AsyncIterator[Update], context: grpc.aio.ServicerContext, convert: type | None = None
+) -> None:
+    """Writes a stream of updates; typed errors raised before or during it become the call's status."""
+    async with contextlib.aclosing(stream) as updates:
+        try:
+            async for update in updates:
+                await context.write(convert.FromString(update.SerializeToString()) if convert else update)
+        except AgentRunnerError as err:
+            await abort_with(context, err)
+        except Exception:
+            log.exception("host_service.stream_failed")
+            await abort_with(context, RuntimeFailureError("the host failed while streaming this run"))
+
+
+class HostServicer(host_service_pb2_grpc.HostServiceServicer):
+    def __init__(self, orchestrator: Orchestrator, registry: RunnerRegistry) -> None:
+        self.orchestrator = orchestrator
+        self.registry = registry
+
+    async def Run(
+        self, request: host_service_pb2.HostServiceRunRequest, context: grpc.aio.ServicerContext
+    ) -> None:  # type: ignore[override]
+        await _pump(self.orchestrator.run(request, context.invocation_metadata() or ()), context)
+
+    async def AttachRun(
+        self, request: host_service_pb2.AttachRunRequest, context: grpc.aio.ServicerContext
+    ) -> None:  # type: ignore[override]
+        if not request.run_id:
+            await abort_with(context, InvalidArgumentError("run_id is required", field="run_id"))
+        await _pump(
+            self.orchestrator.follow(request.run_id, request.after_sequence),
+            context,
+            host_service_pb2.AttachRunResponse,
+        )
+
+    async def GetRun(
+        self, request: host_service_pb2.GetRunRequest, context: grpc.aio.ServicerContext
+    ) -> host_service_pb2.GetRunResponse:  # type: ignore[override]
+        try:
+            record = await self.orchestrator.get_run(request.run_id)
+        except AgentRunnerError as err:
+            await abort_with(context, err)
+        return host_service_pb2.GetRunResponse(run=record_to_proto(record))
+
+    async def CancelRun(
+        self, request: host_service_pb2.CancelRunRequest, context: grpc.aio.ServicerContext
+    ) -> host_service_pb2.CancelRunResponse:  # type: ignore[override]
+        try:
+            record = await self.orchestrator.cancel_run(request.run_id, request.reason)
+        except AgentRunnerError as err:
+            await abort_with(context, err)
+        return host_service_pb2.CancelRunResponse(run=record_to_proto(record))
+
+    async def ListRunners(
+        self, request: host_service_pb2.HostServiceListRunnersRequest, context: grpc.aio.ServicerContext
+    ) -> host_service_pb2.HostServiceListRunnersResponse:  # type: ignore[override]
+        out = host_service_pb2.HostServiceListRunnersResponse()
+        for runner in self.registry.runners():
+            endpoint = self.registry.endpoints[runner.endpoint_id]
+            item = out.runners.add(
+                endpoint_id=runner.endpoint_id, address=runner.address, available=endpoint.available
+            )
+            item.manifest.CopyFrom(runner.manifest)
+            ts = timestamp_pb2.Timestamp()
+            ts.FromDatetime(runner.refreshed_at)
+            item.refresh_time.CopyFrom(ts)
+        return out

@@ -1,0 +1,378 @@
+"""Artifacts: content-addressed bodies (sha256) with ownership, size, media type and expiry.
+
+Bodies up to `inline_max_bytes` live in the database; larger ones in `directory/<sha[:2]>/<sha>`
+(written atomically before the row commits). An artifact row owns a conversation and run; the blob is
+shared by identical bodies and deleted with its last artifact by `cleanup_expired`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import datetime as dt
+import hashlib
+import os
+import urllib.parse
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, exists
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentrunner.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PayloadTooLargeError,
+    UnauthorizedError,
+)
+from agentrunner.v1 import common_pb2, host_service_pb2, proxy_service_pb2, result_pb2
+from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.store.common import (
+    UnitOfWork,
+    dialect_insert,
+    dict_to_struct,
+    from_timestamp,
+    new_id,
+    struct_to_dict,
+    to_timestamp,
+    utcnow,
+)
+from agentrunner_host.store.db import Database
+from agentrunner_host.store.models import ArtifactBlobRow, ArtifactRow
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ArtifactLimits:
+    #: largest accepted body (incoming attachments, artifact.created content)
+    max_bytes: int = 20 * 1024 * 1024
+    #: bodies up to this size are stored in the database
+    inline_max_bytes: int = 256 * 1024
+    #: hard cap of one ReadArtifact range
+    read_cap_bytes: int = 1024 * 1024
+    default_read_bytes: int = 64 * 1024
+    chunk_bytes: int = 64 * 1024
+    #: retention of artifacts without an explicit expiry; None keeps them
+    default_ttl: dt.timedelta | None = dt.timedelta(days=7)
+
+
+def decode_data_url(url: str, cap: int) -> tuple[bytes, str]:
+    """Decodes `data:[<type>][;base64],<data>`; refuses before decoding when clearly over `cap`."""
+    if not url.startswith("data:") or "," not in url:
+        raise InvalidArgumentError("not a data URL", field="data_url")
+    header, _, payload = url[5:].partition(",")
+    is_base64 = header.endswith(";base64")
+    mime = (header.removesuffix(";base64").split(";")[0] or "text/plain").strip()
+    if (len(payload) * 3 // 4 if is_base64 else len(payload) // 3) > cap:
+        raise PayloadTooLargeError(f"attachment exceeds the {cap}-byte cap", metadata={"capBytes": cap})
+    try:
+        data = (
+            base64.b64decode(payload, validate=True) if is_base64 else urllib.parse.unquote_to_bytes(payload)
+        )
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidArgumentError("the data URL is not valid base64", field="data_url") from exc
+    if len(data) > cap:
+        raise PayloadTooLargeError(f"attachment exceeds the {cap}-byte cap", metadata={"capBytes": cap})
+    return data, mime
+
+
+class ArtifactStore:
+    def __init__(self, db: Database, directory: Path, limits: ArtifactLimits | None = None) -> None:
+        self.db = db
+        self.uow = UnitOfWork(db)
+        self.directory = Path(directory)
+        self.limits = limits or ArtifactLimits()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _path(self, sha: str) -> Path:
+        return self.directory / sha[:2] / sha
+
+    def _write_file(self, sha: str, data: bytes) -> None:
+        path = self._path(sha)
+        if path.exists() and path.stat().st_size == len(data):
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{sha}.{os.getpid()}.{new_id('t')}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def _expiry(self, expires_at: dt.datetime | None) -> dt.datetime | None:
+        if expires_at is not None:
+            return expires_at
+        ttl = self.limits.default_ttl
+        return None if ttl is None else utcnow() + ttl
+
+    async def put_bytes(
+        self,
+        data: bytes,
+        *,
+        source: str,
+        conversation_id: str = "",
+        run_id: str = "",
+        binding_id: str = "",
+        mime_type: str = "application/octet-stream",
+        name: str = "",
+        summary: str = "",
+        expires_at: dt.datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        session: AsyncSession | None = None,
+    ) -> common_pb2.ArtifactRef:
+        if len(data) > self.limits.max_bytes:
+            raise PayloadTooLargeError(
+                f"artifact of {len(data)} bytes exceeds the {self.limits.max_bytes}-byte cap",
+                metadata={"capBytes": self.limits.max_bytes},
+            )
+        sha = hashlib.sha256(data).hexdigest()
+        in_db = len(data) <= self.limits.inline_max_bytes
+        if not in_db:
+            await asyncio.to_thread(self._write_file, sha, data)
+        row = ArtifactRow(
+            artifact_id=new_id("art"),
+            sha256=sha,
+            size_bytes=len(data),
+            mime_type=mime_type or "application/octet-stream",
+            name=name,
+            summary=summary,
+            source=source,
+            conversation_id=conversation_id,
+            run_id=run_id,
+            binding_id=binding_id,
+            meta=dict(metadata or {}),
+            created_at=utcnow(),
+            expires_at=self._expiry(expires_at),
+        )
+        async with self.uow.write(session) as s:
+            insert = dialect_insert(s)
+            await s.execute(
+                insert(ArtifactBlobRow)
+                .values(
+                    sha256=sha,
+                    size_bytes=len(data),
+                    location="db" if in_db else "file",
+                    body=data if in_db else None,
+                    created_at=utcnow(),
+                )
+                .on_conflict_do_nothing(index_elements=["sha256"])
+            )
+            s.add(row)
+            await s.flush()
+        return self.to_ref(row)
+
+    async def put_reference(
+        self,
+        uri: str,
+        *,
+        source: str,
+        conversation_id: str = "",
+        run_id: str = "",
+        binding_id: str = "",
+        mime_type: str = "",
+        name: str = "",
+        summary: str = "",
+        expires_at: dt.datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        session: AsyncSession | None = None,
+    ) -> common_pb2.ArtifactRef:
+        """An external URL kept as a reference (never fetched, never a local path)."""
+        scheme = urllib.parse.urlsplit(uri).scheme.lower()
+        if scheme not in {"http", "https"}:
+            raise InvalidArgumentError("artifact URIs must be http(s) URLs", field="uri")
+        row = ArtifactRow(
+            artifact_id=new_id("art"),
+            uri=uri,
+            mime_type=mime_type,
+            name=name,
+            summary=summary,
+            source=source,
+            conversation_id=conversation_id,
+            run_id=run_id,
+            binding_id=binding_id,
+            meta=dict(metadata or {}),
+            created_at=utcnow(),
+            expires_at=self._expiry(expires_at),
+        )
+        async with self.uow.write(session) as s:
+            s.add(row)
+            await s.flush()
+        return self.to_ref(row)
+
+    async def register_attachment(
+        self,
+        attachment: host_service_pb2.InputAttachment,
+        *,
+        conversation_id: str,
+        run_id: str = "",
+        binding_id: str = "",
+        session: AsyncSession | None = None,
+    ) -> common_pb2.ArtifactRef:
+        """An incoming attachment: bytes or a data URL (decoded, size-capped) or a URL reference."""
+        common: dict[str, Any] = {
+            "source": "input",
+            "conversation_id": conversation_id,
+            "run_id": run_id,
+            "binding_id": binding_id,
+            "name": attachment.name,
+            "session": session,
+        }
+        kind = attachment.WhichOneof("source")
+        if kind == "content":
+            return await self.put_bytes(attachment.content, mime_type=attachment.mime_type, **common)
+        if kind == "data_url":
+            data, mime = decode_data_url(attachment.data_url, self.limits.max_bytes)
+            return await self.put_bytes(data, mime_type=attachment.mime_type or mime, **common)
+        if kind == "uri":
+            return await self.put_reference(attachment.uri, mime_type=attachment.mime_type, **common)
+        raise InvalidArgumentError("attachment has no content, data_url or uri", field="attachments")
+
+    async def register_created(
+        self,
+        created: result_pb2.ArtifactCreated,
+        *,
+        snapshot: AuthorizationSnapshot,
+        session: AsyncSession | None = None,
+    ) -> common_pb2.ArtifactRef:
+        """An `artifact.created` result: inline content is stored, a URL is kept as a reference."""
+        ref = created.artifact
+        common: dict[str, Any] = {
+            "source": "runner",
+            "conversation_id": snapshot.conversation_id,
+            "run_id": snapshot.run_id,
+            "binding_id": snapshot.binding_id,
+            "mime_type": ref.mime_type,
+            "name": ref.name,
+            "summary": ref.summary,
+            "expires_at": from_timestamp(ref.expires_at) if ref.HasField("expires_at") else None,
+            "metadata": struct_to_dict(ref.metadata) if ref.HasField("metadata") else None,
+            "session": session,
+        }
+        if created.content:
+            stored = await self.put_bytes(created.content, **common)
+            if ref.sha256 and ref.sha256.lower() != stored.sha256:
+                raise InvalidArgumentError("artifact sha256 does not match its content", field="sha256")
+            return stored
+        if ref.uri:
+            return await self.put_reference(ref.uri, **common)
+        raise InvalidArgumentError("artifact.created needs content or a uri", field="artifact")
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def get(self, artifact_id: str) -> ArtifactRow | None:
+        async with self.db.read() as s:
+            return await s.get(ArtifactRow, artifact_id)
+
+    async def authorize(self, snapshot: AuthorizationSnapshot, artifact_id: str) -> ArtifactRow:
+        """The artifact if this run may see it: owned by its conversation or run (or granted
+        cross-conversation), and not expired."""
+        if not artifact_id:
+            raise InvalidArgumentError("artifact_id is required", field="artifact_id")
+        row = await self.get(artifact_id)
+        if row is None:
+            raise NotFoundError("artifact not found", metadata={"artifactId": artifact_id})
+        owned = (snapshot.conversation_id and row.conversation_id == snapshot.conversation_id) or (
+            row.run_id == snapshot.run_id
+        )
+        if not owned and not snapshot.cross_conversation:
+            raise UnauthorizedError(
+                "artifact belongs to another conversation", metadata={"resource": f"artifact:{artifact_id}"}
+            )
+        if row.expires_at is not None and row.expires_at <= utcnow():
+            raise NotFoundError(
+                "artifact has expired", metadata={"artifactId": artifact_id, "expired": "true"}
+            )
+        return row
+
+    async def _blob(self, row: ArtifactRow) -> ArtifactBlobRow:
+        if not row.sha256:
+            raise FailedPreconditionError(
+                "artifact is an external reference; fetch its uri", metadata={"uri": row.uri}
+            )
+        async with self.db.read() as s:
+            blob = await s.get(ArtifactBlobRow, row.sha256)
+        if blob is None:
+            raise NotFoundError("artifact body is gone", metadata={"artifactId": row.artifact_id})
+        return blob
+
+    def _read_file(self, sha: str, offset: int, length: int) -> bytes:
+        with self._path(sha).open("rb") as fh:
+            fh.seek(offset)
+            return fh.read(length)
+
+    async def read_range(self, row: ArtifactRow, offset: int, length: int) -> tuple[bytes, bool]:
+        """At most `read_cap_bytes` from `offset`; returns the bytes and whether more follow."""
+        if offset < 0 or length < 0:
+            raise InvalidArgumentError("offset and length must not be negative", field="offset")
+        length = min(length or self.limits.default_read_bytes, self.limits.read_cap_bytes)
+        blob = await self._blob(row)
+        if offset > blob.size_bytes:
+            raise InvalidArgumentError("offset is past the end of the artifact", field="offset")
+        if blob.location == "db":
+            data = (blob.body or b"")[offset : offset + length]
+        else:
+            data = await asyncio.to_thread(self._read_file, blob.sha256, offset, length)
+        return data, offset + len(data) < blob.size_bytes
+
+    async def iter_chunks(self, row: ArtifactRow) -> AsyncIterator[tuple[int, bytes]]:
+        """The whole body in `chunk_bytes` pieces, with their offsets."""
+        blob = await self._blob(row)
+        step = self.limits.chunk_bytes
+        for offset in range(0, blob.size_bytes, step):
+            if blob.location == "db":
+                chunk = (blob.body or b"")[offset : offset + step]
+            else:
+                chunk = await asyncio.to_thread(self._read_file, blob.sha256, offset, step)
+            yield offset, chunk
+
+    # -- retention -----------------------------------------------------------------------------
+
+    async def cleanup_expired(self, now: dt.datetime | None = None) -> int:
+        """Deletes expired artifacts and the blobs (rows and files) no artifact uses any more."""
+        now = now or utcnow()
+        async with self.db.write() as s:
+            result = await s.execute(
+                delete(ArtifactRow).where(ArtifactRow.expires_at.is_not(None), ArtifactRow.expires_at <= now)
+            )
+            removed = int(result.rowcount or 0)  # type: ignore[attr-defined]
+            orphan = ~exists().where(ArtifactRow.sha256 == ArtifactBlobRow.sha256)
+            gone = (
+                await s.execute(
+                    delete(ArtifactBlobRow)
+                    .where(orphan)
+                    .returning(ArtifactBlobRow.sha256, ArtifactBlobRow.location)
+                )
+            ).all()
+        for sha, location in gone:
+            if location == "file":
+                await asyncio.to_thread(self._path(sha).unlink, missing_ok=True)
+        return removed
+
+    # -- wire forms ----------------------------------------------------------------------------
+
+    def to_ref(self, row: ArtifactRow) -> common_pb2.ArtifactRef:
+        ref = common_pb2.ArtifactRef(
+            artifact_id=row.artifact_id,
+            mime_type=row.mime_type,
+            size_bytes=row.size_bytes,
+            sha256=row.sha256,
+            name=row.name,
+            uri=row.uri,
+            summary=row.summary,
+        )
+        ts = to_timestamp(row.expires_at)
+        if ts is not None:
+            ref.expires_at.CopyFrom(ts)
+        if row.meta:
+            ref.metadata.CopyFrom(dict_to_struct(row.meta))
+        return ref
+
+    def to_metadata(self, row: ArtifactRow) -> proxy_service_pb2.ArtifactMetadata:
+        meta = proxy_service_pb2.ArtifactMetadata(
+            ref=self.to_ref(row), source=row.source, conversation_id=row.conversation_id, run_id=row.run_id
+        )
+        ts = to_timestamp(row.created_at)
+        if ts is not None:
+            meta.create_time.CopyFrom(ts)
+        return meta

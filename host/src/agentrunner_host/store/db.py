@@ -1,0 +1,204 @@
+"""The database: async engine and sessions, Alembic upgrade and the "is it migrated?" check.
+
+SQLite (`sqlite+aiosqlite:///path`) is the embedded default; PostgreSQL (`postgresql+psycopg://…`) is
+the production backend. On SQLite every write transaction starts with `BEGIN IMMEDIATE` (and is
+serialized in-process), so concurrent writers queue on the busy timeout instead of failing on a lock
+upgrade; WAL keeps readers off the writers' path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from agentrunner.errors import RuntimeFailureError
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+DEFAULT_URL = "sqlite+aiosqlite:///var/agentrunner-host.db"
+#: The command users run to migrate (the host CLI exposes `migrate_cli` under this name).
+UPGRADE_COMMAND = "agentrunner-host db upgrade"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+class DatabaseNotMigratedError(RuntimeError):
+    """The database schema is not at the head revision; the message says what to run."""
+
+
+class StoreError(RuntimeFailureError):
+    """A database failure surfaced as the protocol's `RUNTIME_ERROR` (never a stack trace)."""
+
+
+def _normalize(url: str | URL) -> URL:
+    parsed = make_url(url)
+    if parsed.drivername in {"sqlite", "sqlite+pysqlite"}:
+        parsed = parsed.set(drivername="sqlite+aiosqlite")
+    elif parsed.drivername in {"postgresql", "postgres", "postgresql+psycopg2"}:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    if parsed.drivername not in {"sqlite+aiosqlite", "postgresql+psycopg"}:
+        raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}")
+    if parsed.drivername.startswith("sqlite"):
+        if not parsed.database or parsed.database == ":memory:":
+            raise ValueError("SQLite needs a file path (sqlite+aiosqlite:///path/to/host.db)")
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    return parsed
+
+
+def _sync_url(url: str | URL) -> URL:
+    """The same database through a sync driver, for Alembic (no event loop needed)."""
+    parsed = _normalize(url)
+    if parsed.drivername == "sqlite+aiosqlite":
+        return parsed.set(drivername="sqlite+pysqlite")
+    return parsed  # psycopg 3 is both sync and async
+
+
+def safe_url(url: str | URL) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def _install_sqlite_pragmas(sync_engine: Any) -> None:
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event decide how a transaction starts (pysqlite would BEGIN lazily).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+class Database:
+    """An async engine and its session factory."""
+
+    def __init__(self, url: str | URL = DEFAULT_URL, *, pool_size: int = 10, echo: bool = False) -> None:
+        self.url = _normalize(url)
+        self.dialect = "sqlite" if self.url.drivername.startswith("sqlite") else "postgresql"
+        kwargs: dict[str, Any] = {"echo": echo}
+        if self.dialect == "sqlite":
+            kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        else:
+            # No pre-ping (a round trip per checkout); stale connections are recycled instead.
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_recycle=1800)
+        self.engine: AsyncEngine = create_async_engine(self.url, **kwargs)
+        if self.dialect == "sqlite":
+            _install_sqlite_pragmas(self.engine.sync_engine)
+        self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        # Reads on PostgreSQL run in autocommit: no BEGIN/COMMIT round trips on the hot pull paths.
+        read_engine = (
+            self.engine
+            if self.dialect == "sqlite"
+            else self.engine.execution_options(isolation_level="AUTOCOMMIT")
+        )
+        self._read_sessions = async_sessionmaker(read_engine, expire_on_commit=False)
+        self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A read-only unit of work (each statement sees committed data; no multi-statement snapshot)."""
+        try:
+            async with self._read_sessions() as session:
+                yield session
+        except DBAPIError as exc:
+            raise StoreError(f"database read failed: {type(exc.orig).__name__}", retryable=True) from exc
+
+    @contextlib.asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """One transaction: everything inside commits together or not at all."""
+        lock = self._write_lock or contextlib.nullcontext()
+        try:
+            async with lock, self.engine.connect() as conn:
+                if self.is_sqlite:
+                    await conn.execution_options(sqlite_begin="IMMEDIATE")
+                async with AsyncSession(bind=conn, expire_on_commit=False) as session, session.begin():
+                    yield session
+        except DBAPIError as exc:
+            raise StoreError(f"database write failed: {type(exc.orig).__name__}", retryable=True) from exc
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def _alembic_config(url: str | URL) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    # Passed as an attribute, not an ini option: a URL's '%' would break ini interpolation.
+    cfg.attributes["url"] = _sync_url(url)
+    return cfg
+
+
+def head_revisions() -> set[str]:
+    return set(ScriptDirectory.from_config(_alembic_config("sqlite:///unused/x.db")).get_heads())
+
+
+def current_revisions(url: str | URL) -> set[str]:
+    engine = create_engine(_sync_url(url))
+    try:
+        with engine.connect() as conn:
+            return set(MigrationContext.configure(conn).get_current_heads())
+    finally:
+        engine.dispose()
+
+
+def upgrade(url: str | URL, revision: str = "head", *, progress: Callable[[str], None] | None = None) -> None:
+    """Upgrades the schema (sync; from async code use `await asyncio.to_thread(upgrade, url)`)."""
+    cfg = _alembic_config(url)
+    if progress is not None:
+        cfg.attributes["progress"] = progress
+    command.upgrade(cfg, revision)
+
+
+def downgrade(url: str | URL, revision: str) -> None:
+    command.downgrade(_alembic_config(url), revision)
+
+
+def ensure_current(url: str | URL, *, command_hint: str = UPGRADE_COMMAND) -> None:
+    """Raises `DatabaseNotMigratedError` unless the schema is at head (call before serving)."""
+    heads = head_revisions()
+    try:
+        current = current_revisions(url)
+    except DBAPIError as exc:
+        raise DatabaseNotMigratedError(
+            f"cannot open database {safe_url(url)}: {type(exc.orig).__name__}: {exc.orig}"
+        ) from exc
+    if current != heads:
+        at = ", ".join(sorted(current)) or "an empty schema"
+        raise DatabaseNotMigratedError(
+            f"database {safe_url(url)} is at {at}, but this host needs revision "
+            f"{', '.join(sorted(heads))}. Run `{command_hint} --database-url '{safe_url(url)}'` "
+            "to migrate it, then start the host again."
+        )
+
+
+def migrate_cli(url: str | URL, *, echo: Callable[[str], None] = print) -> None:
+    """The body of the CLI's upgrade command: migrates and prints each step."""
+    before = current_revisions(url)
+    echo(f"database: {safe_url(url)}")
+    echo(f"current revision: {', '.join(sorted(before)) or '(empty)'}")
+    upgrade(url, progress=lambda step: echo(f"  applied {step}"))
+    after = current_revisions(url)
+    if after == before:
+        echo("already at head; nothing to do")
+    else:
+        echo(f"upgraded to {', '.join(sorted(after))}")

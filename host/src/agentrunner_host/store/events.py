@@ -1,0 +1,244 @@
+"""The append-only event log (HOST_SDK §4.7) and the proxy-call audit sink (PROTOCOL_V1 §11).
+
+One table, one `kind` per record family: `event` (incoming events, keyed by their event id), `result`
+(run results other than deltas), `tool` (tool telemetry), `action` (`action.requested` telemetry),
+`error`, and `audit` (proxy calls; never shown to runners). Only summaries and small structured data
+are stored: bodies live in the artifact store, messages in the transcript.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentrunner.v1 import host_service_pb2, proxy_service_pb2
+from agentrunner_host.store.common import (
+    CursorCodec,
+    UnitOfWork,
+    clip_json,
+    dialect_insert,
+    dict_to_struct,
+    json_to_message,
+    message_to_json,
+    new_id,
+    struct_to_dict,
+    to_timestamp,
+    utcnow,
+)
+from agentrunner_host.store.db import Database
+from agentrunner_host.store.models import EventLogRow
+
+KINDS = frozenset({"event", "result", "tool", "action", "error", "audit"})
+#: kinds a runner may read through GetEvent / ListEvents
+RUNNER_VISIBLE_KINDS = ("event", "result", "tool", "action", "error")
+SUMMARY_CHARS = 500
+DATA_CAP_BYTES = 16 * 1024
+
+
+def summarize(text: str, limit: int = SUMMARY_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class EventLog:
+    """Appends and pages log records. Implements `proxy.api.AuditSink`."""
+
+    def __init__(self, db: Database, codec: CursorCodec) -> None:
+        self.db = db
+        self.uow = UnitOfWork(db)
+        self.codec = codec
+
+    async def append(
+        self,
+        *,
+        kind: str,
+        event_type: str,
+        record_id: str = "",
+        conversation_id: str = "",
+        thread_id: str = "",
+        run_id: str = "",
+        runner_id: str = "",
+        bot_id: str = "",
+        workspace_id: str = "",
+        source: str = "",
+        actor: Mapping[str, Any] | None = None,
+        subject: Mapping[str, Any] | None = None,
+        summary: str = "",
+        data: Mapping[str, Any] | None = None,
+        occurred_at: dt.datetime | None = None,
+        session: AsyncSession | None = None,
+    ) -> int | None:
+        """Appends one record; returns its log sequence, or None when `record_id` already exists."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown event log kind {kind!r}")
+        now = utcnow()
+        values = {
+            "record_id": record_id or new_id(kind),
+            "kind": kind,
+            "event_type": event_type,
+            "conversation_id": conversation_id,
+            "thread_id": thread_id,
+            "run_id": run_id,
+            "runner_id": runner_id,
+            "bot_id": bot_id,
+            "workspace_id": workspace_id,
+            "source": source,
+            "actor": dict(actor or {}),
+            "subject": dict(subject or {}),
+            "summary": summarize(summary),
+            "data": clip_json(data or {}, DATA_CAP_BYTES),
+            "occurred_at": occurred_at or now,
+            "created_at": now,
+        }
+        async with self.uow.write(session) as s:
+            insert = dialect_insert(s)
+            stmt = (
+                insert(EventLogRow)
+                .values(**values)
+                .on_conflict_do_nothing(index_elements=["record_id"])
+                .returning(EventLogRow.seq)
+            )
+            return (await s.execute(stmt)).scalar_one_or_none()
+
+    async def record_incoming(
+        self,
+        envelope: host_service_pb2.EventEnvelope,
+        *,
+        run_id: str = "",
+        runner_id: str = "",
+        extra: Mapping[str, Any] | None = None,
+        session: AsyncSession | None = None,
+    ) -> int | None:
+        """Logs an incoming event (summary and small data only); None when already logged."""
+        conversation = envelope.conversation
+        data = struct_to_dict(envelope.data) if envelope.HasField("data") else {}
+        if extra:
+            data = {**data, **extra}
+        return await self.append(
+            kind="event",
+            event_type=envelope.event_type,
+            record_id=envelope.event_id,
+            conversation_id=conversation.conversation_id,
+            thread_id=conversation.thread_id,
+            run_id=run_id,
+            runner_id=runner_id,
+            bot_id=envelope.bot_id or conversation.bot_id,
+            workspace_id=envelope.workspace_id or conversation.workspace_id,
+            source=envelope.source,
+            actor=message_to_json(envelope.actor),
+            subject=message_to_json(envelope.subject),
+            summary=envelope.input.text,
+            data=data,
+            occurred_at=envelope.event_time.ToDatetime(tzinfo=dt.UTC)
+            if envelope.HasField("event_time")
+            else None,
+            session=session,
+        )
+
+    async def record_error(
+        self,
+        *,
+        code: str,
+        message: str,
+        run_id: str = "",
+        runner_id: str = "",
+        conversation_id: str = "",
+        data: Mapping[str, Any] | None = None,
+    ) -> int | None:
+        return await self.append(
+            kind="error",
+            event_type=code,
+            run_id=run_id,
+            runner_id=runner_id,
+            conversation_id=conversation_id,
+            summary=message,
+            data=data,
+        )
+
+    async def record_proxy_call(
+        self,
+        *,
+        run_id: str,
+        runner_id: str,
+        method: str,
+        resource: str,
+        outcome: str,
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`AuditSink`: one record per proxy call (run, runner, method, resource, outcome)."""
+        detail = dict(detail or {})
+        await self.append(
+            kind="audit",
+            event_type=method,
+            run_id=run_id,
+            runner_id=runner_id,
+            conversation_id=str(detail.pop("conversation_id", "")),
+            summary=f"{method} {resource} -> {outcome}",
+            data={"resource": resource, "outcome": outcome, **detail},
+        )
+
+    async def get(self, record_id: str, *, kinds: Sequence[str] = RUNNER_VISIBLE_KINDS) -> EventLogRow | None:
+        async with self.db.read() as s:
+            return await s.scalar(
+                select(EventLogRow).where(EventLogRow.record_id == record_id, EventLogRow.kind.in_(kinds))
+            )
+
+    async def page(
+        self,
+        *,
+        conversation_id: str,
+        before_seq: int | None = None,
+        event_types: Sequence[str] = (),
+        kinds: Sequence[str] = RUNNER_VISIBLE_KINDS,
+        run_id: str = "",
+        limit: int = 50,
+    ) -> tuple[list[EventLogRow], bool]:
+        """Newest `limit` records before `before_seq`, returned oldest first, and whether more exist."""
+        stmt = select(EventLogRow).where(EventLogRow.kind.in_(kinds))
+        if conversation_id:
+            stmt = stmt.where(EventLogRow.conversation_id == conversation_id)
+        if run_id:
+            stmt = stmt.where(EventLogRow.run_id == run_id)
+        if event_types:
+            stmt = stmt.where(EventLogRow.event_type.in_(list(event_types)))
+        if before_seq is not None:
+            stmt = stmt.where(EventLogRow.seq < before_seq)
+        stmt = stmt.order_by(EventLogRow.seq.desc()).limit(limit + 1)
+        async with self.db.read() as s:
+            rows = list((await s.scalars(stmt)).all())
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        rows.reverse()
+        return rows, has_more
+
+    def cursor(self, row: EventLogRow) -> str:
+        return self.codec.encode("event", row.conversation_id, row.seq)
+
+    def decode_cursor(self, conversation_id: str, token: str, field: str) -> int:
+        return self.codec.decode(token, kind="event", scope=conversation_id, field=field)
+
+    def to_proto(self, row: EventLogRow) -> proxy_service_pb2.EventRecord:
+        record = proxy_service_pb2.EventRecord(
+            event_id=row.record_id,
+            event_type=row.event_type,
+            source=row.source or row.kind,
+            conversation_id=row.conversation_id,
+            thread_id=row.thread_id,
+            input_summary=row.summary,
+            data=dict_to_struct({**row.data, **({"run_id": row.run_id} if row.run_id else {})}),
+            seq=row.seq,
+            cursor=self.cursor(row),
+            bot_id=row.bot_id,
+            workspace_id=row.workspace_id,
+        )
+        ts = to_timestamp(row.occurred_at)
+        if ts is not None:
+            record.event_time.CopyFrom(ts)
+        if row.actor:
+            json_to_message(row.actor, record.actor)
+        if row.subject:
+            json_to_message(row.subject, record.subject)
+        return record

@@ -1,0 +1,403 @@
+"""`FactStores`: every fact store of the host, built from one `Database`, plus the orchestrator's
+entry points that write several stores in one transaction.
+
+Typical host wiring::
+
+    db = Database(settings.database_url)
+    ensure_current(settings.database_url)            # refuse an un-migrated database
+    stores = await FactStores.open(db, FactStoreSettings(artifact_dir=..., owner=instance_id))
+    await stores.mark_interrupted()                  # crash recovery, once at startup
+    maintenance = asyncio.create_task(stores.run_maintenance())
+
+    # per event / run (orchestrator)
+    record = await stores.ledger.create_run(RunRecord(...))          # duplicate event -> existing run
+    recorded = await stores.record_event(envelope, run_id=..., runner_id=..., binding_id=...)
+    state = await stores.state.snapshot(snapshot)                      # RunContext.state
+    await stores.sessions.register(RunSession(...))
+    for result in results:  await stores.record_result(snapshot, result)
+    await stores.ledger.finish_run(run_id, status, reason, usage)
+    await stores.sessions.unregister(run_id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select, update
+
+from agentrunner.protocol import result_type
+from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
+from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.store.artifacts import ArtifactLimits, ArtifactStore
+from agentrunner_host.store.common import (
+    CursorCodec,
+    dialect_insert,
+    message_to_json,
+    struct_to_dict,
+    value_to_python,
+)
+from agentrunner_host.store.db import Database
+from agentrunner_host.store.events import EventLog
+from agentrunner_host.store.ledger import SqlRunLedger
+from agentrunner_host.store.models import (
+    ArtifactRow,
+    EventLogRow,
+    HostSecret,
+    RunRow,
+    RunSessionRow,
+    TranscriptRow,
+)
+from agentrunner_host.store.sessions import SqlSessionRegistry
+from agentrunner_host.store.state import StateStore, scope_name
+from agentrunner_host.store.steering import SteeringQueue
+from agentrunner_host.store.storage import StorageStore
+from agentrunner_host.store.transcript import Transcript
+
+log = logging.getLogger(__name__)
+
+_CURSOR_SECRET = "cursor-hmac"
+_RESULT_KINDS = {
+    "tool_call_started": "tool",
+    "tool_call_completed": "tool",
+    "action_requested": "action",
+    "run_failed": "error",
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FactStoreSettings:
+    #: where artifact bodies larger than `artifact_limits.inline_max_bytes` are written
+    artifact_dir: Path = Path("var/artifacts")
+    artifact_limits: ArtifactLimits = dataclasses.field(default_factory=ArtifactLimits)
+    state_value_cap_bytes: int = 64 * 1024
+    storage_value_cap_bytes: int = 1024 * 1024
+    #: hard caps of the pull APIs
+    history_page_cap: int = 200
+    history_page_default: int = 50
+    search_cap: int = 50
+    events_page_cap: int = 200
+    runs_page_cap: int = 100
+    #: this host instance; crash recovery interrupts only the runs it owns
+    owner: str = ""
+    #: how often `run_maintenance` deletes expired artifacts and stale sessions (seconds)
+    maintenance_interval: float = 300.0
+
+
+@dataclasses.dataclass(slots=True)
+class RecordedEvent:
+    """What `record_event` stored, for building `RunContext.input` and `ContextAccess`."""
+
+    event_seq: int | None
+    #: the user message's transcript sequence (None for non-message events)
+    transcript_seq: int | None
+    #: cursor to page history *before* the current message (ContextAccess.latest_cursor)
+    latest_cursor: str
+    has_history_before: bool
+    #: incoming attachments registered as artifacts, in order (RunInput.attachments)
+    attachments: list[common_pb2.ArtifactRef]
+    #: False when the event id was already recorded (a duplicate delivery): nothing was written
+    created: bool
+
+
+class FactStores:
+    def __init__(self, db: Database, codec: CursorCodec, settings: FactStoreSettings) -> None:
+        self.db = db
+        self.codec = codec
+        self.settings = settings
+        self.events = EventLog(db, codec)
+        self.ledger = SqlRunLedger(db, codec, owner=settings.owner)
+        self.sessions = SqlSessionRegistry(db)
+        self.transcript = Transcript(db, codec)
+        self.artifacts = ArtifactStore(db, settings.artifact_dir, settings.artifact_limits)
+        self.state = StateStore(db, value_cap_bytes=settings.state_value_cap_bytes)
+        self.storage = StorageStore(db, value_cap_bytes=settings.storage_value_cap_bytes)
+        self.steering = SteeringQueue(db)
+
+    @classmethod
+    async def open(cls, db: Database, settings: FactStoreSettings | None = None) -> FactStores:
+        """Builds the stores; loads (or creates, once for all replicas) the cursor key."""
+        async with db.write() as s:
+            insert = dialect_insert(s)
+            await s.execute(
+                insert(HostSecret)
+                .values(name=_CURSOR_SECRET, value=secrets.token_bytes(32))
+                .on_conflict_do_nothing(index_elements=["name"])
+            )
+            secret = await s.scalar(select(HostSecret.value).where(HostSecret.name == _CURSOR_SECRET))
+        assert secret is not None
+        return cls(db, CursorCodec(secret), settings or FactStoreSettings())
+
+    # -- orchestrator entry points ---------------------------------------------------------------
+
+    async def record_event(
+        self,
+        envelope: host_service_pb2.EventEnvelope,
+        *,
+        run_id: str = "",
+        runner_id: str = "",
+        binding_id: str = "",
+    ) -> RecordedEvent:
+        """Records an incoming event in one transaction: the event log entry (summary and small data),
+        its attachments as artifacts (bytes / data URLs decoded with the size cap, URLs as
+        references) and, for `message.received` only, the user message in the transcript.
+        Idempotent per event id: a duplicate delivery writes nothing and returns `created=False`."""
+        conversation_id = envelope.conversation.conversation_id
+        thread_id = envelope.conversation.thread_id
+        async with self.db.write() as s:
+            seq = await self.events.record_incoming(envelope, run_id=run_id, runner_id=runner_id, session=s)
+            if seq is not None:
+                refs: list[common_pb2.ArtifactRef] = []
+                for attachment in envelope.input.attachments:
+                    refs.append(
+                        await self.artifacts.register_attachment(
+                            attachment,
+                            conversation_id=conversation_id,
+                            run_id=run_id,
+                            binding_id=binding_id,
+                            session=s,
+                        )
+                    )
+                if refs:
+                    row = await s.scalar(select(EventLogRow).where(EventLogRow.seq == seq))
+                    assert row is not None
+                    row.data = {**row.data, "attachments": [r.artifact_id for r in refs]}
+                transcript_seq: int | None = None
+                if envelope.event_type == "message.received" and conversation_id:
+                    item = await self.transcript.append(
+                        conversation_id=conversation_id,
+                        thread_id=thread_id,
+                        role="user",
+                        content=envelope.input.text,
+                        contents=list(envelope.input.contents),
+                        artifacts=refs,
+                        event_id=envelope.event_id,
+                        run_id=run_id,
+                        metadata={"actor_id": envelope.actor.actor_id} if envelope.actor.actor_id else None,
+                        session=s,
+                    )
+                    transcript_seq = item.seq
+        if seq is None:
+            return await self._recorded_duplicate(envelope)
+        return await self._recorded(conversation_id, seq, transcript_seq, refs, created=True)
+
+    async def _recorded(
+        self,
+        conversation_id: str,
+        event_seq: int | None,
+        transcript_seq: int | None,
+        refs: list[common_pb2.ArtifactRef],
+        *,
+        created: bool,
+    ) -> RecordedEvent:
+        if transcript_seq is not None:
+            position = transcript_seq
+        else:
+            position = await self.transcript.latest_seq(conversation_id) + 1 if conversation_id else 1
+        return RecordedEvent(
+            event_seq=event_seq,
+            transcript_seq=transcript_seq,
+            latest_cursor=self.transcript.cursor(conversation_id, position) if conversation_id else "",
+            has_history_before=position > 1,
+            attachments=refs,
+            created=created,
+        )
+
+    async def _recorded_duplicate(self, envelope: host_service_pb2.EventEnvelope) -> RecordedEvent:
+        async with self.db.read() as s:
+            event = await s.scalar(select(EventLogRow).where(EventLogRow.record_id == envelope.event_id))
+            item = await s.scalar(
+                select(TranscriptRow).where(
+                    TranscriptRow.event_id == envelope.event_id, TranscriptRow.role == "user"
+                )
+            )
+            ids = list((event.data or {}).get("attachments", [])) if event is not None else []
+            rows = {
+                r.artifact_id: r
+                for r in await s.scalars(select(ArtifactRow).where(ArtifactRow.artifact_id.in_(ids)))
+            }
+        refs = [self.artifacts.to_ref(rows[i]) for i in ids if i in rows]
+        return await self._recorded(
+            envelope.conversation.conversation_id,
+            event.seq if event is not None else None,
+            item.seq if item is not None else None,
+            refs,
+            created=False,
+        )
+
+    async def record_result(
+        self,
+        snapshot: AuthorizationSnapshot,
+        result: result_pb2.RunResult,
+        *,
+        append_to_ledger: bool = True,
+    ) -> bool:
+        """Applies one validated run result, all in one transaction:
+
+        - the ledger row (`run_results`, unique `(run_id, sequence)`; skip with `append_to_ledger=False`
+          when another `RunLedger` stores results);
+        - the event log entry (every type except `message.delta`; tool results as `tool`,
+          `action.requested` as `action`, `run.failed` as `error` telemetry);
+        - `message.completed` -> assistant transcript item (with its artifact refs);
+          `run.completed.message` -> assistant item unless the run already wrote one;
+        - `artifact.created` -> artifact store (inline content stored content-addressed);
+        - `state.updated` -> state store (scope checked against `snapshot`; a null value deletes).
+
+        Returns False (and writes nothing) when the sequence is already stored. Raises
+        `AgentRunnerError` (e.g. `UnauthorizedError` for an ungranted state scope,
+        `PayloadTooLargeError`) or `StoreError` with nothing written; the caller fails the run.
+        Do not call `ledger.append_result` for the same result as well.
+        """
+        kind = result.WhichOneof("payload")
+        if kind is None:
+            log.warning(
+                "ignoring a result of unknown type (run %s, seq %s)", snapshot.run_id, result.sequence
+            )
+            return False
+        async with self.db.write() as s:
+            if append_to_ledger and not await self.ledger.insert_result(s, snapshot.run_id, result):
+                return False
+            if kind != "message_delta":
+                await self.events.append(
+                    kind=_RESULT_KINDS.get(kind, "result"),
+                    event_type=result_type(result) or kind,
+                    record_id=f"{snapshot.run_id}:{result.sequence}",
+                    conversation_id=snapshot.conversation_id,
+                    thread_id=snapshot.thread_id,
+                    run_id=snapshot.run_id,
+                    runner_id=snapshot.runner_id,
+                    bot_id=snapshot.bot_id,
+                    workspace_id=snapshot.workspace_id,
+                    source="runner",
+                    summary=_summary(result),
+                    data=_telemetry(result),
+                    session=s,
+                )
+            if kind == "message_completed":
+                await self._assistant(s, snapshot, result.message_completed.message)
+            elif kind == "run_completed" and result.run_completed.HasField("message"):
+                if not await self.transcript.has_assistant_item(s, snapshot.run_id):
+                    await self._assistant(s, snapshot, result.run_completed.message)
+            elif kind == "artifact_created":
+                await self.artifacts.register_created(result.artifact_created, snapshot=snapshot, session=s)
+            elif kind == "state_updated":
+                update = result.state_updated
+                value = value_to_python(update.value) if update.HasField("value") else None
+                await self.state.set(snapshot, scope_name(update.scope), update.key, value, session=s)
+        return True
+
+    async def _assistant(
+        self, s: Any, snapshot: AuthorizationSnapshot, message: common_pb2.AssistantMessage
+    ) -> None:
+        if not snapshot.conversation_id:
+            return
+        if not (message.content or message.contents or message.artifacts):
+            return
+        await self.transcript.append(
+            conversation_id=snapshot.conversation_id,
+            thread_id=snapshot.thread_id,
+            role="assistant",
+            content=message.content,
+            contents=list(message.contents),
+            artifacts=list(message.artifacts),
+            event_id=snapshot.event_id,
+            run_id=snapshot.run_id,
+            metadata={"message_id": message.message_id} if message.message_id else None,
+            session=s,
+        )
+
+    async def mark_interrupted(self) -> int:
+        """Crash recovery at startup: runs this instance left created/running become interrupted,
+        and their run tokens are revoked."""
+        count = await self.ledger.mark_interrupted()
+        if count:
+            async with self.db.write() as s:
+                interrupted = select(RunRow.run_id).where(
+                    RunRow.status == common_pb2.RUN_STATUS_INTERRUPTED, RunRow.owner == self.settings.owner
+                )
+                await s.execute(
+                    update(RunSessionRow)
+                    .where(RunSessionRow.run_id.in_(interrupted.scalar_subquery()))
+                    .values(revoked=True)
+                )
+            log.warning("marked %d runs left open by a previous host process as interrupted", count)
+        return count
+
+    async def cleanup(self) -> dict[str, int]:
+        """One maintenance round: expired artifacts (rows, blobs, files) and stale sessions."""
+        return {
+            "artifacts": await self.artifacts.cleanup_expired(),
+            "sessions": await self.sessions.purge(),
+        }
+
+    async def run_maintenance(self, interval: float | None = None) -> None:
+        """Runs `cleanup` every `interval` seconds until cancelled; a failed round is logged."""
+        interval = interval or self.settings.maintenance_interval
+        while True:
+            try:
+                await self.cleanup()
+            except Exception:
+                log.exception("fact store maintenance failed; retrying in %.0fs", interval)
+            await asyncio.sleep(interval)
+
+
+def _summary(result: result_pb2.RunResult) -> str:
+    kind = result.WhichOneof("payload")
+    if kind == "message_completed":
+        return result.message_completed.message.content
+    if kind == "run_completed":
+        return result.run_completed.message.content or result.run_completed.finish_reason
+    if kind == "run_failed":
+        return f"{result.run_failed.code}: {result.run_failed.message}"
+    if kind == "tool_call_started":
+        return result.tool_call_started.tool_name
+    if kind == "tool_call_completed":
+        done = result.tool_call_completed
+        return f"{done.tool_name} {'failed: ' + done.error_code if done.error_code else 'ok'}"
+    if kind == "action_requested":
+        return result.action_requested.action
+    if kind == "artifact_created":
+        return result.artifact_created.artifact.name or result.artifact_created.artifact.mime_type
+    if kind == "state_updated":
+        return f"{scope_name(result.state_updated.scope) if result.state_updated.scope else '?'}:{result.state_updated.key}"
+    return ""
+
+
+def _telemetry(result: result_pb2.RunResult) -> dict[str, Any]:
+    """Small structured data for the log; bodies and state values are not copied."""
+    kind = result.WhichOneof("payload")
+    data: dict[str, Any] = {"sequence": result.sequence}
+    if kind == "tool_call_started":
+        data.update(
+            tool_call_id=result.tool_call_started.tool_call_id, tool_name=result.tool_call_started.tool_name
+        )
+        if result.tool_call_started.HasField("parameters"):
+            data["parameters"] = struct_to_dict(result.tool_call_started.parameters)
+    elif kind == "tool_call_completed":
+        done = result.tool_call_completed
+        data.update(
+            tool_call_id=done.tool_call_id,
+            tool_name=done.tool_name,
+            error_code=done.error_code,
+            error_message=done.error_message,
+        )
+        if done.HasField("result_preview"):
+            data["result_preview"] = struct_to_dict(done.result_preview)
+    elif kind == "action_requested":
+        data.update(message_to_json(result.action_requested))
+    elif kind == "run_failed":
+        data.update(code=result.run_failed.code, retryable=result.run_failed.retryable)
+    elif kind == "run_completed":
+        data["finish_reason"] = result.run_completed.finish_reason
+    elif kind == "state_updated":
+        data.update(scope=result.state_updated.scope, key=result.state_updated.key)
+    elif kind == "artifact_created":
+        ref = result.artifact_created.artifact
+        data.update(name=ref.name, mime_type=ref.mime_type, size_bytes=len(result.artifact_created.content))
+    if result.HasField("usage"):
+        data["usage"] = message_to_json(result.usage)
+    return data

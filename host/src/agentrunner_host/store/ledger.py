@@ -1,0 +1,267 @@
+"""The run ledger on the database (`ports.RunLedger`): one row per run plus its results in order."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentrunner.errors import AlreadyExistsError, InvalidArgumentError
+from agentrunner.protocol import result_type
+from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
+from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
+from agentrunner_host.store.common import (
+    CursorCodec,
+    UnitOfWork,
+    dialect_insert,
+    dict_to_struct,
+    json_to_message,
+    message_to_json,
+    to_timestamp,
+)
+from agentrunner_host.store.db import Database, StoreError
+from agentrunner_host.store.models import RunResultRow, RunRow
+
+_RECORD_FIELDS = (
+    "run_id",
+    "event_id",
+    "agent_id",
+    "binding_id",
+    "runner_id",
+    "status",
+    "status_reason",
+    "conversation_id",
+    "thread_id",
+    "bot_id",
+    "workspace_id",
+    "trace_id",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "deadline_at",
+    "cancel_requested_at",
+    "usage",
+    "last_sequence",
+)
+_OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
+
+
+def _to_record(row: RunRow) -> RunRecord:
+    return RunRecord(
+        **{name: getattr(row, name) for name in _RECORD_FIELDS},
+        metadata=dict(row.meta or {}),
+    )
+
+
+def run_to_proto(record: RunRecord) -> host_service_pb2.Run:
+    """The wire form of a ledger record (`agentrunner.v1.Run`)."""
+    run = host_service_pb2.Run(
+        run_id=record.run_id,
+        event_id=record.event_id,
+        agent_id=record.agent_id,
+        binding_id=record.binding_id,
+        runner_id=record.runner_id,
+        conversation_id=record.conversation_id,
+        thread_id=record.thread_id,
+        status=record.status,  # type: ignore[arg-type]
+        status_reason=record.status_reason,
+        last_sequence=record.last_sequence,
+        trace_id=record.trace_id,
+        bot_id=record.bot_id,
+        workspace_id=record.workspace_id,
+        metadata=dict_to_struct(record.metadata),
+    )
+    for field, value in (
+        ("create_time", record.created_at),
+        ("start_time", record.started_at),
+        ("finish_time", record.finished_at),
+        ("deadline_time", record.deadline_at),
+        ("cancel_request_time", record.cancel_requested_at),
+    ):
+        ts = to_timestamp(value)
+        if ts is not None:
+            getattr(run, field).CopyFrom(ts)
+    if record.usage:
+        json_to_message(record.usage, run.usage)
+    return run
+
+
+def usage_to_json(usage: common_pb2.Usage) -> dict[str, Any]:
+    return message_to_json(usage)
+
+
+class SqlRunLedger:
+    """`ports.RunLedger` on SQLite/PostgreSQL.
+
+    `owner` names this host instance: `mark_interrupted` only touches runs it created, so a replica
+    restarting does not interrupt runs another replica is serving.
+    """
+
+    def __init__(self, db: Database, codec: CursorCodec, *, owner: str = "") -> None:
+        self.db = db
+        self.uow = UnitOfWork(db)
+        self.codec = codec
+        self.owner = owner
+
+    async def create_run(self, record: RunRecord) -> RunRecord:
+        row = RunRow(
+            **{name: getattr(record, name) for name in _RECORD_FIELDS},
+            meta=dict(record.metadata),
+            owner=self.owner,
+        )
+        try:
+            async with self.db.write() as session:
+                session.add(row)
+                await session.flush()
+            return record
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, IntegrityError):
+                raise
+        # The unique event id lost a race (or is a duplicate): attach to the stored run.
+        async with self.db.read() as session:
+            existing = await session.scalar(select(RunRow).where(RunRow.event_id == record.event_id))
+        if existing is None:
+            raise AlreadyExistsError(f"run id {record.run_id} already exists")
+        return _to_record(existing)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        async with self.db.read() as session:
+            row = await session.scalar(select(RunRow).where(RunRow.run_id == run_id))
+        return None if row is None else _to_record(row)
+
+    async def mark_running(self, run_id: str, started_at: dt.datetime) -> None:
+        async with self.db.write() as session:
+            await session.execute(
+                update(RunRow)
+                .where(RunRow.run_id == run_id, RunRow.status == common_pb2.RUN_STATUS_CREATED)
+                .values(status=common_pb2.RUN_STATUS_RUNNING, started_at=started_at)
+            )
+
+    async def insert_result(self, session: AsyncSession, run_id: str, result: result_pb2.RunResult) -> bool:
+        """Stores one result in the caller's transaction; False when `(run_id, sequence)` exists."""
+        if result.sequence <= 0:
+            raise InvalidArgumentError("result sequence must start at 1", field="sequence")
+        insert = dialect_insert(session)
+        stmt = (
+            insert(RunResultRow)
+            .values(
+                run_id=run_id,
+                sequence=result.sequence,
+                result_type=result_type(result) or "",
+                payload=result.SerializeToString(deterministic=True),
+                created_at=utcnow(),
+            )
+            .on_conflict_do_nothing(index_elements=["run_id", "sequence"])
+            .returning(RunResultRow.id)
+        )
+        if (await session.execute(stmt)).scalar_one_or_none() is None:
+            return False
+        await session.execute(
+            update(RunRow)
+            .where(RunRow.run_id == run_id, RunRow.last_sequence < result.sequence)
+            .values(last_sequence=result.sequence)
+        )
+        return True
+
+    async def append_result(self, run_id: str, result: result_pb2.RunResult) -> None:
+        async with self.db.write() as session:
+            if not await self.insert_result(session, run_id, result):
+                raise AlreadyExistsError(
+                    f"result {result.sequence} of run {run_id} is already stored",
+                    metadata={"runId": run_id, "sequence": result.sequence},
+                )
+
+    async def list_results(
+        self, run_id: str, after_sequence: int = 0, limit: int | None = None
+    ) -> Sequence[result_pb2.RunResult]:
+        stmt = (
+            select(RunResultRow.payload)
+            .where(RunResultRow.run_id == run_id, RunResultRow.sequence > after_sequence)
+            .order_by(RunResultRow.sequence)
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        async with self.db.read() as session:
+            payloads = (await session.scalars(stmt)).all()
+        return [result_pb2.RunResult.FromString(p) for p in payloads]
+
+    async def request_cancel(self, run_id: str, at: dt.datetime) -> RunRecord | None:
+        async with self.db.write() as session:
+            await session.execute(
+                update(RunRow)
+                .where(
+                    RunRow.run_id == run_id,
+                    RunRow.status.in_(_OPEN_STATUSES),
+                    RunRow.cancel_requested_at.is_(None),
+                )
+                .values(cancel_requested_at=at)
+            )
+            row = await session.scalar(select(RunRow).where(RunRow.run_id == run_id))
+        return None if row is None else _to_record(row)
+
+    async def finish_run(
+        self, run_id: str, status: int, reason: str, usage: Mapping[str, Any] | None = None
+    ) -> RunRecord | None:
+        if status not in TERMINAL_STATUSES:
+            raise InvalidArgumentError(f"status {status} is not terminal", field="status")
+        values: dict[str, Any] = {"status": status, "status_reason": reason, "finished_at": utcnow()}
+        if usage is not None:
+            values["usage"] = dict(usage)
+        async with self.db.write() as session:
+            await session.execute(
+                update(RunRow)
+                .where(RunRow.run_id == run_id, RunRow.status.not_in(list(TERMINAL_STATUSES)))
+                .values(**values)
+            )
+            row = await session.scalar(select(RunRow).where(RunRow.run_id == run_id))
+        return None if row is None else _to_record(row)
+
+    async def list_runs(
+        self,
+        conversation_id: str,
+        statuses: Sequence[int] = (),
+        before_cursor: str = "",
+        limit: int = 50,
+    ) -> tuple[Sequence[RunRecord], str]:
+        stmt = select(RunRow).where(RunRow.conversation_id == conversation_id)
+        if statuses:
+            stmt = stmt.where(RunRow.status.in_(list(statuses)))
+        if before_cursor:
+            position = self.codec.decode(
+                before_cursor, kind="run", scope=conversation_id, field="before_cursor"
+            )
+            stmt = stmt.where(RunRow.id < position)
+        stmt = stmt.order_by(RunRow.id.desc()).limit(limit + 1)
+        async with self.db.read() as session:
+            rows = list((await session.scalars(stmt)).all())
+        cursor = ""
+        if len(rows) > limit:
+            rows = rows[:limit]
+            cursor = self.codec.encode("run", conversation_id, rows[-1].id)
+        return [_to_record(r) for r in rows], cursor
+
+    async def mark_interrupted(self) -> int:
+        async with self.db.write() as session:
+            result = await session.execute(
+                update(RunRow)
+                .where(RunRow.status.in_(_OPEN_STATUSES), RunRow.owner == self.owner)
+                .values(
+                    status=common_pb2.RUN_STATUS_INTERRUPTED,
+                    status_reason="host.restarted: the host stopped while the run was open",
+                    finished_at=utcnow(),
+                )
+            )
+        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+    async def count_runs(self, conversation_id: str) -> int:
+        async with self.db.read() as session:
+            return int(
+                await session.scalar(
+                    select(func.count()).select_from(RunRow).where(RunRow.conversation_id == conversation_id)
+                )
+                or 0
+            )

@@ -1,0 +1,48 @@
+"""Alembic environment of the host schema (sync drivers: migrations need no event loop).
+
+Used programmatically by `agentrunner_host.store.db.upgrade`; the URL arrives as a config attribute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from agentrunner_host.store import models  # noqa: F401  (registers the tables on Base.metadata)
+from agentrunner_host.store.base import Base
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def _on_version_apply(*, ctx: Any, step: Any, heads: Any, run_args: Any) -> None:
+    progress = config.attributes.get("progress")
+    if progress is not None:
+        script = step.up_revision if step.is_upgrade else step.down_revision
+        revision = ", ".join(step.up_revision_ids if step.is_upgrade else step.down_revision_ids) or "base"
+        progress(f"{revision} ({script.doc if script is not None else ''})")
+
+
+def run_migrations_online() -> None:
+    url = config.attributes.get("url") or config.get_main_option("sqlalchemy.url")
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            context.configure(
+                connection=connection,
+                target_metadata=target_metadata,
+                render_as_batch=connection.dialect.name == "sqlite",
+                on_version_apply=_on_version_apply,
+                transaction_per_migration=True,
+            )
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():  # pragma: no cover - offline SQL generation is not supported
+    raise SystemExit("offline migrations are not supported; run against a database")
+run_migrations_online()

@@ -1,0 +1,196 @@
+"""Host-owned state (HOST_SDK §4.6, PROTOCOL_V1 §5.10): small JSON values per scope.
+
+Every key lives under an owner key built from the run's snapshot: runner id, binding and the scope's
+identity (conversation + thread, actor, subject, workspace). A runner therefore never sees another
+runner's or binding's state, and a scope must be granted by the snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentrunner.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    PayloadTooLargeError,
+    UnauthorizedError,
+)
+from agentrunner.v1 import common_pb2
+from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, json_size, utcnow
+from agentrunner_host.store.db import Database
+from agentrunner_host.store.models import StateRow
+
+SCOPE_NAMES: dict[int, str] = {
+    common_pb2.STATE_SCOPE_CONVERSATION: "conversation",
+    common_pb2.STATE_SCOPE_ACTOR: "actor",
+    common_pb2.STATE_SCOPE_SUBJECT: "subject",
+    common_pb2.STATE_SCOPE_RUNNER: "runner",
+    common_pb2.STATE_SCOPE_BINDING: "binding",
+    common_pb2.STATE_SCOPE_WORKSPACE: "workspace",
+}
+MAX_KEY_CHARS = 256
+LIST_CAP = 100
+SNAPSHOT_KEYS_PER_SCOPE = 100
+
+
+def scope_name(scope: int | str) -> str:
+    if isinstance(scope, str):
+        if scope in SCOPE_NAMES.values():
+            return scope
+    elif scope in SCOPE_NAMES:
+        return SCOPE_NAMES[scope]
+    raise InvalidArgumentError(f"unknown state scope {scope!r}", field="scope")
+
+
+def _identity(snapshot: AuthorizationSnapshot, scope: str) -> str:
+    match scope:
+        case "conversation":
+            value = snapshot.conversation_id and f"{snapshot.conversation_id}\x1f{snapshot.thread_id}"
+        case "actor":
+            value = snapshot.actor_id
+        case "subject":
+            value = snapshot.subject_id
+        case "workspace":
+            value = snapshot.workspace_id
+        case _:  # runner, binding: the namespace itself is the identity
+            value = "-"
+    if not value:
+        raise FailedPreconditionError(f"this run has no {scope} identity for {scope} state")
+    return value
+
+
+class StateStore:
+    def __init__(self, db: Database, *, value_cap_bytes: int = 64 * 1024) -> None:
+        self.db = db
+        self.uow = UnitOfWork(db)
+        self.value_cap_bytes = value_cap_bytes
+
+    def owner_key(
+        self, snapshot: AuthorizationSnapshot, scope: int | str, *, check: bool = True
+    ) -> tuple[str, str]:
+        """(scope name, owner key) for the run; refuses an ungranted scope."""
+        name = scope_name(scope)
+        if check and name not in snapshot.state_scopes:
+            raise UnauthorizedError(
+                f"{name} state is not authorized for this run",
+                metadata={"runId": snapshot.run_id, "resource": f"state:{name}"},
+            )
+        binding = "" if name == "workspace" else snapshot.binding_id
+        return name, "\x1e".join((snapshot.runner_id, binding, _identity(snapshot, name)))
+
+    @staticmethod
+    def _check_key(key: str) -> None:
+        if not key or len(key) > MAX_KEY_CHARS:
+            raise InvalidArgumentError(f"state keys are 1..{MAX_KEY_CHARS} characters", field="key")
+
+    async def get(self, snapshot: AuthorizationSnapshot, scope: int | str, key: str) -> tuple[bool, Any]:
+        name, owner = self.owner_key(snapshot, scope)
+        self._check_key(key)
+        async with self.db.read() as s:
+            row = await s.scalar(
+                select(StateRow).where(
+                    StateRow.scope == name, StateRow.owner_key == owner, StateRow.key == key
+                )
+            )
+        return (False, None) if row is None else (True, row.value)
+
+    async def set(
+        self,
+        snapshot: AuthorizationSnapshot,
+        scope: int | str,
+        key: str,
+        value: Any,
+        *,
+        session: AsyncSession | None = None,
+    ) -> None:
+        """Writes a JSON value (a None value deletes the key, as `state.updated` defines)."""
+        name, owner = self.owner_key(snapshot, scope)
+        self._check_key(key)
+        if value is None:
+            await self.delete(snapshot, scope, key, session=session)
+            return
+        try:
+            size = json_size(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgumentError("state values must be JSON", field="value") from exc
+        if size > self.value_cap_bytes:
+            raise PayloadTooLargeError(
+                f"state value of {size} bytes exceeds the {self.value_cap_bytes}-byte cap",
+                metadata={"capBytes": self.value_cap_bytes},
+            )
+        values = {
+            "scope": name,
+            "owner_key": owner,
+            "key": key,
+            "value": json.loads(json.dumps(value)),
+            "size_bytes": size,
+            "updated_by_run": snapshot.run_id,
+            "updated_at": utcnow(),
+        }
+        async with self.uow.write(session) as s:
+            insert = dialect_insert(s)
+            stmt = insert(StateRow).values(**values)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["scope", "owner_key", "key"],
+                set_={k: stmt.excluded[k] for k in ("value", "size_bytes", "updated_by_run", "updated_at")},
+            )
+            await s.execute(stmt)
+
+    async def delete(
+        self,
+        snapshot: AuthorizationSnapshot,
+        scope: int | str,
+        key: str,
+        *,
+        session: AsyncSession | None = None,
+    ) -> bool:
+        name, owner = self.owner_key(snapshot, scope)
+        self._check_key(key)
+        async with self.uow.write(session) as s:
+            result = await s.execute(
+                delete(StateRow).where(
+                    StateRow.scope == name, StateRow.owner_key == owner, StateRow.key == key
+                )
+            )
+        return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    async def list(
+        self, snapshot: AuthorizationSnapshot, scope: int | str, prefix: str = "", limit: int = LIST_CAP
+    ) -> tuple[list[str], bool]:
+        name, owner = self.owner_key(snapshot, scope)
+        limit = max(1, min(limit or LIST_CAP, LIST_CAP))
+        stmt = select(StateRow.key).where(StateRow.scope == name, StateRow.owner_key == owner)
+        if prefix:
+            stmt = stmt.where(StateRow.key.like(escape_like(prefix) + "%", escape="\\"))
+        stmt = stmt.order_by(StateRow.key).limit(limit + 1)
+        async with self.db.read() as s:
+            keys = list((await s.scalars(stmt)).all())
+        return keys[:limit], len(keys) > limit
+
+    async def snapshot(self, snapshot: AuthorizationSnapshot) -> dict[str, dict[str, Any]]:
+        """The run context's state snapshot: every granted scope with an identity -> {key: value}
+        (at most `SNAPSHOT_KEYS_PER_SCOPE` keys per scope, in key order)."""
+        out: dict[str, dict[str, Any]] = {}
+        async with self.db.read() as s:
+            for name in SCOPE_NAMES.values():
+                if name not in snapshot.state_scopes:
+                    continue
+                try:
+                    _, owner = self.owner_key(snapshot, name)
+                except FailedPreconditionError:
+                    continue
+                rows = (
+                    await s.execute(
+                        select(StateRow.key, StateRow.value)
+                        .where(StateRow.scope == name, StateRow.owner_key == owner)
+                        .order_by(StateRow.key)
+                        .limit(SNAPSHOT_KEYS_PER_SCOPE)
+                    )
+                ).all()
+                out[name] = {k: v for k, v in rows}
+        return out

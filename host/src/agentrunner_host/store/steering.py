@@ -1,0 +1,77 @@
+"""The steering queue: input that arrives for a conversation while a run is open, delivered once."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select, update
+
+from agentrunner.v1 import proxy_service_pb2
+from agentrunner_host.store.common import new_id, to_timestamp, utcnow
+from agentrunner_host.store.db import Database
+from agentrunner_host.store.models import SteeringRow
+
+
+class SteeringQueue:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def enqueue(
+        self, *, conversation_id: str, item: proxy_service_pb2.SteeringInput, thread_id: str = ""
+    ) -> proxy_service_pb2.SteeringInput:
+        """Queues `item` (its id and receive time are assigned when empty) and returns it."""
+        stored = proxy_service_pb2.SteeringInput()
+        stored.CopyFrom(item)
+        if not stored.steering_id:
+            stored.steering_id = new_id("steer")
+        now = utcnow()
+        if not stored.HasField("receive_time"):
+            stored.receive_time.CopyFrom(to_timestamp(now))
+        async with self.db.write() as s:
+            s.add(
+                SteeringRow(
+                    steering_id=stored.steering_id,
+                    conversation_id=conversation_id,
+                    thread_id=thread_id,
+                    payload=stored.SerializeToString(deterministic=True),
+                    received_at=now,
+                )
+            )
+        return stored
+
+    async def claim(
+        self, *, run_id: str, conversation_id: str, limit: int = 0
+    ) -> list[proxy_service_pb2.SteeringInput]:
+        """Takes the oldest unclaimed items of the conversation for `run_id` (each is taken once,
+        even with several replicas: row locks with SKIP LOCKED on PostgreSQL)."""
+        pick = (
+            select(SteeringRow.id)
+            .where(SteeringRow.conversation_id == conversation_id, SteeringRow.claimed_by_run.is_(None))
+            .order_by(SteeringRow.id)
+            .with_for_update(skip_locked=True)
+        )
+        if limit > 0:
+            pick = pick.limit(limit)
+        # A CTE runs once; a LIMIT … FOR UPDATE subquery inside IN may be re-run by the planner.
+        picked = pick.cte("picked")
+        async with self.db.write() as s:
+            rows = (
+                await s.execute(
+                    update(SteeringRow)
+                    .where(SteeringRow.id.in_(select(picked.c.id)), SteeringRow.claimed_by_run.is_(None))
+                    .values(claimed_by_run=run_id, claimed_at=utcnow())
+                    .returning(SteeringRow.id, SteeringRow.payload)
+                )
+            ).all()
+        return [proxy_service_pb2.SteeringInput.FromString(p) for _, p in sorted(rows)]
+
+    async def pending(self, conversation_id: str) -> int:
+        async with self.db.read() as s:
+            return int(
+                await s.scalar(
+                    select(func.count())
+                    .select_from(SteeringRow)
+                    .where(
+                        SteeringRow.conversation_id == conversation_id, SteeringRow.claimed_by_run.is_(None)
+                    )
+                )
+                or 0
+            )

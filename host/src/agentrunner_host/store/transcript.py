@@ -1,0 +1,246 @@
+"""The transcript: the conversation view projected from the event log (AGENT_CONTEXT_PROTOCOL §1.3).
+
+Only messages are written here (a user message per `message.received`, an assistant message per
+`message.completed` / `run.completed.message`). Each item gets the next sequence of its conversation
+under the conversation row's lock, so concurrent writers never lose or duplicate a sequence.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import bindparam, func, literal_column, select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentrunner.v1 import common_pb2, proxy_service_pb2
+from agentrunner_host.store.common import (
+    CursorCodec,
+    UnitOfWork,
+    dialect_insert,
+    dict_to_struct,
+    json_to_message,
+    message_to_json,
+    new_id,
+    to_timestamp,
+    utcnow,
+)
+from agentrunner_host.store.db import Database
+from agentrunner_host.store.models import ConversationRow, TranscriptRow
+
+ROLES = frozenset({"user", "assistant"})
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class Transcript:
+    def __init__(self, db: Database, codec: CursorCodec) -> None:
+        self.db = db
+        self.uow = UnitOfWork(db)
+        self.codec = codec
+
+    async def _next_seq(self, s: AsyncSession, conversation_id: str) -> int:
+        bump = (
+            update(ConversationRow)
+            .where(ConversationRow.conversation_id == conversation_id)
+            .values(last_seq=ConversationRow.last_seq + 1)
+            .returning(ConversationRow.last_seq)
+        )
+        seq = (await s.execute(bump)).scalar_one_or_none()
+        if seq is None:
+            insert = dialect_insert(s)
+            await s.execute(
+                insert(ConversationRow)
+                .values(conversation_id=conversation_id, last_seq=0, created_at=utcnow())
+                .on_conflict_do_nothing(index_elements=["conversation_id"])
+            )
+            seq = (await s.execute(bump)).scalar_one()
+        return int(seq)
+
+    async def append(
+        self,
+        *,
+        conversation_id: str,
+        role: str,
+        content: str = "",
+        thread_id: str = "",
+        contents: Sequence[common_pb2.ContentElement] = (),
+        artifacts: Sequence[common_pb2.ArtifactRef] = (),
+        event_id: str = "",
+        run_id: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        session: AsyncSession | None = None,
+    ) -> TranscriptRow:
+        if role not in ROLES:
+            raise ValueError(f"transcript role must be user or assistant, not {role!r}")
+        if not conversation_id:
+            raise ValueError("a transcript item needs a conversation id")
+        async with self.uow.write(session) as s:
+            row = TranscriptRow(
+                transcript_id=new_id("tr"),
+                conversation_id=conversation_id,
+                thread_id=thread_id,
+                seq=await self._next_seq(s, conversation_id),
+                role=role,
+                item_type="message",
+                content=content,
+                contents=[message_to_json(c) for c in contents],
+                artifacts=[message_to_json(a) for a in artifacts],
+                event_id=event_id,
+                run_id=run_id,
+                meta=dict(metadata or {}),
+                created_at=utcnow(),
+            )
+            s.add(row)
+            await s.flush()
+            return row
+
+    async def has_assistant_item(self, s: AsyncSession, run_id: str) -> bool:
+        found = await s.scalar(
+            select(TranscriptRow.id).where(TranscriptRow.run_id == run_id, TranscriptRow.role == "assistant")
+        )
+        return found is not None
+
+    async def latest_seq(self, conversation_id: str) -> int:
+        async with self.db.read() as s:
+            value = await s.scalar(
+                select(ConversationRow.last_seq).where(ConversationRow.conversation_id == conversation_id)
+            )
+        return int(value or 0)
+
+    async def page(
+        self,
+        *,
+        conversation_id: str,
+        thread_id: str | None = None,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        forward: bool = False,
+        limit: int = 50,
+        with_count: bool = False,
+    ) -> tuple[list[TranscriptRow], bool, int | None]:
+        """Items strictly between the bounds, oldest first; whether more exist in the paging direction;
+        and the item count of the conversation (thread) when asked."""
+        stmt = select(TranscriptRow).where(TranscriptRow.conversation_id == conversation_id)
+        if thread_id is not None:
+            stmt = stmt.where(TranscriptRow.thread_id == thread_id)
+        if after_seq is not None:
+            stmt = stmt.where(TranscriptRow.seq > after_seq)
+        if before_seq is not None:
+            stmt = stmt.where(TranscriptRow.seq < before_seq)
+        order = TranscriptRow.seq.asc() if forward else TranscriptRow.seq.desc()
+        stmt = stmt.order_by(order).limit(limit + 1)
+        total: int | None = None
+        counter = (
+            select(ConversationRow.last_seq)
+            .where(ConversationRow.conversation_id == conversation_id)
+            .scalar_subquery()
+        )
+        async with self.db.read() as s:
+            if with_count and thread_id is None:
+                # Sequences are dense per conversation and items are never rewritten: the counter is
+                # the count. Fetched with the page, in the same round trip.
+                pairs = (await s.execute(stmt.add_columns(counter))).all()
+                rows = [p[0] for p in pairs]
+                total = int(pairs[0][1] or 0) if pairs else int(await s.scalar(select(counter)) or 0)
+            else:
+                rows = list((await s.scalars(stmt)).all())
+                if with_count:
+                    count = (
+                        select(func.count())
+                        .select_from(TranscriptRow)
+                        .where(
+                            TranscriptRow.conversation_id == conversation_id,
+                            TranscriptRow.thread_id == thread_id,
+                        )
+                    )
+                    total = int(await s.scalar(count) or 0)
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        if not forward:
+            rows.reverse()
+        return rows, has_more, total
+
+    async def search(
+        self,
+        *,
+        conversation_id: str,
+        query: str,
+        thread_id: str | None = None,
+        roles: Sequence[str] = (),
+        top_k: int = 10,
+    ) -> list[TranscriptRow]:
+        """Full-text search: SQLite FTS5 (bm25) or PostgreSQL `to_tsvector('simple', …)` (ts_rank)."""
+        words = _WORD.findall(query)
+        if not words:
+            return []
+        async with self.db.read() as s:
+            if self.db.is_sqlite:
+                match = " ".join('"' + w.replace('"', '""') + '"' for w in words)
+                sql = (
+                    "SELECT t.id FROM transcript_fts f JOIN transcript_items t ON t.id = f.rowid "
+                    "WHERE transcript_fts MATCH :match AND t.conversation_id = :conversation"
+                )
+                params: dict[str, Any] = {"match": match, "conversation": conversation_id}
+                if thread_id is not None:
+                    sql += " AND t.thread_id = :thread"
+                    params["thread"] = thread_id
+                stmt = text(sql + (" AND t.role IN :roles" if roles else "") + " ORDER BY f.rank LIMIT :k")
+                if roles:
+                    stmt = stmt.bindparams(bindparam("roles", expanding=True))
+                    params["roles"] = list(roles)
+                params["k"] = top_k
+                ids = [r[0] for r in (await s.execute(stmt, params)).all()]
+                if not ids:
+                    return []
+                found = {
+                    r.id: r for r in (await s.scalars(select(TranscriptRow).where(TranscriptRow.id.in_(ids))))
+                }
+                return [found[i] for i in ids if i in found]
+            vector = func.to_tsvector(literal_column("'simple'"), TranscriptRow.content)
+            tsquery = func.plainto_tsquery(literal_column("'simple'"), " ".join(words))
+            stmt = select(TranscriptRow).where(
+                TranscriptRow.conversation_id == conversation_id, vector.op("@@")(tsquery)
+            )
+            if thread_id is not None:
+                stmt = stmt.where(TranscriptRow.thread_id == thread_id)
+            if roles:
+                stmt = stmt.where(TranscriptRow.role.in_(list(roles)))
+            stmt = stmt.order_by(func.ts_rank(vector, tsquery).desc(), TranscriptRow.seq.desc()).limit(top_k)
+            return list((await s.scalars(stmt)).all())
+
+    def cursor(self, conversation_id: str, seq: int) -> str:
+        return self.codec.encode("history", conversation_id, seq)
+
+    def decode_cursor(self, conversation_id: str, token: str, field: str) -> int:
+        return self.codec.decode(token, kind="history", scope=conversation_id, field=field)
+
+    def to_proto(
+        self, row: TranscriptRow, *, include_artifacts: bool = True
+    ) -> proxy_service_pb2.TranscriptItem:
+        item = proxy_service_pb2.TranscriptItem(
+            transcript_id=row.transcript_id,
+            event_id=row.event_id,
+            run_id=row.run_id,
+            conversation_id=row.conversation_id,
+            thread_id=row.thread_id,
+            role=row.role,
+            item_type=row.item_type,
+            content=row.content,
+            seq=row.seq,
+            cursor=self.cursor(row.conversation_id, row.seq),
+        )
+        if row.meta:
+            item.metadata.CopyFrom(dict_to_struct(row.meta))
+        for element in row.contents:
+            parsed = json_to_message(element, common_pb2.ContentElement())
+            if parsed.WhichOneof("kind") == "artifact" and not include_artifacts:
+                continue
+            item.contents.append(parsed)
+        if include_artifacts:
+            for ref in row.artifacts:
+                item.artifacts.append(json_to_message(ref, common_pb2.ArtifactRef()))
+        ts = to_timestamp(row.created_at)
+        if ts is not None:
+            item.create_time.CopyFrom(ts)
+        return item

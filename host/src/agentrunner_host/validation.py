@@ -1,0 +1,180 @@
+"""Validation of a runner's result stream (PROTOCOL_V1 §7), transport-neutral.
+
+`ResultValidator.accept` takes each result as the runner sent it and returns the result to forward (or
+None to drop it, with a warning and a metric). Accepted results are renumbered with the host's own
+contiguous sequence, so the ledger and every client see 1, 2, 3, ... whatever the runner's numbering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import structlog
+from google.protobuf import json_format
+
+from agentrunner.protocol import RESULT_TYPES, TERMINAL_PAYLOADS
+from agentrunner.v1 import result_pb2
+from agentrunner_host.authz import STATE_SCOPE_NAMES
+from agentrunner_host.observability import RESULTS, RESULTS_REJECTED
+from agentrunner_host.ports import AuthorizationSnapshot
+
+log = structlog.get_logger("agentrunner_host.validation")
+
+
+@dataclasses.dataclass(slots=True)
+class Limits:
+    result_max_bytes: int = 1024 * 1024
+    state_key_max_chars: int = 256
+    state_value_max_bytes: int = 64 * 1024
+
+
+class ResultValidator:
+    def __init__(self, snapshot: AuthorizationSnapshot, limits: Limits) -> None:
+        self.snapshot = snapshot
+        self.run_id = snapshot.run_id
+        self.limits = limits
+        self.terminal: result_pb2.RunResult | None = None
+        self.saw_message = False
+        self.host_sequence = 0
+        self._seen: set[int] = set()
+        self._max_runner_seq = 0
+        self._buffers: dict[str, str] = {}
+        self._open_tools: set[str] = set()
+        self.dropped = 0
+
+    def _reject(self, reason: str, result: result_pb2.RunResult, **extra: object) -> None:
+        self.dropped += 1
+        RESULTS_REJECTED.labels(reason).inc()
+        log.warning(
+            "result.dropped",
+            reason=reason,
+            run_id=self.run_id,
+            sequence=result.sequence,
+            type=RESULT_TYPES.get(result.WhichOneof("payload") or "", "unknown"),
+            **extra,
+        )
+
+    def next_sequence(self) -> int:
+        self.host_sequence += 1
+        return self.host_sequence
+
+    def accept(self, result: result_pb2.RunResult) -> result_pb2.RunResult | None:
+        if self.terminal is not None:
+            self._reject("after_terminal", result)
+            return None
+        if result.run_id != self.run_id:
+            self._reject("wrong_run_id", result, got=result.run_id[:64])
+            return None
+        seq = result.sequence
+        if seq:
+            if seq in self._seen:
+                self._reject("duplicate_sequence", result)
+                return None
+            if seq != self._max_runner_seq + 1:
+                log.warning(
+                    "result.sequence_gap", run_id=self.run_id, expected=self._max_runner_seq + 1, got=seq
+                )
+            self._seen.add(seq)
+            self._max_runner_seq = max(self._max_runner_seq, seq)
+        size = result.ByteSize()
+        if size > self.limits.result_max_bytes:
+            self._reject("oversize", result, size=size, cap=self.limits.result_max_bytes)
+            return None
+        kind = result.WhichOneof("payload")
+        if kind is None:
+            # A payload from a newer protocol revision (or none at all): ignored (PROTOCOL_V1 §3).
+            self._reject("unknown_type", result)
+            return None
+        problem = self._check_payload(kind, result)
+        if problem:
+            self._reject(problem, result)
+            return None
+        if kind in TERMINAL_PAYLOADS:
+            self.terminal = result
+        result.sequence = self.next_sequence()
+        RESULTS.labels(RESULT_TYPES[kind]).inc()
+        return result
+
+    def _check_payload(self, kind: str, result: result_pb2.RunResult) -> str | None:
+        if kind == "message_delta":
+            delta = result.message_delta
+            buf = self._buffers.get(delta.message_id, "")
+            if delta.HasField("cumulative_text"):
+                cumulative = delta.cumulative_text
+                if not delta.text and cumulative.startswith(buf):
+                    delta.text = cumulative[len(buf) :]
+                elif buf + delta.text != cumulative:
+                    log.warning(
+                        "result.delta_cumulative_mismatch", run_id=self.run_id, message_id=delta.message_id
+                    )
+                self._buffers[delta.message_id] = cumulative
+            else:
+                self._buffers[delta.message_id] = buf + delta.text
+            if delta.text or delta.contents or delta.cumulative_text:
+                self.saw_message = True
+            return None
+        if kind == "message_completed":
+            msg = result.message_completed.message
+            if not result.message_completed.HasField("message"):
+                return "invalid_message_completed"
+            if msg.content or msg.contents or msg.artifacts:
+                self.saw_message = True
+            return None
+        if kind == "tool_call_started":
+            p = result.tool_call_started
+            if not p.tool_call_id or not p.tool_name:
+                return "invalid_tool_call_started"
+            self._open_tools.add(p.tool_call_id)
+            return None
+        if kind == "tool_call_completed":
+            p = result.tool_call_completed
+            if not p.tool_call_id:
+                return "invalid_tool_call_completed"
+            if p.tool_call_id not in self._open_tools:
+                log.warning("result.tool_call_unmatched", run_id=self.run_id, tool_call_id=p.tool_call_id)
+            self._open_tools.discard(p.tool_call_id)
+            return None
+        if kind == "artifact_created":
+            a = result.artifact_created
+            if not a.HasField("artifact") or not (a.artifact.artifact_id or a.content or a.artifact.uri):
+                return "invalid_artifact"
+            if a.artifact.uri.startswith("file:"):
+                return "invalid_artifact"
+            return None
+        if kind == "state_updated":
+            s = result.state_updated
+            scope = STATE_SCOPE_NAMES.get(s.scope)
+            if scope is None or scope not in self.snapshot.state_scopes:
+                return "state_scope_denied"
+            if not s.key or len(s.key) > self.limits.state_key_max_chars:
+                return "state_key_invalid"
+            if not s.HasField("value"):
+                return "state_value_missing"
+            encoded = json.dumps(json_format.MessageToDict(s.value), separators=(",", ":"))
+            if len(encoded.encode()) > self.limits.state_value_max_bytes:
+                return "state_value_too_large"
+            return None
+        if kind == "action_requested":
+            a = result.action_requested
+            if not a.action:
+                return "invalid_action"
+            # Telemetry only in v1: recorded, never executed.
+            log.info(
+                "result.action_requested",
+                run_id=self.run_id,
+                action=a.action,
+                idempotency_key=a.idempotency_key,
+                executed=False,
+            )
+            return None
+        if kind == "run_failed":
+            if not result.run_failed.code:
+                result.run_failed.code = "runner.error"
+            return None
+        if kind == "run_completed":
+            m = result.run_completed.message
+            if m.content or m.contents or m.artifacts:
+                self.saw_message = True
+            return None
+        return None

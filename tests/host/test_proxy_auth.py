@@ -1,0 +1,197 @@
+"""Proxy service: run-token authentication, snapshot authorization, deadline clipping, audit, control
+stream. Calls come from the fake runner process (real gRPC) unless a test needs a crafted session."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import time
+
+import grpc
+import pytest
+from conftest import Host, results, run_request
+
+from agentrunner.errors import from_rpc_error
+from agentrunner.v1 import host_service_pb2, proxy_service_pb2, proxy_service_pb2_grpc
+from agentrunner_host.authz import issue_session
+from agentrunner_host.ports import AuthorizationSnapshot, utcnow
+from agentrunner_host.proxy.api import ProxyCall
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def outcome(host: Host, text: str) -> tuple[dict[str, str], str]:
+    updates = await host.run(text)
+    return json.loads(results(updates)[0].message_completed.message.content), updates[0].accepted.run_id
+
+
+def audited(host: Host, run_id: str, method: str = "RequestPlatformAction") -> list[str]:
+    return [r.outcome for r in host.app.stores.audit.records if r.run_id == run_id and r.method == method]  # type: ignore[attr-defined]
+
+
+async def test_ungranted_resource_is_permission_denied_and_audited(host: Host) -> None:
+    result, run_id = await outcome(host, "proxy platform message.delete")
+    assert result == {"code": "PERMISSION_DENIED", "reason": "UNAUTHORIZED"}
+    assert audited(host, run_id) == ["UNAUTHORIZED"]
+
+
+async def test_granted_but_reserved_action_is_not_implemented(host: Host) -> None:
+    result, run_id = await outcome(host, "proxy platform message.edit")
+    assert result == {"code": "UNIMPLEMENTED", "reason": "NOT_IMPLEMENTED"}
+    assert audited(host, run_id) == ["NOT_IMPLEMENTED"]
+
+
+async def test_missing_token_is_unauthenticated_and_audited(host: Host) -> None:
+    result, run_id = await outcome(host, "proxy none")
+    assert result == {"code": "UNAUTHENTICATED", "reason": "RUN_TOKEN_INVALID"}
+    assert audited(host, run_id) == ["RUN_TOKEN_INVALID"]
+
+
+async def test_another_runs_token_is_unauthenticated_and_audited(host: Host) -> None:
+    held = host.stub.Run(run_request("stall"), timeout=30)
+    held_run = (await held.read()).accepted.run_id
+    await held.read()
+    try:
+        result, run_id = await outcome(host, "proxy steal")
+        assert result == {"code": "UNAUTHENTICATED", "reason": "RUN_TOKEN_INVALID"}
+        assert audited(host, run_id) == ["RUN_TOKEN_INVALID"]
+    finally:
+        await host.stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=held_run), timeout=5)
+        while await held.read() is not grpc.aio.EOF:
+            pass
+
+
+async def test_token_is_dead_after_the_run(host: Host) -> None:
+    await host.run("echo first")
+    result, _ = await outcome(host, "proxy reuse")
+    assert result == {"code": "UNAUTHENTICATED", "reason": "RUN_TOKEN_INVALID"}
+
+
+def snapshot(run_id: str, deadline_in: float = 30.0, **kwargs) -> AuthorizationSnapshot:
+    return AuthorizationSnapshot(
+        run_id=run_id,
+        runner_id="plugin:test/fake/default",
+        agent_id="a",
+        binding_id="b",
+        deadline_at=utcnow() + dt.timedelta(seconds=deadline_in),
+        **kwargs,
+    )
+
+
+async def tool_detail(
+    call: ProxyCall, request: proxy_service_pb2.GetToolDetailRequest
+) -> proxy_service_pb2.GetToolDetailResponse:
+    """A stand-in capability handler: checks the snapshot like the real ones must."""
+    call.require(request.tool_name in call.snapshot.tools, f"tool {request.tool_name!r}", request.tool_name)
+    if request.tool_name == "slow":
+        await asyncio.sleep(5)
+    return proxy_service_pb2.GetToolDetailResponse()
+
+
+@pytest.fixture
+def proxy_stub(host: Host) -> proxy_service_pb2_grpc.ProxyServiceStub:
+    host.app.proxy.register({"GetToolDetail": tool_detail})
+    return proxy_service_pb2_grpc.ProxyServiceStub(host.channel)
+
+
+async def test_expired_token_is_unauthenticated(host: Host, proxy_stub) -> None:
+    snap = snapshot("run_expiring", tools={"weather": frozenset({"detail"})})
+    token, session = issue_session(snap, utcnow() + dt.timedelta(seconds=0.3))
+    await host.app.stores.sessions.register(session)
+    md = (("x-agentrunner-run-token", token),)
+    await proxy_stub.GetToolDetail(
+        proxy_service_pb2.GetToolDetailRequest(tool_name="weather"), metadata=md, timeout=5
+    )
+    await asyncio.sleep(0.4)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await proxy_stub.GetToolDetail(
+            proxy_service_pb2.GetToolDetailRequest(tool_name="weather"), metadata=md, timeout=5
+        )
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert from_rpc_error(err.value).reason == "RUN_TOKEN_INVALID"
+    assert audited(host, "", "GetToolDetail")[-1] == "RUN_TOKEN_INVALID"
+    await host.app.stores.sessions.unregister("run_expiring")
+
+
+async def test_ungranted_tool_is_denied_from_the_frozen_snapshot(host: Host, proxy_stub) -> None:
+    snap = snapshot("run_tools", tools={"weather": frozenset({"detail"})})
+    token, session = issue_session(snap, utcnow() + dt.timedelta(seconds=30))
+    await host.app.stores.sessions.register(session)
+    md = (("x-agentrunner-run-token", token),)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await proxy_stub.GetToolDetail(
+            proxy_service_pb2.GetToolDetailRequest(tool_name="shell"), metadata=md, timeout=5
+        )
+    typed = from_rpc_error(err.value)
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and typed.reason == "UNAUTHORIZED"
+    assert typed.metadata["resource"] == "shell"
+    assert audited(host, "run_tools", "GetToolDetail") == ["UNAUTHORIZED"]
+    await host.app.stores.sessions.unregister("run_tools")
+
+
+async def test_calls_are_clipped_to_the_run_deadline(host: Host, proxy_stub) -> None:
+    snap = snapshot("run_clip", deadline_in=0.3, tools={"slow": frozenset({"detail"})})
+    token, session = issue_session(snap, utcnow() + dt.timedelta(seconds=30))
+    await host.app.stores.sessions.register(session)
+    started = time.monotonic()
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await proxy_stub.GetToolDetail(
+            proxy_service_pb2.GetToolDetailRequest(tool_name="slow"),
+            metadata=(("x-agentrunner-run-token", token),),
+            timeout=10,
+        )
+    assert time.monotonic() - started < 2
+    assert from_rpc_error(err.value).reason == "DEADLINE_EXCEEDED"
+    await host.app.stores.sessions.unregister("run_clip")
+
+
+async def test_unregistered_method_is_not_implemented(host: Host) -> None:
+    snap = snapshot("run_unimpl")
+    token, session = issue_session(snap, utcnow() + dt.timedelta(seconds=30))
+    await host.app.stores.sessions.register(session)
+    saved = dict(host.app.proxy.handlers)
+    host.app.proxy.handlers.clear()
+    try:
+        stub = proxy_service_pb2_grpc.ProxyServiceStub(host.channel)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.GetPrompt(
+                proxy_service_pb2.GetPromptRequest(),
+                metadata=(("x-agentrunner-run-token", token),),
+                timeout=5,
+            )
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert from_rpc_error(err.value).reason == "NOT_IMPLEMENTED"
+    finally:
+        host.app.proxy.handlers.update(saved)
+        await host.app.stores.sessions.unregister("run_unimpl")
+
+
+async def test_control_hello_with_a_bad_token_is_refused(host: Host) -> None:
+    stub = proxy_service_pb2_grpc.ProxyServiceStub(host.channel)
+    call = stub.Control(timeout=5)
+    hello = proxy_service_pb2.ControlRequest()
+    hello.hello.run_id = "run_x"
+    hello.hello.run_token = "not-a-token"
+    await call.write(hello)
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await call.read()
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_steering_is_pushed_on_the_control_stream_and_acked(host: Host) -> None:
+    call = host.stub.Run(run_request("control"), timeout=30)
+    run_id = (await call.read()).accepted.run_id
+    assert (await call.read()).result.message_delta.text.startswith("welcome:")
+    event = host_service_pb2.EventEnvelope(event_id="evt-steer", event_type="message.received")
+    event.input.text = "also this"
+    signal_id = host.app.orchestrator.steer(run_id, event)
+    assert signal_id
+    got = (await call.read()).result.message_delta.text
+    assert got == "steering:also this\n"
+    ack = await host.app.hub.wait_ack(run_id, signal_id, 2.0)
+    assert ack is not None and ack.accepted
+    assert host.app.hub.take_steering(run_id) == []  # acknowledged: not delivered twice
+    await host.stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=run_id), timeout=5)
+    while await call.read() is not grpc.aio.EOF:
+        pass

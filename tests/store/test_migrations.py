@@ -1,0 +1,73 @@
+"""Migrations: an empty database upgrades to head; serving refuses an un-migrated database."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect
+
+from agentrunner_host.store.db import (
+    Database,
+    DatabaseNotMigratedError,
+    current_revisions,
+    downgrade,
+    ensure_current,
+    head_revisions,
+    migrate_cli,
+)
+from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+    factory: Callable[..., str] = request.getfixturevalue("postgres_database")
+    return factory()
+
+
+def test_ensure_current_refuses_an_unmigrated_database_with_the_command(empty_url: str) -> None:
+    with pytest.raises(DatabaseNotMigratedError) as info:
+        ensure_current(empty_url)
+    message = str(info.value)
+    assert "agentrunner-host db upgrade" in message
+    assert "empty schema" in message
+
+
+def test_migrate_cli_upgrades_an_empty_database_and_is_idempotent(empty_url: str, tmp_path: Path) -> None:
+    lines: list[str] = []
+    migrate_cli(empty_url, echo=lines.append)
+    assert any("applied 0001_initial" in line for line in lines)
+    ensure_current(empty_url)  # no error
+    assert current_revisions(empty_url) == head_revisions()
+    lines.clear()
+    migrate_cli(empty_url, echo=lines.append)
+    assert "already at head; nothing to do" in lines
+
+    async def usable() -> list[str]:
+        db = Database(empty_url)
+        try:
+            stores = await FactStores.open(db, FactStoreSettings(artifact_dir=tmp_path / "a"))
+            row = await stores.transcript.append(conversation_id="c", role="user", content="hello")
+            assert row.seq == 1
+            async with db.engine.connect() as conn:
+                return await conn.run_sync(lambda c: inspect(c).get_table_names())
+        finally:
+            await db.dispose()
+
+    tables = asyncio.run(usable())
+    assert {"event_log", "runs", "run_results", "transcript_items", "artifacts", "state_entries"} <= set(
+        tables
+    )
+
+
+def test_downgrade_to_base_and_upgrade_again(empty_url: str) -> None:
+    migrate_cli(empty_url, echo=lambda _: None)
+    downgrade(empty_url, "base")
+    with pytest.raises(DatabaseNotMigratedError):
+        ensure_current(empty_url)
+    migrate_cli(empty_url, echo=lambda _: None)
+    ensure_current(empty_url)

@@ -1,0 +1,227 @@
+"""Event log and transcript projection: what gets written, concurrency, paging, search."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+from google.protobuf import struct_pb2
+
+from agentrunner.errors import InvalidArgumentError, UnauthorizedError
+from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
+from agentrunner_host.ports import RunRecord
+from agentrunner_host.store.fact_stores import FactStores
+from tests.store.conftest import make_snapshot
+
+pytestmark = pytest.mark.asyncio
+
+
+def envelope(
+    event_id: str,
+    text: str = "",
+    event_type: str = "message.received",
+    conversation: str = "c1",
+    **kw: object,
+) -> host_service_pb2.EventEnvelope:
+    env = host_service_pb2.EventEnvelope(
+        event_id=event_id,
+        event_type=event_type,
+        source="platform",
+        conversation=context_pb2.ConversationContext(conversation_id=conversation),
+        actor=context_pb2.ActorContext(actor_type="user", actor_id="user_1", actor_name="Ann"),
+        input=host_service_pb2.EventInput(text=text),
+        **kw,  # type: ignore[arg-type]
+    )
+    env.event_time.GetCurrentTime()
+    return env
+
+
+async def _run(stores: FactStores, run_id: str = "run_1", event_id: str = "evt_1") -> None:
+    await stores.ledger.create_run(
+        RunRecord(
+            run_id=run_id,
+            event_id=event_id,
+            agent_id="a",
+            binding_id="bind_1",
+            runner_id="plugin:acme/agent/default",
+            conversation_id="c1",
+        )
+    )
+
+
+async def test_message_received_writes_a_user_item_other_events_do_not(stores: FactStores) -> None:
+    first = await stores.record_event(envelope("evt_1", "hello there"), run_id="run_1")
+    assert first.created and first.transcript_seq == 1 and not first.has_history_before
+    data = struct_pb2.Struct()
+    data.update({"member": "bob"})
+    joined = await stores.record_event(envelope("evt_2", "", event_type="group.member_joined", data=data))
+    assert joined.transcript_seq is None and joined.event_seq is not None
+    second = await stores.record_event(envelope("evt_3", "again"))
+    assert second.transcript_seq == 2 and second.has_history_before
+
+    rows, has_more, total = await stores.transcript.page(conversation_id="c1", limit=10, with_count=True)
+    assert [(r.role, r.content) for r in rows] == [("user", "hello there"), ("user", "again")]
+    assert not has_more and total == 2
+
+    events, _ = await stores.events.page(conversation_id="c1")
+    assert [e.event_type for e in events] == ["message.received", "group.member_joined", "message.received"]
+    assert events[1].data == {"member": "bob"} and events[0].actor["actor_id"] == "user_1"
+
+    # A duplicate delivery writes nothing and reports the original.
+    dup = await stores.record_event(envelope("evt_1", "hello there"))
+    assert not dup.created and dup.transcript_seq == 1
+    assert (await stores.transcript.latest_seq("c1")) == 2
+    assert len((await stores.events.page(conversation_id="c1"))[0]) == 3
+
+
+async def test_results_project_assistant_messages_artifacts_state_and_telemetry(stores: FactStores) -> None:
+    await _run(stores)
+    snap = make_snapshot()
+    await stores.record_event(envelope("evt_1", "draw a cat"), run_id="run_1")
+    ref = common_pb2.ArtifactRef(name="cat.png", mime_type="image/png")
+    results = [
+        result_pb2.RunResult(sequence=1, message_delta=result_pb2.MessageDelta(text="Here")),
+        result_pb2.RunResult(
+            sequence=2, tool_call_started=result_pb2.ToolCallStarted(tool_call_id="t1", tool_name="draw")
+        ),
+        result_pb2.RunResult(
+            sequence=3, tool_call_completed=result_pb2.ToolCallCompleted(tool_call_id="t1", tool_name="draw")
+        ),
+        result_pb2.RunResult(
+            sequence=4, artifact_created=result_pb2.ArtifactCreated(artifact=ref, content=b"PNG..")
+        ),
+        result_pb2.RunResult(
+            sequence=5,
+            state_updated=result_pb2.StateUpdated(
+                scope=common_pb2.STATE_SCOPE_CONVERSATION,
+                key="external.session_id",
+                value=struct_pb2.Value(string_value="abc"),
+            ),
+        ),
+        result_pb2.RunResult(
+            sequence=6,
+            action_requested=result_pb2.ActionRequested(action="message.edit", idempotency_key="k"),
+        ),
+        result_pb2.RunResult(
+            sequence=7,
+            message_completed=result_pb2.MessageCompleted(
+                message=common_pb2.AssistantMessage(content="Here is a cat", artifacts=[ref])
+            ),
+        ),
+        result_pb2.RunResult(
+            sequence=8,
+            run_completed=result_pb2.RunCompleted(
+                finish_reason="stop", message=common_pb2.AssistantMessage(content="Here is a cat")
+            ),
+        ),
+    ]
+    for r in results:
+        assert await stores.record_result(snap, r)
+    assert not await stores.record_result(snap, results[6])  # duplicate sequence: nothing applied
+
+    rows, _, _ = await stores.transcript.page(conversation_id="c1")
+    assert [(r.role, r.content) for r in rows] == [("user", "draw a cat"), ("assistant", "Here is a cat")]
+    assert rows[1].artifacts[0]["name"] == "cat.png" and rows[1].run_id == "run_1"
+    assert await stores.state.get(snap, "conversation", "external.session_id") == (True, "abc")
+    events, _ = await stores.events.page(conversation_id="c1", limit=50)
+    kinds = [(e.kind, e.event_type) for e in events]
+    assert ("tool", "tool.call.started") in kinds and ("action", "action.requested") in kinds
+    assert ("result", "message.delta") not in kinds
+    assert [r.sequence for r in await stores.ledger.list_results("run_1")] == list(range(1, 9))
+    arts, _ = await stores.events.page(conversation_id="c1", event_types=["artifact.created"])
+    assert arts[0].data["name"] == "cat.png"
+
+
+async def test_a_refused_result_leaves_nothing_written(stores: FactStores) -> None:
+    await _run(stores)
+    snap = make_snapshot(state_scopes=frozenset({"conversation"}))
+    bad = result_pb2.RunResult(
+        sequence=1,
+        state_updated=result_pb2.StateUpdated(
+            scope=common_pb2.STATE_SCOPE_WORKSPACE, key="k", value=struct_pb2.Value(number_value=1)
+        ),
+    )
+    with pytest.raises(UnauthorizedError):
+        await stores.record_result(snap, bad)
+    assert await stores.ledger.list_results("run_1") == []
+    assert (await stores.events.page(conversation_id="c1"))[0] == []
+
+
+async def test_200_concurrent_writers_lose_and_duplicate_nothing(stores: FactStores) -> None:
+    async def writer(i: int) -> int:
+        row = await stores.transcript.append(conversation_id="busy", role="user", content=f"m{i}")
+        return row.seq
+
+    seqs = await asyncio.gather(*(writer(i) for i in range(200)))
+    assert sorted(seqs) == list(range(1, 201))
+    rows, has_more, total = await stores.transcript.page(conversation_id="busy", limit=200, with_count=True)
+    assert total == 200 and not has_more
+    assert sorted(r.content for r in rows) == sorted(f"m{i}" for i in range(200))
+    assert [r.seq for r in rows] == list(range(1, 201))
+
+
+async def test_backward_paging_stays_correct_while_items_are_appended(stores: FactStores) -> None:
+    for i in range(30):
+        await stores.transcript.append(conversation_id="c1", role="user", content=f"old{i}")
+    before: int | None = None
+    seen: list[str] = []
+    counter = 0
+    while True:
+        rows, has_more, _ = await stores.transcript.page(conversation_id="c1", before_seq=before, limit=7)
+        if before is None:
+            first_newest = rows[-1].seq
+        seen = [r.content for r in rows] + seen
+        for _ in range(3):  # new messages arrive between pages
+            await stores.transcript.append(conversation_id="c1", role="assistant", content=f"new{counter}")
+            counter += 1
+        if not has_more:
+            break
+        before = rows[0].seq
+    assert first_newest == 30
+    assert seen == [f"old{i}" for i in range(30)]
+    # Forward paging from the last seen item returns exactly the appended ones.
+    after = 30
+    newer: list[str] = []
+    while True:
+        rows, has_more, _ = await stores.transcript.page(
+            conversation_id="c1", after_seq=after, forward=True, limit=4
+        )
+        newer += [r.content for r in rows]
+        if not rows:
+            break
+        after = rows[-1].seq
+    assert newer == [f"new{i}" for i in range(counter)]
+
+
+async def test_full_text_search_finds_messages_in_this_conversation_only(stores: FactStores) -> None:
+    await stores.transcript.append(
+        conversation_id="c1", role="user", content="my database password is hunter2"
+    )
+    await stores.transcript.append(
+        conversation_id="c1", role="assistant", content="noted the database details"
+    )
+    await stores.transcript.append(conversation_id="c1", role="user", content="what is the weather")
+    await stores.transcript.append(conversation_id="c2", role="user", content="other database chat")
+    hits = await stores.transcript.search(conversation_id="c1", query="database")
+    assert {h.content for h in hits} == {"my database password is hunter2", "noted the database details"}
+    users = await stores.transcript.search(conversation_id="c1", query="database", roles=["user"])
+    assert [h.content for h in users] == ["my database password is hunter2"]
+    assert await stores.transcript.search(conversation_id="c1", query='password" * (') != []
+    assert await stores.transcript.search(conversation_id="c1", query="nothingmatches") == []
+
+
+async def test_cursors_are_tamper_evident_and_bound_to_their_conversation(stores: FactStores) -> None:
+    token = stores.transcript.cursor("c1", 5)
+    assert stores.transcript.decode_cursor("c1", token, "before_cursor") == 5
+    with pytest.raises(InvalidArgumentError):
+        stores.transcript.decode_cursor("c2", token, "before_cursor")
+    _body, mac = token.split(".")
+    forged = stores.transcript.cursor("c1", 6).split(".")[0] + "." + mac
+    with pytest.raises(InvalidArgumentError):
+        stores.transcript.decode_cursor("c1", forged, "before_cursor")
+    with pytest.raises(InvalidArgumentError):
+        stores.transcript.decode_cursor("c1", "garbage", "before_cursor")
+    with pytest.raises(InvalidArgumentError):  # an events cursor is not a history cursor
+        stores.codec.decode(stores.codec.encode("event", "c1", 5), kind="history", scope="c1", field="x")
+    _ = dt
