@@ -59,7 +59,9 @@ def test_removed_field_is_caught(tmp_path: pathlib.Path) -> None:
     _edit(work, "result.proto", "  string approval_hint = 5;\n", "")
     proc = _breaking(work)
     assert proc.returncode == 100, proc.stdout + proc.stderr
-    assert 'Previously present field "5" with name "approval_hint" on message "ActionRequested"' in proc.stdout
+    assert (
+        'Previously present field "5" with name "approval_hint" on message "ActionRequested"' in proc.stdout
+    )
 
 
 def test_additive_field_passes(tmp_path: pathlib.Path) -> None:
