@@ -1,0 +1,1 @@
+"""Tests of the local agent runner (HostDouble over real gRPC)."""
