@@ -44,6 +44,7 @@ class ApiRunner(Runner):
             "state": ["conversation", "runner"],
             "runs": ["get", "list", "events_page", "cancel", "append_result", "finalize"],
             "prompt": True,
+            "platform_api": ["message.edit", "send_message"],
         },
     }
     script: ClassVar[Callable[[RunContext], Awaitable[Any]]]
@@ -137,6 +138,8 @@ async def test_every_family_round_trips_with_metadata(host: HostDouble) -> None:
             "run_cancel": (await api.cancel_run_record("r0", reason="x")).run.run_id,
             "run_append": (await api.append_run_result(results.delta("x"))).result.sequence,
             "run_finalize": (await api.finalize_run_record(3, run_id="r0")).run.run_id,
+            "reply": (await ctx.reply("hello")).delivered,
+            "send": (await ctx.send_message("group", "g1", "hi all")).delivered,
         }
 
     out = await run_script(host, script, deadline=20.0)
@@ -173,6 +176,8 @@ async def test_every_family_round_trips_with_metadata(host: HostDouble) -> None:
         "run_cancel": "r0",
         "run_append": 7,
         "run_finalize": "r0",
+        "reply": True,
+        "send": True,
     }
     ctx: RunContext = box["ctx"]
     assert {c.method for c in host.calls} == set(PROXY_METHODS)  # every RPC, Control included

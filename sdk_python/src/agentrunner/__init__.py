@@ -3,10 +3,10 @@
 from agentrunner import Runner, RunContext, results
 """
 
-from agentrunner import results
+from agentrunner import interactions, results
 from agentrunner.api import HostApi, tool_text
 from agentrunner.config import ConfigInvalid
-from agentrunner.context import Input, RunContext, State, Steering
+from agentrunner.context import Input, ReplyStream, RunContext, RunRecords, State, Steering
 from agentrunner.engine import RunExecution
 from agentrunner.manifest import ManifestError, build_manifest, load_manifest_file
 from agentrunner.runner import Runner
@@ -18,14 +18,17 @@ __all__ = [
     "Input",
     "ManifestError",
     "PortInUseError",
+    "ReplyStream",
     "RunContext",
     "RunExecution",
+    "RunRecords",
     "Runner",
     "RunnerServer",
     "RunnerServicer",
     "State",
     "Steering",
     "build_manifest",
+    "interactions",
     "load_manifest_file",
     "results",
     "serve",

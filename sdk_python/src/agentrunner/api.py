@@ -54,6 +54,9 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
     "ReadArtifact": 30.0,
     "DownloadArtifact": 120.0,
     "PullSteering": 10.0,
+    "RequestPlatformAction": 60.0,
+    "SendReply": 30.0,
+    "SendMessage": 60.0,
 }
 _DEFAULT_TIMEOUT = 15.0
 
@@ -201,6 +204,10 @@ class HostApi:
                     raise UnauthorizedError(f"{method}: operation {op!r} is not granted on {ident!r}")
                 return
         raise UnauthorizedError(f"{method}: {ident!r} is not among this run's {kind}")
+
+    def _need_platform_action(self, action: str, method: str) -> None:
+        if self._precheck and action not in self._resources.platform_actions:
+            raise UnauthorizedError(f"{method}: platform action {action!r} is not granted to this run")
 
     def _need_storage(self, area: int, method: str) -> None:
         self._need_api("storage", method)
@@ -511,15 +518,52 @@ class HostApi:
         target: Mapping[str, Any] | None = None,
         payload: Mapping[str, Any] | None = None,
         idempotency_key: str = "",
+        bot_id: str = "",
         timeout: float | None = None,
     ) -> P.RequestPlatformActionResponse:
+        self._need_platform_action(action, "RequestPlatformAction")
         req = P.RequestPlatformActionRequest(
             action=action,
             target=to_struct(target),
             payload=to_struct(payload),
             idempotency_key=idempotency_key,
+            bot_id=bot_id,
         )
         return await self.call("RequestPlatformAction", req, timeout=timeout)
+
+    async def send_reply(
+        self,
+        reply_id: str,
+        mode: int,
+        message: common_pb2.AssistantMessage | None = None,
+        *,
+        quote_origin: bool = False,
+        timeout: float | None = None,
+    ) -> P.SendReplyResponse:
+        """One `SendReply` call; `ctx.reply` / `ctx.reply_stream` are the friendly forms."""
+        self._need_api("reply", "SendReply")
+        req = P.SendReplyRequest(reply_id=reply_id, mode=mode, message=message, quote_origin=quote_origin)
+        return await self.call("SendReply", req, timeout=timeout)
+
+    async def send_message(
+        self,
+        target_type: str,
+        target_id: str,
+        message: common_pb2.AssistantMessage,
+        *,
+        bot_id: str = "",
+        idempotency_key: str = "",
+        timeout: float | None = None,
+    ) -> P.SendMessageResponse:
+        self._need_platform_action("send_message", "SendMessage")
+        req = P.SendMessageRequest(
+            bot_id=bot_id,
+            target_type=target_type,
+            target_id=target_id,
+            message=message,
+            idempotency_key=idempotency_key,
+        )
+        return await self.call("SendMessage", req, timeout=timeout)
 
     async def get_run_record(
         self, run_id: str = "", *, timeout: float | None = None

@@ -7,6 +7,8 @@
 - tool calls still open when the run ends get a `tool.call.completed` with `error_code=runner.incomplete`;
 - an exception becomes `run.failed` (`runner.exception`, or the spec code of an `AgentRunnerError`),
   with no traceback in the message (the traceback is logged locally);
+- side results (`ctx.log`, `ctx.call_tool`'s tool results, interaction requests) go into the same queue
+  as the yielded ones, so they are streamed in the order they happened and numbered like the rest;
 - the runner runs in its own task: a cancelled call cancels it at once and nothing more is emitted;
   `stop()` (control-stream cancel after its grace, the deadline, server shutdown) cancels it and ends
   the stream with `run.failed`.
@@ -54,6 +56,32 @@ def exception_message(exc: BaseException) -> str:
     return message if len(message) <= _MAX_MESSAGE else message[: _MAX_MESSAGE - 1] + "…"
 
 
+class SideChannel:
+    """How `ctx.emit` reaches the engine: non-terminal results into the run's queue while it runs."""
+
+    def __init__(self, queue: asyncio.Queue[result_pb2.RunResult]) -> None:
+        self._queue = queue
+        self.closed = False
+
+    def _check(self, result: result_pb2.RunResult) -> None:
+        if self.closed:
+            raise RuntimeError("the run has ended; no more results can be added")
+        if not isinstance(result, result_pb2.RunResult):
+            raise TypeError(f"emit takes a RunResult, not {type(result).__name__}")
+        if is_terminal(result):
+            raise ValueError("a terminal result ends the run: yield it from run() instead of emitting it")
+
+    async def __call__(self, result: result_pb2.RunResult) -> None:
+        self._check(result)
+        await self._queue.put(result)
+
+    def nowait(self, result: result_pb2.RunResult) -> None:
+        """Best effort, for cancellation paths that cannot wait."""
+        self._check(result)
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(result)
+
+
 class RunExecution:
     """One run of one runner; iterate `results()` once."""
 
@@ -75,6 +103,7 @@ class RunExecution:
         self._helpers: list[asyncio.Task[Any]] = []
         self.control: ControlClient | None = None
         self.finished = asyncio.Event()
+        self._side = SideChannel(self._queue)
 
     # -- control ------------------------------------------------------------------------------
 
@@ -208,6 +237,7 @@ class RunExecution:
             self.finished.set()
             return
         self.ctx = ctx
+        ctx._attach(self._side)
         caps = self.manifest.capabilities
         if (caps.interrupt or caps.steering) and ctx.api.available:
             accepts = (
@@ -270,6 +300,7 @@ class RunExecution:
         return results.completed()
 
     async def _cleanup(self) -> None:
+        self._side.closed = True
         tasks = [t for t in [self._task, *self._helpers] if t is not None]
         for t in tasks:
             t.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Final
 
@@ -33,8 +34,65 @@ RESULT_TYPES: Final[dict[str, str]] = {
     "action_requested": "action.requested",
     "run_completed": "run.completed",
     "run_failed": "run.failed",
+    "run_log": "run.log",
+    "interaction_requested": "interaction.requested",
 }
 TERMINAL_PAYLOADS: Final = frozenset({"run_completed", "run_failed"})
+
+#: Event type of an interaction answer (`HostService.SubmitInteraction`).
+INTERACTION_SUBMITTED_EVENT: Final = "interaction.submitted"
+
+#: Structured interaction limits (public SDK / LangBot host caps), checked by the SDK, enforced by the host.
+INTERACTION_MAX_FIELDS: Final = 50
+INTERACTION_MAX_ACTIONS: Final = 20
+INTERACTION_MAX_OPTIONS: Final = 100
+INTERACTION_MAX_BYTES: Final = 256 * 1024
+INTERACTION_DEFAULT_TTL_SECONDS: Final = 30 * 60
+INTERACTION_MAX_TTL_SECONDS: Final = 24 * 60 * 60
+
+#: Largest reply text (`SendReply`, `SendMessage`), in characters.
+REPLY_MAX_CHARS: Final = 200_000
+#: Largest `run.log` text, in characters (the host truncates longer lines).
+RUN_LOG_MAX_CHARS: Final = 10_000
+
+#: Words that make a request variable sensitive (the host never passes it to a runner), plus pairs.
+SENSITIVE_VARIABLE_WORDS: Final = frozenset(
+    {
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "token",
+        "apikey",
+        "credential",
+        "credentials",
+        "cookie",
+        "cookies",
+        "authorization",
+        "auth",
+        "signature",
+        "privatekey",
+        "sessionkey",
+    }
+)
+SENSITIVE_VARIABLE_PAIRS: Final = frozenset(
+    {("api", "key"), ("private", "key"), ("session", "key"), ("access", "key")}
+)
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+
+def is_sensitive_variable(key: str) -> bool:
+    """Whether a request variable must be filtered: a leading `_` or a secret-like word in its name.
+
+    `api_key`, `apiKey`, `X-Auth-Token`, `db_password` are sensitive; `max_tokens`, `author` are not.
+    """
+    if key.startswith("_"):
+        return True
+    words = [w.lower() for w in _WORD.findall(key)]
+    if any(w in SENSITIVE_VARIABLE_WORDS for w in words):
+        return True
+    return any(pair in SENSITIVE_VARIABLE_PAIRS for pair in itertools.pairwise(words))
+
 
 # The table above must cover the oneof exactly: a new payload needs a spec name here.
 assert set(RESULT_TYPES) == {f.name for f in result_pb2.RunResult.DESCRIPTOR.oneofs_by_name["payload"].fields}

@@ -1,4 +1,4 @@
-"""Builders for the nine result types (PROTOCOL_V1 §7). Each returns a `result_pb2.RunResult`.
+"""Builders for the result types (PROTOCOL_V1 §7 plus `run.log` and `interaction.requested`). Each returns a `result_pb2.RunResult`.
 
 The SDK fills `run_id`, `sequence` and `timestamp` when the result is streamed, so builders only take
 the payload plus the optional envelope fields `usage` and `metadata`. Runners may also yield a raw
@@ -25,6 +25,8 @@ __all__ = [
     "completed",
     "delta",
     "failed",
+    "interaction",
+    "log",
     "message",
     "new_id",
     "state",
@@ -294,3 +296,41 @@ def failed(
         code=code, message=message, retryable=retryable, details=to_struct(details)
     )
     return _envelope(usage, metadata, run_failed=payload)
+
+
+_LOG_LEVELS = {
+    "debug": result_pb2.RUN_LOG_LEVEL_DEBUG,
+    "info": result_pb2.RUN_LOG_LEVEL_INFO,
+    "warning": result_pb2.RUN_LOG_LEVEL_WARNING,
+    "warn": result_pb2.RUN_LOG_LEVEL_WARNING,
+    "error": result_pb2.RUN_LOG_LEVEL_ERROR,
+}
+
+
+def log(
+    text: str,
+    level: str | result_pb2.RunLogLevel.ValueType = "info",
+    *,
+    fields: Mapping[str, JSON] | None = None,
+    metadata: Mapping[str, JSON] | None = None,
+) -> RunResult:
+    """`run.log`: a log line kept in the run ledger (levels `debug`, `info`, `warning`, `error`)."""
+    if isinstance(level, str):
+        if level.lower() not in _LOG_LEVELS:
+            raise ValueError(f"unknown log level {level!r}; use debug, info, warning or error")
+        level = _LOG_LEVELS[level.lower()]
+    if not isinstance(text, str):
+        raise TypeError("log text must be a string")
+    payload = result_pb2.RunLog(level=level, text=text)
+    if fields:
+        payload.fields.CopyFrom(to_struct(fields))
+    return _envelope(None, metadata, run_log=payload)
+
+
+def interaction(
+    request: common_pb2.InteractionRequest, *, metadata: Mapping[str, JSON] | None = None
+) -> RunResult:
+    """`interaction.requested` around a request built (and checked) by `agentrunner.interactions`."""
+    return _envelope(
+        None, metadata, interaction_requested=result_pb2.InteractionRequested(interaction=request)
+    )

@@ -260,7 +260,27 @@ def default_apis(manifest: manifest_pb2.RunnerManifest | None) -> context_pb2.Co
     apis.run_cancel = m.RUN_RECORD_OPERATION_CANCEL in p.runs
     apis.run_append_result = m.RUN_RECORD_OPERATION_APPEND_RESULT in p.runs
     apis.run_finalize = m.RUN_RECORD_OPERATION_FINALIZE in p.runs
+    apis.reply = True
     return apis
+
+
+#: What the double's default surface renders of structured interactions (everything).
+FULL_INTERACTIONS = common_pb2.InteractionCapabilities(
+    field_types=[v for v in common_pb2.InteractionFieldType.values() if v],
+    action_styles=[v for v in common_pb2.InteractionActionStyle.values() if v],
+    supports_updates=True,
+)
+
+#: `PlatformEvent` member -> event type, for `make_context(platform_event=...)`.
+_MEMBER_EVENT_TYPES = {
+    "message_received": "message.received",
+    "message_recalled": "message.recalled",
+    "group_member_joined": "group.member_joined",
+    "friend_request_received": "friend.request_received",
+    "interaction_submitted": "interaction.submitted",
+    "schedule_triggered": "schedule.triggered",
+    "api_invoked": "api.invoked",
+}
 
 
 def make_context(
@@ -280,8 +300,24 @@ def make_context(
     conversation_id: str = "conv-test",
     contents: Iterable[common_pb2.ContentElement] = (),
     attachments: Iterable[common_pb2.ArtifactRef] = (),
+    event_type: str | None = None,
+    event_data: Mapping[str, Any] | None = None,
+    platform_event: context_pb2.PlatformEvent | None = None,
+    variables: Mapping[str, Any] | None = None,
+    automatic_reply: bool = False,
+    interactions: common_pb2.InteractionCapabilities | None = None,
+    interaction: common_pb2.InteractionSubmission | Mapping[str, Any] | None = None,
+    skills: Iterable[str | context_pb2.SkillResource] = (),
+    platform_actions: Iterable[str] | None = None,
+    bot_id: str = "bot-test",
 ) -> context_pb2.RunContext:
-    """A realistic `RunContext`: a `message.received` event, with the manifest's pull APIs granted."""
+    """A realistic `RunContext`: a `message.received` event, with the manifest's pull APIs granted.
+
+    `event_type` / `event_data` / `platform_event` shape the event (the type follows the typed event's
+    member); `interaction` makes it an `interaction.submitted` answer; `interactions` is the surface's
+    interaction support (default: everything when the manifest declares `interactions`);
+    `platform_actions` defaults to the manifest's `platform_api` permissions.
+    """
     run_id = run_id or f"run_{uuid.uuid4().hex[:12]}"
     now = timestamp_pb2.Timestamp()
     now.GetCurrentTime()
@@ -307,6 +343,38 @@ def make_context(
     ctx.resources.models.extend(_model_resources(models))
     ctx.resources.tools.extend(_tool_resources(tools))
     ctx.resources.knowledge_bases.extend(_kb_resources(knowledge_bases))
+    ctx.resources.skills.extend(
+        context_pb2.SkillResource(skill_name=k, display_name=k) if isinstance(k, str) else k for k in skills
+    )
+    ctx.resources.platform_actions.extend(
+        platform_actions
+        if platform_actions is not None
+        else (list(manifest.permissions.platform_api) if manifest else [])
+    )
+    ctx.conversation.bot_id = bot_id
+    ctx.delivery.automatic_reply = automatic_reply
+    if interactions is not None:
+        ctx.delivery.interactions.CopyFrom(interactions)
+    elif manifest is not None and manifest.capabilities.interactions:
+        ctx.delivery.interactions.CopyFrom(FULL_INTERACTIONS)
+    if variables:
+        ctx.variables.CopyFrom(to_struct(variables))
+    if interaction is not None:
+        if not isinstance(interaction, common_pb2.InteractionSubmission):
+            interaction = json_format.ParseDict(dict(interaction), common_pb2.InteractionSubmission())
+        if not interaction.HasField("submitted_at"):
+            interaction.submitted_at.CopyFrom(now)
+        ctx.input.interaction.CopyFrom(interaction)
+        event_type = event_type or "interaction.submitted"
+    if platform_event is not None:
+        ctx.event.platform_event.CopyFrom(platform_event)
+        member = platform_event.WhichOneof("event")
+        event_type = event_type or (_MEMBER_EVENT_TYPES.get(member) if member else None)
+    if event_type:
+        ctx.event.event_type = event_type
+        ctx.trigger.type = event_type
+    if event_data:
+        ctx.event.data.CopyFrom(to_struct(event_data))
     areas = (
         list(storage)
         if storage is not None
@@ -336,6 +404,14 @@ def make_context(
 
 
 Script = Any  # a message, a dict, a callable(request, call), an AgentRunnerError, or a list (streams)
+
+#: Answers of unscripted calls that a real host would give on success (others answer an empty message).
+_DEFAULT_ANSWERS: dict[str, Script] = {
+    "SendReply": lambda req, call: proxy_service_pb2.SendReplyResponse(
+        reply_id=req.reply_id, delivered=req.mode != common_pb2.REPLY_MODE_ABORT
+    ),
+    "SendMessage": proxy_service_pb2.SendMessageResponse(delivered=True),
+}
 
 
 @dataclass
@@ -446,10 +522,22 @@ class HostDouble:
     def calls_to(self, method: str) -> list[ProxyCall]:
         return [c for c in self.calls if c.method == method]
 
+    @property
+    def replies(self) -> list[proxy_service_pb2.SendReplyRequest]:
+        """Every `SendReply` request the double received, in order."""
+        return [c.request for c in self.calls if c.method == "SendReply"]  # type: ignore[misc]
+
+    def reply_log(self) -> list[tuple[str, str, str]]:
+        """`SendReply` calls as `(reply_id, mode, text)`, mode without its prefix (`UPDATE`, `FINISH`)."""
+        return [
+            (r.reply_id, common_pb2.ReplyMode.Name(r.mode).removeprefix("REPLY_MODE_"), r.message.content)
+            for r in self.replies
+        ]
+
     def _next_script(self, method: str) -> Script:
         queue = self._scripts.get(method)
         if not queue:
-            return None
+            return _DEFAULT_ANSWERS.get(method)
         return queue.pop(0) if len(queue) > 1 else queue[0]
 
     async def _record(

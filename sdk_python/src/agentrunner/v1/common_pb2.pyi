@@ -32,6 +32,39 @@ class RunStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATUS_TIMEOUT: _ClassVar[RunStatus]
     RUN_STATUS_INTERRUPTED: _ClassVar[RunStatus]
     RUN_STATUS_DISCARDED: _ClassVar[RunStatus]
+
+class ReplyMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REPLY_MODE_UNSPECIFIED: _ClassVar[ReplyMode]
+    REPLY_MODE_FULL: _ClassVar[ReplyMode]
+    REPLY_MODE_UPDATE: _ClassVar[ReplyMode]
+    REPLY_MODE_FINISH: _ClassVar[ReplyMode]
+    REPLY_MODE_ABORT: _ClassVar[ReplyMode]
+
+class InteractionKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INTERACTION_KIND_UNSPECIFIED: _ClassVar[InteractionKind]
+    INTERACTION_KIND_FORM: _ClassVar[InteractionKind]
+    INTERACTION_KIND_CONFIRMATION: _ClassVar[InteractionKind]
+    INTERACTION_KIND_CHOICE: _ClassVar[InteractionKind]
+
+class InteractionFieldType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INTERACTION_FIELD_TYPE_UNSPECIFIED: _ClassVar[InteractionFieldType]
+    INTERACTION_FIELD_TYPE_TEXT: _ClassVar[InteractionFieldType]
+    INTERACTION_FIELD_TYPE_TEXTAREA: _ClassVar[InteractionFieldType]
+    INTERACTION_FIELD_TYPE_SELECT: _ClassVar[InteractionFieldType]
+    INTERACTION_FIELD_TYPE_MULTISELECT: _ClassVar[InteractionFieldType]
+    INTERACTION_FIELD_TYPE_NUMBER: _ClassVar[InteractionFieldType]
+    INTERACTION_FIELD_TYPE_BOOLEAN: _ClassVar[InteractionFieldType]
+    INTERACTION_FIELD_TYPE_FILE: _ClassVar[InteractionFieldType]
+
+class InteractionActionStyle(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INTERACTION_ACTION_STYLE_UNSPECIFIED: _ClassVar[InteractionActionStyle]
+    INTERACTION_ACTION_STYLE_DEFAULT: _ClassVar[InteractionActionStyle]
+    INTERACTION_ACTION_STYLE_PRIMARY: _ClassVar[InteractionActionStyle]
+    INTERACTION_ACTION_STYLE_DANGER: _ClassVar[InteractionActionStyle]
 STATE_SCOPE_UNSPECIFIED: StateScope
 STATE_SCOPE_CONVERSATION: StateScope
 STATE_SCOPE_ACTOR: StateScope
@@ -48,6 +81,27 @@ RUN_STATUS_CANCELLED: RunStatus
 RUN_STATUS_TIMEOUT: RunStatus
 RUN_STATUS_INTERRUPTED: RunStatus
 RUN_STATUS_DISCARDED: RunStatus
+REPLY_MODE_UNSPECIFIED: ReplyMode
+REPLY_MODE_FULL: ReplyMode
+REPLY_MODE_UPDATE: ReplyMode
+REPLY_MODE_FINISH: ReplyMode
+REPLY_MODE_ABORT: ReplyMode
+INTERACTION_KIND_UNSPECIFIED: InteractionKind
+INTERACTION_KIND_FORM: InteractionKind
+INTERACTION_KIND_CONFIRMATION: InteractionKind
+INTERACTION_KIND_CHOICE: InteractionKind
+INTERACTION_FIELD_TYPE_UNSPECIFIED: InteractionFieldType
+INTERACTION_FIELD_TYPE_TEXT: InteractionFieldType
+INTERACTION_FIELD_TYPE_TEXTAREA: InteractionFieldType
+INTERACTION_FIELD_TYPE_SELECT: InteractionFieldType
+INTERACTION_FIELD_TYPE_MULTISELECT: InteractionFieldType
+INTERACTION_FIELD_TYPE_NUMBER: InteractionFieldType
+INTERACTION_FIELD_TYPE_BOOLEAN: InteractionFieldType
+INTERACTION_FIELD_TYPE_FILE: InteractionFieldType
+INTERACTION_ACTION_STYLE_UNSPECIFIED: InteractionActionStyle
+INTERACTION_ACTION_STYLE_DEFAULT: InteractionActionStyle
+INTERACTION_ACTION_STYLE_PRIMARY: InteractionActionStyle
+INTERACTION_ACTION_STYLE_DANGER: InteractionActionStyle
 
 class I18nText(_message.Message):
     __slots__ = ("translations",)
@@ -177,3 +231,89 @@ class AssistantMessage(_message.Message):
     metadata: _struct_pb2.Struct
     message_id: str
     def __init__(self, content: _Optional[str] = ..., contents: _Optional[_Iterable[_Union[ContentElement, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactRef, _Mapping]]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class InteractionRequest(_message.Message):
+    __slots__ = ("interaction_id", "kind", "title", "description", "fields", "actions", "expires_at", "fallback_text", "metadata")
+    INTERACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    FALLBACK_TEXT_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
+    interaction_id: str
+    kind: InteractionKind
+    title: str
+    description: str
+    fields: _containers.RepeatedCompositeFieldContainer[InteractionField]
+    actions: _containers.RepeatedCompositeFieldContainer[InteractionAction]
+    expires_at: _timestamp_pb2.Timestamp
+    fallback_text: str
+    metadata: _struct_pb2.Struct
+    def __init__(self, interaction_id: _Optional[str] = ..., kind: _Optional[_Union[InteractionKind, str]] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., fields: _Optional[_Iterable[_Union[InteractionField, _Mapping]]] = ..., actions: _Optional[_Iterable[_Union[InteractionAction, _Mapping]]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fallback_text: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class InteractionField(_message.Message):
+    __slots__ = ("id", "label", "type", "required", "options", "placeholder", "default_value")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    label: str
+    type: InteractionFieldType
+    required: bool
+    options: _containers.RepeatedCompositeFieldContainer[InteractionOption]
+    placeholder: str
+    default_value: _struct_pb2.Value
+    def __init__(self, id: _Optional[str] = ..., label: _Optional[str] = ..., type: _Optional[_Union[InteractionFieldType, str]] = ..., required: _Optional[bool] = ..., options: _Optional[_Iterable[_Union[InteractionOption, _Mapping]]] = ..., placeholder: _Optional[str] = ..., default_value: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ...) -> None: ...
+
+class InteractionOption(_message.Message):
+    __slots__ = ("value", "label", "description")
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    value: str
+    label: str
+    description: str
+    def __init__(self, value: _Optional[str] = ..., label: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
+
+class InteractionAction(_message.Message):
+    __slots__ = ("id", "label", "style")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    STYLE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    label: str
+    style: InteractionActionStyle
+    def __init__(self, id: _Optional[str] = ..., label: _Optional[str] = ..., style: _Optional[_Union[InteractionActionStyle, str]] = ...) -> None: ...
+
+class InteractionSubmission(_message.Message):
+    __slots__ = ("interaction_id", "action_id", "values", "submitted_at", "request_run_id")
+    INTERACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    interaction_id: str
+    action_id: str
+    values: _struct_pb2.Struct
+    submitted_at: _timestamp_pb2.Timestamp
+    request_run_id: str
+    def __init__(self, interaction_id: _Optional[str] = ..., action_id: _Optional[str] = ..., values: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., submitted_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., request_run_id: _Optional[str] = ...) -> None: ...
+
+class InteractionCapabilities(_message.Message):
+    __slots__ = ("field_types", "action_styles", "max_fields", "supports_updates")
+    FIELD_TYPES_FIELD_NUMBER: _ClassVar[int]
+    ACTION_STYLES_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTS_UPDATES_FIELD_NUMBER: _ClassVar[int]
+    field_types: _containers.RepeatedScalarFieldContainer[InteractionFieldType]
+    action_styles: _containers.RepeatedScalarFieldContainer[InteractionActionStyle]
+    max_fields: int
+    supports_updates: bool
+    def __init__(self, field_types: _Optional[_Iterable[_Union[InteractionFieldType, str]]] = ..., action_styles: _Optional[_Iterable[_Union[InteractionActionStyle, str]]] = ..., max_fields: _Optional[int] = ..., supports_updates: _Optional[bool] = ...) -> None: ...

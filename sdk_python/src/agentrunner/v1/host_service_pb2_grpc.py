@@ -61,6 +61,11 @@ class HostServiceStub:
                 request_serializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersRequest.SerializeToString,
                 response_deserializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersResponse.FromString,
                 _registered_method=True)
+        self.SubmitInteraction = channel.unary_stream(
+                '/agentrunner.v1.HostService/SubmitInteraction',
+                request_serializer=agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionRequest.SerializeToString,
+                response_deserializer=agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionResponse.FromString,
+                _registered_method=True)
 
 
 class HostServiceServicer:
@@ -107,6 +112,18 @@ class HostServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitInteraction(self, request, context):
+        """Answers a structured interaction. The answer becomes an `interaction.submitted` event, routed like
+        any other event, whose run gets the answer in `RunInput.interaction`; the call streams that run
+        exactly like `Run` (same items). An interaction is answered once: an unknown id is `NOT_FOUND`; an expired,
+        answered or cancelled one is `FAILED_PRECONDITION`; an unknown action, a missing required value or
+        a value outside the options is `INVALID_ARGUMENT`; all before the first item. Resubmitting the same
+        `event_id` attaches to the run it started.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HostServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -134,6 +151,11 @@ def add_HostServiceServicer_to_server(servicer, server):
                     servicer.ListRunners,
                     request_deserializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersRequest.FromString,
                     response_serializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersResponse.SerializeToString,
+            ),
+            'SubmitInteraction': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubmitInteraction,
+                    request_deserializer=agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionRequest.FromString,
+                    response_serializer=agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -273,6 +295,33 @@ class HostService:
             '/agentrunner.v1.HostService/ListRunners',
             agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersRequest.SerializeToString,
             agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitInteraction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agentrunner.v1.HostService/SubmitInteraction',
+            agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionRequest.SerializeToString,
+            agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionResponse.FromString,
             options,
             channel_credentials,
             insecure,

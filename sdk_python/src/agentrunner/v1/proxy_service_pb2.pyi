@@ -589,22 +589,68 @@ class SteeringInput(_message.Message):
     def __init__(self, steering_id: _Optional[str] = ..., event: _Optional[_Union[_context_pb2.EventContext, _Mapping]] = ..., input: _Optional[_Union[_context_pb2.RunInput, _Mapping]] = ..., actor: _Optional[_Union[_context_pb2.ActorContext, _Mapping]] = ..., receive_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RequestPlatformActionRequest(_message.Message):
-    __slots__ = ("action", "target", "payload", "idempotency_key")
+    __slots__ = ("action", "target", "payload", "idempotency_key", "bot_id")
     ACTION_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    BOT_ID_FIELD_NUMBER: _ClassVar[int]
     action: str
     target: _struct_pb2.Struct
     payload: _struct_pb2.Struct
     idempotency_key: str
-    def __init__(self, action: _Optional[str] = ..., target: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    bot_id: str
+    def __init__(self, action: _Optional[str] = ..., target: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., bot_id: _Optional[str] = ...) -> None: ...
 
 class RequestPlatformActionResponse(_message.Message):
     __slots__ = ("result",)
     RESULT_FIELD_NUMBER: _ClassVar[int]
     result: _struct_pb2.Struct
     def __init__(self, result: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class SendReplyRequest(_message.Message):
+    __slots__ = ("reply_id", "mode", "message", "quote_origin")
+    REPLY_ID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    QUOTE_ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    reply_id: str
+    mode: _common_pb2.ReplyMode
+    message: _common_pb2.AssistantMessage
+    quote_origin: bool
+    def __init__(self, reply_id: _Optional[str] = ..., mode: _Optional[_Union[_common_pb2.ReplyMode, str]] = ..., message: _Optional[_Union[_common_pb2.AssistantMessage, _Mapping]] = ..., quote_origin: _Optional[bool] = ...) -> None: ...
+
+class SendReplyResponse(_message.Message):
+    __slots__ = ("reply_id", "delivered", "platform_message_id")
+    REPLY_ID_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    PLATFORM_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    reply_id: str
+    delivered: bool
+    platform_message_id: str
+    def __init__(self, reply_id: _Optional[str] = ..., delivered: _Optional[bool] = ..., platform_message_id: _Optional[str] = ...) -> None: ...
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("bot_id", "target_type", "target_id", "message", "idempotency_key")
+    BOT_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    bot_id: str
+    target_type: str
+    target_id: str
+    message: _common_pb2.AssistantMessage
+    idempotency_key: str
+    def __init__(self, bot_id: _Optional[str] = ..., target_type: _Optional[str] = ..., target_id: _Optional[str] = ..., message: _Optional[_Union[_common_pb2.AssistantMessage, _Mapping]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class SendMessageResponse(_message.Message):
+    __slots__ = ("delivered", "platform_message_id")
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    PLATFORM_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    delivered: bool
+    platform_message_id: str
+    def __init__(self, delivered: _Optional[bool] = ..., platform_message_id: _Optional[str] = ...) -> None: ...
 
 class GetRunRecordRequest(_message.Message):
     __slots__ = ("run_id",)

@@ -170,6 +170,16 @@ class ProxyServiceStub:
                 request_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.RequestPlatformActionRequest.SerializeToString,
                 response_deserializer=agentrunner_dot_v1_dot_proxy__service__pb2.RequestPlatformActionResponse.FromString,
                 _registered_method=True)
+        self.SendReply = channel.unary_unary(
+                '/agentrunner.v1.ProxyService/SendReply',
+                request_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.SendReplyRequest.SerializeToString,
+                response_deserializer=agentrunner_dot_v1_dot_proxy__service__pb2.SendReplyResponse.FromString,
+                _registered_method=True)
+        self.SendMessage = channel.unary_unary(
+                '/agentrunner.v1.ProxyService/SendMessage',
+                request_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.SendMessageRequest.SerializeToString,
+                response_deserializer=agentrunner_dot_v1_dot_proxy__service__pb2.SendMessageResponse.FromString,
+                _registered_method=True)
         self.GetRunRecord = channel.unary_unary(
                 '/agentrunner.v1.ProxyService/GetRunRecord',
                 request_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.GetRunRecordRequest.SerializeToString,
@@ -392,8 +402,25 @@ class ProxyServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RequestPlatformAction(self, request, context):
-        """Requests a platform action. Reserved: denied in v1 unless an adapter implements it and the
-        binding grants it.
+        """Requests a platform action (`ctx.call_platform_api`). Denied unless a delivery adapter
+        implements it and the run's `resources.platform_actions` lists it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendReply(self, request, context):
+        """Replies to the current event's delivery target: one full reply, or a streamed reply updated with
+        the full text so far and then finished or aborted. Needs `available_apis.reply`. Delivered
+        replies reach the client's `Run` stream and the transcript (finished ones).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SendMessage(self, request, context):
+        """Sends a message to an explicit target (a conversation of a bot). Needs `send_message` in
+        `resources.platform_actions`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -582,6 +609,16 @@ def add_ProxyServiceServicer_to_server(servicer, server):
                     servicer.RequestPlatformAction,
                     request_deserializer=agentrunner_dot_v1_dot_proxy__service__pb2.RequestPlatformActionRequest.FromString,
                     response_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.RequestPlatformActionResponse.SerializeToString,
+            ),
+            'SendReply': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendReply,
+                    request_deserializer=agentrunner_dot_v1_dot_proxy__service__pb2.SendReplyRequest.FromString,
+                    response_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.SendReplyResponse.SerializeToString,
+            ),
+            'SendMessage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendMessage,
+                    request_deserializer=agentrunner_dot_v1_dot_proxy__service__pb2.SendMessageRequest.FromString,
+                    response_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.SendMessageResponse.SerializeToString,
             ),
             'GetRunRecord': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRunRecord,
@@ -1327,6 +1364,60 @@ class ProxyService:
             '/agentrunner.v1.ProxyService/RequestPlatformAction',
             agentrunner_dot_v1_dot_proxy__service__pb2.RequestPlatformActionRequest.SerializeToString,
             agentrunner_dot_v1_dot_proxy__service__pb2.RequestPlatformActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendReply(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrunner.v1.ProxyService/SendReply',
+            agentrunner_dot_v1_dot_proxy__service__pb2.SendReplyRequest.SerializeToString,
+            agentrunner_dot_v1_dot_proxy__service__pb2.SendReplyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendMessage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrunner.v1.ProxyService/SendMessage',
+            agentrunner_dot_v1_dot_proxy__service__pb2.SendMessageRequest.SerializeToString,
+            agentrunner_dot_v1_dot_proxy__service__pb2.SendMessageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,31 +27,37 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61gentrunner/v1/result.proto\x12\x0e\x61gentrunner.v1\x1a\x1b\x61gentrunner/v1/common.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\x07\n\tRunResult\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n\x08sequence\x18\x02 \x01(\x04R\x08sequence\x12\x38\n\ttimestamp\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ttimestamp\x12+\n\x05usage\x18\x04 \x01(\x0b\x32\x15.agentrunner.v1.UsageR\x05usage\x12\x33\n\x08metadata\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructR\x08metadata\x12\x43\n\rmessage_delta\x18\n \x01(\x0b\x32\x1c.agentrunner.v1.MessageDeltaH\x00R\x0cmessageDelta\x12O\n\x11message_completed\x18\x0b \x01(\x0b\x32 .agentrunner.v1.MessageCompletedH\x00R\x10messageCompleted\x12M\n\x11tool_call_started\x18\x0c \x01(\x0b\x32\x1f.agentrunner.v1.ToolCallStartedH\x00R\x0ftoolCallStarted\x12S\n\x13tool_call_completed\x18\r \x01(\x0b\x32!.agentrunner.v1.ToolCallCompletedH\x00R\x11toolCallCompleted\x12L\n\x10\x61rtifact_created\x18\x0e \x01(\x0b\x32\x1f.agentrunner.v1.ArtifactCreatedH\x00R\x0f\x61rtifactCreated\x12\x43\n\rstate_updated\x18\x0f \x01(\x0b\x32\x1c.agentrunner.v1.StateUpdatedH\x00R\x0cstateUpdated\x12L\n\x10\x61\x63tion_requested\x18\x10 \x01(\x0b\x32\x1f.agentrunner.v1.ActionRequestedH\x00R\x0f\x61\x63tionRequested\x12\x43\n\rrun_completed\x18\x11 \x01(\x0b\x32\x1c.agentrunner.v1.RunCompletedH\x00R\x0crunCompleted\x12:\n\nrun_failed\x18\x12 \x01(\x0b\x32\x19.agentrunner.v1.RunFailedH\x00R\trunFailedB\t\n\x07payload\"\xf4\x01\n\x0cMessageDelta\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12,\n\x0f\x63umulative_text\x18\x02 \x01(\tH\x00R\x0e\x63umulativeText\x88\x01\x01\x12:\n\x08\x63ontents\x18\x03 \x03(\x0b\x32\x1e.agentrunner.v1.ContentElementR\x08\x63ontents\x12\x1d\n\nmessage_id\x18\x04 \x01(\tR\tmessageId\x12\x33\n\x08metadata\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructR\x08metadataB\x12\n\x10_cumulative_text\"N\n\x10MessageCompleted\x12:\n\x07message\x18\x01 \x01(\x0b\x32 .agentrunner.v1.AssistantMessageR\x07message\"\x89\x01\n\x0fToolCallStarted\x12 \n\x0ctool_call_id\x18\x01 \x01(\tR\ntoolCallId\x12\x1b\n\ttool_name\x18\x02 \x01(\tR\x08toolName\x12\x37\n\nparameters\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructR\nparameters\"\xd6\x01\n\x11ToolCallCompleted\x12 \n\x0ctool_call_id\x18\x01 \x01(\tR\ntoolCallId\x12\x1b\n\ttool_name\x18\x02 \x01(\tR\x08toolName\x12>\n\x0eresult_preview\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructR\rresultPreview\x12\x1d\n\nerror_code\x18\x04 \x01(\tR\terrorCode\x12#\n\rerror_message\x18\x05 \x01(\tR\x0c\x65rrorMessage\"d\n\x0f\x41rtifactCreated\x12\x37\n\x08\x61rtifact\x18\x01 \x01(\x0b\x32\x1b.agentrunner.v1.ArtifactRefR\x08\x61rtifact\x12\x18\n\x07\x63ontent\x18\x02 \x01(\x0cR\x07\x63ontent\"\x80\x01\n\x0cStateUpdated\x12\x30\n\x05scope\x18\x01 \x01(\x0e\x32\x1a.agentrunner.v1.StateScopeR\x05scope\x12\x10\n\x03key\x18\x02 \x01(\tR\x03key\x12,\n\x05value\x18\x03 \x01(\x0b\x32\x16.google.protobuf.ValueR\x05value\"\xdb\x01\n\x0f\x41\x63tionRequested\x12\x16\n\x06\x61\x63tion\x18\x01 \x01(\tR\x06\x61\x63tion\x12/\n\x06target\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructR\x06target\x12\x31\n\x07payload\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructR\x07payload\x12\'\n\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12#\n\rapproval_hint\x18\x05 \x01(\tR\x0c\x61pprovalHint\"o\n\x0cRunCompleted\x12#\n\rfinish_reason\x18\x01 \x01(\tR\x0c\x66inishReason\x12:\n\x07message\x18\x02 \x01(\x0b\x32 .agentrunner.v1.AssistantMessageR\x07message\"\x8a\x01\n\tRunFailed\x12\x12\n\x04\x63ode\x18\x01 \x01(\tR\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\x12\x1c\n\tretryable\x18\x03 \x01(\x08R\tretryable\x12\x31\n\x07\x64\x65tails\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructR\x07\x64\x65tailsb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61gentrunner/v1/result.proto\x12\x0e\x61gentrunner.v1\x1a\x1b\x61gentrunner/v1/common.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x08\n\tRunResult\x12\x15\n\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1a\n\x08sequence\x18\x02 \x01(\x04R\x08sequence\x12\x38\n\ttimestamp\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampR\ttimestamp\x12+\n\x05usage\x18\x04 \x01(\x0b\x32\x15.agentrunner.v1.UsageR\x05usage\x12\x33\n\x08metadata\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructR\x08metadata\x12\x43\n\rmessage_delta\x18\n \x01(\x0b\x32\x1c.agentrunner.v1.MessageDeltaH\x00R\x0cmessageDelta\x12O\n\x11message_completed\x18\x0b \x01(\x0b\x32 .agentrunner.v1.MessageCompletedH\x00R\x10messageCompleted\x12M\n\x11tool_call_started\x18\x0c \x01(\x0b\x32\x1f.agentrunner.v1.ToolCallStartedH\x00R\x0ftoolCallStarted\x12S\n\x13tool_call_completed\x18\r \x01(\x0b\x32!.agentrunner.v1.ToolCallCompletedH\x00R\x11toolCallCompleted\x12L\n\x10\x61rtifact_created\x18\x0e \x01(\x0b\x32\x1f.agentrunner.v1.ArtifactCreatedH\x00R\x0f\x61rtifactCreated\x12\x43\n\rstate_updated\x18\x0f \x01(\x0b\x32\x1c.agentrunner.v1.StateUpdatedH\x00R\x0cstateUpdated\x12L\n\x10\x61\x63tion_requested\x18\x10 \x01(\x0b\x32\x1f.agentrunner.v1.ActionRequestedH\x00R\x0f\x61\x63tionRequested\x12\x43\n\rrun_completed\x18\x11 \x01(\x0b\x32\x1c.agentrunner.v1.RunCompletedH\x00R\x0crunCompleted\x12:\n\nrun_failed\x18\x12 \x01(\x0b\x32\x19.agentrunner.v1.RunFailedH\x00R\trunFailed\x12\x31\n\x07run_log\x18\x13 \x01(\x0b\x32\x16.agentrunner.v1.RunLogH\x00R\x06runLog\x12[\n\x15interaction_requested\x18\x14 \x01(\x0b\x32$.agentrunner.v1.InteractionRequestedH\x00R\x14interactionRequestedB\t\n\x07payload\"\xf4\x01\n\x0cMessageDelta\x12\x12\n\x04text\x18\x01 \x01(\tR\x04text\x12,\n\x0f\x63umulative_text\x18\x02 \x01(\tH\x00R\x0e\x63umulativeText\x88\x01\x01\x12:\n\x08\x63ontents\x18\x03 \x03(\x0b\x32\x1e.agentrunner.v1.ContentElementR\x08\x63ontents\x12\x1d\n\nmessage_id\x18\x04 \x01(\tR\tmessageId\x12\x33\n\x08metadata\x18\x05 \x01(\x0b\x32\x17.google.protobuf.StructR\x08metadataB\x12\n\x10_cumulative_text\"N\n\x10MessageCompleted\x12:\n\x07message\x18\x01 \x01(\x0b\x32 .agentrunner.v1.AssistantMessageR\x07message\"\x89\x01\n\x0fToolCallStarted\x12 \n\x0ctool_call_id\x18\x01 \x01(\tR\ntoolCallId\x12\x1b\n\ttool_name\x18\x02 \x01(\tR\x08toolName\x12\x37\n\nparameters\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructR\nparameters\"\xd6\x01\n\x11ToolCallCompleted\x12 \n\x0ctool_call_id\x18\x01 \x01(\tR\ntoolCallId\x12\x1b\n\ttool_name\x18\x02 \x01(\tR\x08toolName\x12>\n\x0eresult_preview\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructR\rresultPreview\x12\x1d\n\nerror_code\x18\x04 \x01(\tR\terrorCode\x12#\n\rerror_message\x18\x05 \x01(\tR\x0c\x65rrorMessage\"d\n\x0f\x41rtifactCreated\x12\x37\n\x08\x61rtifact\x18\x01 \x01(\x0b\x32\x1b.agentrunner.v1.ArtifactRefR\x08\x61rtifact\x12\x18\n\x07\x63ontent\x18\x02 \x01(\x0cR\x07\x63ontent\"\x80\x01\n\x0cStateUpdated\x12\x30\n\x05scope\x18\x01 \x01(\x0e\x32\x1a.agentrunner.v1.StateScopeR\x05scope\x12\x10\n\x03key\x18\x02 \x01(\tR\x03key\x12,\n\x05value\x18\x03 \x01(\x0b\x32\x16.google.protobuf.ValueR\x05value\"\xdb\x01\n\x0f\x41\x63tionRequested\x12\x16\n\x06\x61\x63tion\x18\x01 \x01(\tR\x06\x61\x63tion\x12/\n\x06target\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructR\x06target\x12\x31\n\x07payload\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructR\x07payload\x12\'\n\x0fidempotency_key\x18\x04 \x01(\tR\x0eidempotencyKey\x12#\n\rapproval_hint\x18\x05 \x01(\tR\x0c\x61pprovalHint\"o\n\x0cRunCompleted\x12#\n\rfinish_reason\x18\x01 \x01(\tR\x0c\x66inishReason\x12:\n\x07message\x18\x02 \x01(\x0b\x32 .agentrunner.v1.AssistantMessageR\x07message\"\x8a\x01\n\tRunFailed\x12\x12\n\x04\x63ode\x18\x01 \x01(\tR\x04\x63ode\x12\x18\n\x07message\x18\x02 \x01(\tR\x07message\x12\x1c\n\tretryable\x18\x03 \x01(\x08R\tretryable\x12\x31\n\x07\x64\x65tails\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructR\x07\x64\x65tails\"\x80\x01\n\x06RunLog\x12\x31\n\x05level\x18\x01 \x01(\x0e\x32\x1b.agentrunner.v1.RunLogLevelR\x05level\x12\x12\n\x04text\x18\x02 \x01(\tR\x04text\x12/\n\x06\x66ields\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructR\x06\x66ields\"\\\n\x14InteractionRequested\x12\x44\n\x0binteraction\x18\x01 \x01(\x0b\x32\".agentrunner.v1.InteractionRequestR\x0binteraction*\x91\x01\n\x0bRunLogLevel\x12\x1d\n\x19RUN_LOG_LEVEL_UNSPECIFIED\x10\x00\x12\x17\n\x13RUN_LOG_LEVEL_DEBUG\x10\x01\x12\x16\n\x12RUN_LOG_LEVEL_INFO\x10\x02\x12\x19\n\x15RUN_LOG_LEVEL_WARNING\x10\x03\x12\x17\n\x13RUN_LOG_LEVEL_ERROR\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'agentrunner.v1.result_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_RUNLOGLEVEL']._serialized_start=2802
+  _globals['_RUNLOGLEVEL']._serialized_end=2947
   _globals['_RUNRESULT']._serialized_start=140
-  _globals['_RUNRESULT']._serialized_end=1037
-  _globals['_MESSAGEDELTA']._serialized_start=1040
-  _globals['_MESSAGEDELTA']._serialized_end=1284
-  _globals['_MESSAGECOMPLETED']._serialized_start=1286
-  _globals['_MESSAGECOMPLETED']._serialized_end=1364
-  _globals['_TOOLCALLSTARTED']._serialized_start=1367
-  _globals['_TOOLCALLSTARTED']._serialized_end=1504
-  _globals['_TOOLCALLCOMPLETED']._serialized_start=1507
-  _globals['_TOOLCALLCOMPLETED']._serialized_end=1721
-  _globals['_ARTIFACTCREATED']._serialized_start=1723
-  _globals['_ARTIFACTCREATED']._serialized_end=1823
-  _globals['_STATEUPDATED']._serialized_start=1826
-  _globals['_STATEUPDATED']._serialized_end=1954
-  _globals['_ACTIONREQUESTED']._serialized_start=1957
-  _globals['_ACTIONREQUESTED']._serialized_end=2176
-  _globals['_RUNCOMPLETED']._serialized_start=2178
-  _globals['_RUNCOMPLETED']._serialized_end=2289
-  _globals['_RUNFAILED']._serialized_start=2292
-  _globals['_RUNFAILED']._serialized_end=2430
+  _globals['_RUNRESULT']._serialized_end=1181
+  _globals['_MESSAGEDELTA']._serialized_start=1184
+  _globals['_MESSAGEDELTA']._serialized_end=1428
+  _globals['_MESSAGECOMPLETED']._serialized_start=1430
+  _globals['_MESSAGECOMPLETED']._serialized_end=1508
+  _globals['_TOOLCALLSTARTED']._serialized_start=1511
+  _globals['_TOOLCALLSTARTED']._serialized_end=1648
+  _globals['_TOOLCALLCOMPLETED']._serialized_start=1651
+  _globals['_TOOLCALLCOMPLETED']._serialized_end=1865
+  _globals['_ARTIFACTCREATED']._serialized_start=1867
+  _globals['_ARTIFACTCREATED']._serialized_end=1967
+  _globals['_STATEUPDATED']._serialized_start=1970
+  _globals['_STATEUPDATED']._serialized_end=2098
+  _globals['_ACTIONREQUESTED']._serialized_start=2101
+  _globals['_ACTIONREQUESTED']._serialized_end=2320
+  _globals['_RUNCOMPLETED']._serialized_start=2322
+  _globals['_RUNCOMPLETED']._serialized_end=2433
+  _globals['_RUNFAILED']._serialized_start=2436
+  _globals['_RUNFAILED']._serialized_end=2574
+  _globals['_RUNLOG']._serialized_start=2577
+  _globals['_RUNLOG']._serialized_end=2705
+  _globals['_INTERACTIONREQUESTED']._serialized_start=2707
+  _globals['_INTERACTIONREQUESTED']._serialized_end=2799
 # @@protoc_insertion_point(module_scope)

@@ -4,6 +4,7 @@ from agentrunner.v1 import common_pb2 as _common_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -11,8 +12,21 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RunLogLevel(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_LOG_LEVEL_UNSPECIFIED: _ClassVar[RunLogLevel]
+    RUN_LOG_LEVEL_DEBUG: _ClassVar[RunLogLevel]
+    RUN_LOG_LEVEL_INFO: _ClassVar[RunLogLevel]
+    RUN_LOG_LEVEL_WARNING: _ClassVar[RunLogLevel]
+    RUN_LOG_LEVEL_ERROR: _ClassVar[RunLogLevel]
+RUN_LOG_LEVEL_UNSPECIFIED: RunLogLevel
+RUN_LOG_LEVEL_DEBUG: RunLogLevel
+RUN_LOG_LEVEL_INFO: RunLogLevel
+RUN_LOG_LEVEL_WARNING: RunLogLevel
+RUN_LOG_LEVEL_ERROR: RunLogLevel
+
 class RunResult(_message.Message):
-    __slots__ = ("run_id", "sequence", "timestamp", "usage", "metadata", "message_delta", "message_completed", "tool_call_started", "tool_call_completed", "artifact_created", "state_updated", "action_requested", "run_completed", "run_failed")
+    __slots__ = ("run_id", "sequence", "timestamp", "usage", "metadata", "message_delta", "message_completed", "tool_call_started", "tool_call_completed", "artifact_created", "state_updated", "action_requested", "run_completed", "run_failed", "run_log", "interaction_requested")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +41,8 @@ class RunResult(_message.Message):
     ACTION_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     RUN_COMPLETED_FIELD_NUMBER: _ClassVar[int]
     RUN_FAILED_FIELD_NUMBER: _ClassVar[int]
+    RUN_LOG_FIELD_NUMBER: _ClassVar[int]
+    INTERACTION_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     sequence: int
     timestamp: _timestamp_pb2.Timestamp
@@ -41,7 +57,9 @@ class RunResult(_message.Message):
     action_requested: ActionRequested
     run_completed: RunCompleted
     run_failed: RunFailed
-    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_delta: _Optional[_Union[MessageDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_completed: _Optional[_Union[ToolCallCompleted, _Mapping]] = ..., artifact_created: _Optional[_Union[ArtifactCreated, _Mapping]] = ..., state_updated: _Optional[_Union[StateUpdated, _Mapping]] = ..., action_requested: _Optional[_Union[ActionRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ...) -> None: ...
+    run_log: RunLog
+    interaction_requested: InteractionRequested
+    def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_delta: _Optional[_Union[MessageDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_completed: _Optional[_Union[ToolCallCompleted, _Mapping]] = ..., artifact_created: _Optional[_Union[ArtifactCreated, _Mapping]] = ..., state_updated: _Optional[_Union[StateUpdated, _Mapping]] = ..., action_requested: _Optional[_Union[ActionRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_log: _Optional[_Union[RunLog, _Mapping]] = ..., interaction_requested: _Optional[_Union[InteractionRequested, _Mapping]] = ...) -> None: ...
 
 class MessageDelta(_message.Message):
     __slots__ = ("text", "cumulative_text", "contents", "message_id", "metadata")
@@ -138,3 +156,19 @@ class RunFailed(_message.Message):
     retryable: bool
     details: _struct_pb2.Struct
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., details: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class RunLog(_message.Message):
+    __slots__ = ("level", "text", "fields")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    level: RunLogLevel
+    text: str
+    fields: _struct_pb2.Struct
+    def __init__(self, level: _Optional[_Union[RunLogLevel, str]] = ..., text: _Optional[str] = ..., fields: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class InteractionRequested(_message.Message):
+    __slots__ = ("interaction",)
+    INTERACTION_FIELD_NUMBER: _ClassVar[int]
+    interaction: _common_pb2.InteractionRequest
+    def __init__(self, interaction: _Optional[_Union[_common_pb2.InteractionRequest, _Mapping]] = ...) -> None: ...
