@@ -1,9 +1,11 @@
-"""Fixtures: runner processes over real gRPC and an in-process host on port 0."""
+"""Fixtures: runner processes over real gRPC and an in-process host on port 0, wired by
+`HostApp.open` on a migrated SQLite database in a temp dir (copied from a session template)."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -16,6 +18,7 @@ import pytest_asyncio
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.config import parse_config
 from agentrunner_host.server import HostApp
+from agentrunner_host.store.db import upgrade
 
 HERE = pathlib.Path(__file__).parent
 FAKE_ID = "plugin:test/fake/default"
@@ -81,23 +84,30 @@ def host_config(runner_address: str, **overrides: Any) -> dict[str, Any]:
         "limits": {"cancel_grace_seconds": 0.3, "post_terminal_drain_seconds": 0.3},
         "runners": [{"id": "fake", "address": runner_address}],
         "models": [
-            {"id": "gpt-test", "kind": "llm", "provider": "mock"},
-            {"id": "other-model", "kind": "llm"},
+            # never called by these tests (no provider behind the URL): selection and projection only
+            {"id": "gpt-test", "base_url": "http://127.0.0.1:9/v1", "model": "m", "provider": "mock"},
+            {"id": "other-model", "base_url": "http://127.0.0.1:9/v1", "model": "m"},
         ],
-        "tools": [
-            {"id": "weather", "kind": "native", "description": "weather"},
-            {"id": "shell", "kind": "native"},
-        ],
+        # host-native tools: current_time, and fetch_url (listed because an allow-list is set)
+        "tools": {"native": {"fetch_url_allow": ["http://127.0.0.1:9/"]}},
         "agents": [
             {
                 "id": "fake-agent",
                 "runner_id": FAKE_ID,
                 "runner_config": {"model": "gpt-test"},
-                "resource_policy": {"tools": ["weather"], "platform_actions": ["message.edit"]},
+                "resource_policy": {"tools": ["current_time"], "platform_actions": ["message.edit"]},
                 "event_types": ["message.*"],
                 "timeout_seconds": 30,
             },
             {"id": "short-agent", "runner_id": FAKE_ID, "event_types": ["*"], "timeout_seconds": 1},
+            {
+                "id": "steer-agent",
+                "runner_id": FAKE_ID,
+                "runner_config": {"model": "gpt-test"},
+                "resource_policy": {"steering": True},
+                "event_types": ["message.*"],
+                "timeout_seconds": 30,
+            },
         ],
         "bindings": [
             {"id": "default", "event": "message.*", "target": {"agent": "fake-agent"}},
@@ -106,6 +116,12 @@ def host_config(runner_address: str, **overrides: Any) -> dict[str, Any]:
                 "scope": {"type": "bot", "id": "muted-bot"},
                 "event": "*",
                 "target": {"discard": True},
+            },
+            {
+                "id": "steerable",
+                "scope": {"type": "conversation", "id": "steer-conv"},
+                "event": "message.*",
+                "target": {"agent": "steer-agent"},
             },
         ],
     }
@@ -148,12 +164,31 @@ def run_request(
 HostFactory = Callable[..., Any]
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """One migrated SQLite database per test process; each host gets a copy."""
+    path = tmp_path_factory.mktemp("host-db-template") / "template.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+def fresh_database(template: pathlib.Path, directory: pathlib.Path) -> dict[str, Any]:
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / "host.db"
+    shutil.copy(template, target)
+    return {"url": f"sqlite+aiosqlite:///{target}", "artifact_dir": str(directory / "artifacts")}
+
+
 @pytest_asyncio.fixture(loop_scope="session")
-async def make_host() -> AsyncIterator[HostFactory]:
+async def make_host(
+    sqlite_template: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[HostFactory]:
     started: list[Host] = []
 
     async def factory(config: dict[str, Any], **kwargs: Any) -> Host:
-        app = HostApp(parse_config(config), **kwargs)
+        config = dict(config)
+        config.setdefault("database", fresh_database(sqlite_template, tmp_path_factory.mktemp("host")))
+        app = await HostApp.open(parse_config(config), **kwargs)
         await app.start("127.0.0.1:0")
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{app.port}")
         host = Host(app, channel)
@@ -169,6 +204,27 @@ async def make_host() -> AsyncIterator[HostFactory]:
 @pytest_asyncio.fixture(loop_scope="session")
 async def host(make_host: HostFactory, fake_runner: FakeRunner) -> Host:
     return await make_host(host_config(fake_runner.address))
+
+
+async def audited(host: Host, run_id: str, method: str) -> list[str]:
+    """Outcomes of the proxy calls of `run_id` to `method`, from the host's event log (audit records)."""
+    from sqlalchemy import select
+
+    from agentrunner_host.store.models import EventLogRow
+
+    async with host.app.db.read() as s:
+        rows = (
+            await s.scalars(
+                select(EventLogRow)
+                .where(
+                    EventLogRow.kind == "audit",
+                    EventLogRow.run_id == run_id,
+                    EventLogRow.event_type == method,
+                )
+                .order_by(EventLogRow.seq)
+            )
+        ).all()
+    return [str(r.data.get("outcome", "")) for r in rows]
 
 
 def results(updates: list[host_service_pb2.HostServiceRunResponse]) -> list[Any]:

@@ -160,6 +160,7 @@ def test_host_subprocess_via_cli_with_reference_runner(tmp_path) -> None:
         tmp_path,
         {
             "listen": {"address": "127.0.0.1:0"},
+            "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'host.db'}"},
             "runners": [{"id": "ref", "address": runner_address}],
             "agents": [
                 {"id": "demo", "runner_id": "plugin:langbot/reference/default", "event_types": ["message.*"]}
@@ -167,6 +168,14 @@ def test_host_subprocess_via_cli_with_reference_runner(tmp_path) -> None:
             "bindings": [{"id": "all", "event": "message.*", "target": {"agent": "demo"}}],
         },
     )
+    cli = [sys.executable, "-m", "agentrunner_host"]
+    refused = subprocess.run([*cli, "serve", "--config", config], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 3 and not refused.stdout
+    assert "agentrunner-host db upgrade" in " ".join(refused.stderr.split())
+    upgraded = subprocess.run(
+        [*cli, "db", "upgrade", "--config", config], capture_output=True, text=True, timeout=60
+    )
+    assert upgraded.returncode == 0 and "upgraded to" in upgraded.stdout, upgraded.stderr
     host = subprocess.Popen(
         [sys.executable, "-m", "agentrunner_host", "serve", "--config", config],
         stdout=subprocess.PIPE,
@@ -179,7 +188,6 @@ def test_host_subprocess_via_cli_with_reference_runner(tmp_path) -> None:
         assert line.startswith("AGENTRUNNER_HOST_LISTENING "), line
         address = line.split()[1]
         env = {**os.environ, "COLUMNS": "200"}
-        cli = [sys.executable, "-m", "agentrunner_host"]
         reply = subprocess.run(
             [*cli, "run", "hi there", "--host", address], capture_output=True, text=True, timeout=60, env=env
         )
@@ -193,7 +201,8 @@ def test_host_subprocess_via_cli_with_reference_runner(tmp_path) -> None:
             timeout=60,
             env=env,
         )
-        assert '"RUN_STATUS_COMPLETED"' in shown.stdout
+        assert "completed" in shown.stdout and "run_completed" in shown.stdout
+        assert "state_updated" in shown.stdout  # the stored results, in sequence order
         listed = subprocess.run(
             [*cli, "runners", "--host", address], capture_output=True, text=True, timeout=60, env=env
         )

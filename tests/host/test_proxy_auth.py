@@ -10,7 +10,7 @@ import time
 
 import grpc
 import pytest
-from conftest import Host, results, run_request
+from conftest import Host, audited, results, run_request
 
 from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import host_service_pb2, proxy_service_pb2, proxy_service_pb2_grpc
@@ -26,26 +26,26 @@ async def outcome(host: Host, text: str) -> tuple[dict[str, str], str]:
     return json.loads(results(updates)[0].message_completed.message.content), updates[0].accepted.run_id
 
 
-def audited(host: Host, run_id: str, method: str = "RequestPlatformAction") -> list[str]:
-    return [r.outcome for r in host.app.stores.audit.records if r.run_id == run_id and r.method == method]  # type: ignore[attr-defined]
+def platform_audit(host: Host, run_id: str) -> object:
+    return audited(host, run_id, "RequestPlatformAction")
 
 
 async def test_ungranted_resource_is_permission_denied_and_audited(host: Host) -> None:
     result, run_id = await outcome(host, "proxy platform message.delete")
     assert result == {"code": "PERMISSION_DENIED", "reason": "UNAUTHORIZED"}
-    assert audited(host, run_id) == ["UNAUTHORIZED"]
+    assert await platform_audit(host, run_id) == ["UNAUTHORIZED"]
 
 
 async def test_granted_but_reserved_action_is_not_implemented(host: Host) -> None:
     result, run_id = await outcome(host, "proxy platform message.edit")
     assert result == {"code": "UNIMPLEMENTED", "reason": "NOT_IMPLEMENTED"}
-    assert audited(host, run_id) == ["NOT_IMPLEMENTED"]
+    assert await platform_audit(host, run_id) == ["NOT_IMPLEMENTED"]
 
 
 async def test_missing_token_is_unauthenticated_and_audited(host: Host) -> None:
     result, run_id = await outcome(host, "proxy none")
     assert result == {"code": "UNAUTHENTICATED", "reason": "RUN_TOKEN_INVALID"}
-    assert audited(host, run_id) == ["RUN_TOKEN_INVALID"]
+    assert await platform_audit(host, run_id) == ["RUN_TOKEN_INVALID"]
 
 
 async def test_another_runs_token_is_unauthenticated_and_audited(host: Host) -> None:
@@ -55,7 +55,7 @@ async def test_another_runs_token_is_unauthenticated_and_audited(host: Host) -> 
     try:
         result, run_id = await outcome(host, "proxy steal")
         assert result == {"code": "UNAUTHENTICATED", "reason": "RUN_TOKEN_INVALID"}
-        assert audited(host, run_id) == ["RUN_TOKEN_INVALID"]
+        assert await platform_audit(host, run_id) == ["RUN_TOKEN_INVALID"]
     finally:
         await host.stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=held_run), timeout=5)
         while await held.read() is not grpc.aio.EOF:
@@ -110,7 +110,7 @@ async def test_expired_token_is_unauthenticated(host: Host, proxy_stub) -> None:
         )
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert from_rpc_error(err.value).reason == "RUN_TOKEN_INVALID"
-    assert audited(host, "", "GetToolDetail")[-1] == "RUN_TOKEN_INVALID"
+    assert (await audited(host, "", "GetToolDetail"))[-1] == "RUN_TOKEN_INVALID"
     await host.app.stores.sessions.unregister("run_expiring")
 
 
@@ -126,7 +126,7 @@ async def test_ungranted_tool_is_denied_from_the_frozen_snapshot(host: Host, pro
     typed = from_rpc_error(err.value)
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED and typed.reason == "UNAUTHORIZED"
     assert typed.metadata["resource"] == "shell"
-    assert audited(host, "run_tools", "GetToolDetail") == ["UNAUTHORIZED"]
+    assert await audited(host, "run_tools", "GetToolDetail") == ["UNAUTHORIZED"]
     await host.app.stores.sessions.unregister("run_tools")
 
 
@@ -179,19 +179,36 @@ async def test_control_hello_with_a_bad_token_is_refused(host: Host) -> None:
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
-async def test_steering_is_pushed_on_the_control_stream_and_acked(host: Host) -> None:
-    call = host.stub.Run(run_request("control"), timeout=30)
+async def test_new_input_for_an_open_steering_run_is_queued_into_it(host: Host) -> None:
+    """A second event for the conversation of an open steering run starts no run: it is pushed on the
+    control stream (and acked), and its caller is attached to the open run's live results."""
+    call = host.stub.Run(run_request("control", conversation_id="steer-conv"), timeout=30)
     run_id = (await call.read()).accepted.run_id
     assert (await call.read()).result.message_delta.text.startswith("welcome:")
-    event = host_service_pb2.EventEnvelope(event_id="evt-steer", event_type="message.received")
-    event.input.text = "also this"
-    signal_id = host.app.orchestrator.steer(run_id, event)
-    assert signal_id
+    second = host.stub.Run(run_request("also this", conversation_id="steer-conv"), timeout=30)
+    accepted = (await second.read()).accepted
+    assert accepted.run_id == run_id and accepted.attached
     got = (await call.read()).result.message_delta.text
     assert got == "steering:also this\n"
-    ack = await host.app.hub.wait_ack(run_id, signal_id, 2.0)
-    assert ack is not None and ack.accepted
-    assert host.app.hub.take_steering(run_id) == []  # acknowledged: not delivered twice
+    assert (await second.read()).result.message_delta.text == got  # the attached caller sees it live
+    channel = host.app.hub.get(run_id)
+    assert channel is not None
+    for _ in range(40):
+        if channel.acks:
+            break
+        await asyncio.sleep(0.05)
+    assert [a.accepted for a in channel.acks.values()] == [True]
     await host.stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=run_id), timeout=5)
-    while await call.read() is not grpc.aio.EOF:
-        pass
+    for stream in (call, second):
+        last = None
+        while (update := await stream.read()) is not grpc.aio.EOF:
+            last = update
+        assert last is not None and last.finished.run_id == run_id
+    # the steering input was recorded as the conversation's user message, owned by the open run
+    page, _, _ = await host.app.stores.transcript.page(
+        conversation_id="steer-conv", thread_id=None, before_seq=None, after_seq=None, forward=True, limit=10
+    )
+    assert [(r.role, r.content, r.run_id) for r in page][:2] == [
+        ("user", "control", run_id),
+        ("user", "also this", run_id),
+    ]

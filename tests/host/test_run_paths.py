@@ -63,7 +63,14 @@ async def test_happy_path_streams_accepted_results_and_finished(host: Host) -> N
     run = (await host.stub.GetRun(host_service_pb2.GetRunRequest(run_id=accepted.run_id), timeout=5)).run
     assert run.status == common_pb2.RUN_STATUS_COMPLETED and run.last_sequence == 4
     # the token is dead once the run ended
-    assert len(host.app.stores.sessions) == 0  # type: ignore[arg-type]
+    assert await host.app.stores.sessions.lookup("x") is None
+    from sqlalchemy import select
+
+    from agentrunner_host.store.models import RunSessionRow
+
+    async with host.app.db.read() as s:
+        revoked = await s.scalar(select(RunSessionRow.revoked).where(RunSessionRow.run_id == accepted.run_id))
+    assert revoked is True
 
 
 async def test_context_is_event_first_and_projects_the_snapshot(host: Host) -> None:
@@ -71,7 +78,7 @@ async def test_context_is_event_first_and_projects_the_snapshot(host: Host) -> N
     updates = await host.run("context")
     info = json.loads(results(updates)[0].message_completed.message.content)
     assert info["resources"] == ["gpt-test"]  # selected in runner config ∩ policy ∩ manifest
-    assert info["tools"] == ["weather"]  # policy allows weather only, not shell
+    assert info["tools"] == ["current_time"]  # registry offers current_time + fetch_url; policy cuts
     assert info["config"] == {"model": "gpt-test", "greeting": "hi"}  # schema default applied
     assert info["inline"] == 2  # INLINE_MODE_CURRENT_EVENT: no history inlined
     assert info["history_page"] and info["state"]

@@ -1,7 +1,7 @@
 """Run-scoped authorization (HOST_SDK §4.5, PROTOCOL_V1 §13).
 
 The three-layer cut: manifest permissions ∩ the agent's resource policy ∩ the resources selected in the
-agent's runner config. The result is frozen once, at run start, as the run's `AuthorizationSnapshot`;
+agent's runner config (models, knowledge bases) or offered by the tool registry (tools). The result is frozen once, at run start, as the run's `AuthorizationSnapshot`;
 `ctx.resources` and `ctx.context.available_apis` are projections of it and every proxy call is checked
 against it. Nothing here is called again after the run starts.
 """
@@ -15,8 +15,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentrunner.v1 import common_pb2, context_pb2, manifest_pb2
-from agentrunner_host.config import AgentConfig, HostConfig, ResourceEntry, Selector
+from agentrunner_host.capabilities.models import MODEL_OPERATIONS
+from agentrunner_host.config import AgentConfig, Selector
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token
+from agentrunner_host.proxy.capabilities import Backends, project_resources, resolve_selectors
 
 _MODEL_OPS = {
     manifest_pb2.MODEL_OPERATION_INVOKE: "invoke",
@@ -69,38 +71,6 @@ def _allowed(selector: Selector, resource_id: str) -> bool:
     return selector == "*" or resource_id in selector
 
 
-def selected_resources(
-    manifest: manifest_pb2.RunnerManifest, runner_config: Mapping[str, Any]
-) -> tuple[list[str], list[str], list[str]]:
-    """Layer three: (llm model ids, rerank model ids, knowledge base ids) chosen in the runner config,
-    read through the manifest's selector fields so no runner is special-cased."""
-    llm: list[str] = []
-    rerank: list[str] = []
-    kbs: list[str] = []
-    for field in manifest.config_schema:
-        value = runner_config.get(field.name)
-        if value in (None, "", [], {}):
-            continue
-        t = field.type
-        if t == manifest_pb2.CONFIG_FIELD_TYPE_LLM_MODEL_SELECTOR and isinstance(value, str):
-            llm.append(value)
-        elif t == manifest_pb2.CONFIG_FIELD_TYPE_MODEL_FALLBACK_SELECTOR:
-            if isinstance(value, str):
-                llm.append(value)
-            elif isinstance(value, list):
-                llm.extend(v for v in value if isinstance(v, str))
-            elif isinstance(value, dict):
-                primary = value.get("primary")
-                if isinstance(primary, str) and primary:
-                    llm.append(primary)
-                llm.extend(v for v in value.get("fallbacks") or [] if isinstance(v, str))
-        elif t == manifest_pb2.CONFIG_FIELD_TYPE_RERANK_MODEL_SELECTOR and isinstance(value, str):
-            rerank.append(value)
-        elif t == manifest_pb2.CONFIG_FIELD_TYPE_KNOWLEDGE_BASE_MULTI_SELECTOR and isinstance(value, list):
-            kbs.extend(v for v in value if isinstance(v, str))
-    return llm, rerank, kbs
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunScope:
     """Who and where the run is for (copied into the snapshot)."""
@@ -118,38 +88,38 @@ class RunScope:
 
 def freeze_snapshot(
     *,
-    host: HostConfig,
     agent: AgentConfig,
     manifest: manifest_pb2.RunnerManifest,
     runner_config: Mapping[str, Any],
     scope: RunScope,
     deadline_at: dt.datetime,
+    backends: Backends | None = None,
 ) -> AuthorizationSnapshot:
+    """Cuts the three layers once. Models and knowledge bases: selected in the runner config (resolved
+    against the host's backends) ∩ the agent's policy ∩ manifest permissions; tools: the tool registry's
+    current tools ∩ the agent's policy ∩ manifest permissions."""
     perms = manifest.permissions
     policy = agent.resource_policy
-    model_ops = _names(perms.models, _MODEL_OPS)
-    llm_ids, rerank_ids, kb_ids = selected_resources(manifest, runner_config)
-    offered_models = {m.id: m for m in host.models}
     models: dict[str, frozenset[str]] = {}
-    for model_id in llm_ids:
-        if model_id in offered_models and _allowed(policy.models, model_id):
-            ops = model_ops - {"rerank"}
-            if ops:
+    tools: dict[str, frozenset[str]] = {}
+    kbs: dict[str, frozenset[str]] = {}
+    if backends is not None:
+        selected = resolve_selectors(manifest.config_schema, runner_config, backends)
+        model_ops = _names(perms.models, _MODEL_OPS)
+        for model_id in selected.llm_models:
+            ops = model_ops & MODEL_OPERATIONS["llm"]
+            if ops and _allowed(policy.models, model_id):
                 models[model_id] = models.get(model_id, frozenset()) | ops
-    for model_id in rerank_ids:
-        if model_id in offered_models and _allowed(policy.models, model_id):
-            ops = model_ops & {"rerank", "count_tokens"}
-            if "rerank" in ops:
+        for model_id in selected.rerank_models:
+            ops = model_ops & MODEL_OPERATIONS["rerank"]
+            if ops and _allowed(policy.models, model_id):
                 models[model_id] = models.get(model_id, frozenset()) | ops
-    tool_ops = _names(perms.tools, _TOOL_OPS)
-    tools = {t.id: tool_ops for t in host.tools if _allowed(policy.tools, t.id)} if tool_ops else {}
-    kb_ops = _names(perms.knowledge_bases, _KB_OPS)
-    offered_kbs = {k.id for k in host.knowledge_bases}
-    kbs = (
-        {k: kb_ops for k in kb_ids if k in offered_kbs and _allowed(policy.knowledge_bases, k)}
-        if kb_ops
-        else {}
-    )
+        tool_ops = _names(perms.tools, _TOOL_OPS)
+        if tool_ops and backends.tools is not None:
+            tools = {t.name: tool_ops for t in backends.tools.list_tools() if _allowed(policy.tools, t.name)}
+        kb_ops = _names(perms.knowledge_bases, _KB_OPS)
+        if kb_ops:
+            kbs = {k: kb_ops for k in selected.knowledge_bases if _allowed(policy.knowledge_bases, k)}
     state_scopes = frozenset(STATE_SCOPE_NAMES[s] for s in perms.state if s in STATE_SCOPE_NAMES) & frozenset(
         agent.state_policy.scopes
     )
@@ -176,53 +146,26 @@ def freeze_snapshot(
         runs=_names(perms.runs, _RUN_OPS) & frozenset(policy.runs),
         platform_actions=frozenset(perms.platform_api) & frozenset(policy.platform_actions),
         prompt=perms.prompt and policy.prompt,
-        steering=manifest.capabilities.steering,
+        steering=manifest.capabilities.steering and policy.steering,
         cross_conversation=policy.cross_conversation,
         deadline_at=deadline_at,
     )
 
 
-def _entry(entries: list[ResourceEntry], resource_id: str) -> dict[str, Any]:
-    for entry in entries:
-        if entry.id == resource_id:
-            return entry.model_dump()
-    return {}
-
-
-def project_resources(snapshot: AuthorizationSnapshot, host: HostConfig) -> context_pb2.Resources:
-    """`ctx.resources`: exactly what the snapshot grants, described from the host's resource catalogue."""
-    out = context_pb2.Resources()
-    for model_id, ops in sorted(snapshot.models.items()):
-        info = _entry(host.models, model_id)
-        out.models.add(
-            model_id=model_id,
-            model_type="rerank"
-            if "rerank" in ops
-            else str(info.get("model_type") or info.get("kind") or "llm"),
-            provider=str(info.get("provider", "")),
-            operations=sorted(ops),
-            context_window_tokens=int(info.get("context_window_tokens", 0) or 0),
-            vision=bool(info.get("vision", False)),
+def project_snapshot_resources(
+    snapshot: AuthorizationSnapshot, backends: Backends | None
+) -> context_pb2.Resources:
+    """`ctx.resources`: exactly what the snapshot grants, described by the backends (tools with their
+    parameter schemas), plus the storage areas."""
+    if backends is not None:
+        out = project_resources(
+            backends,
+            models=snapshot.models,
+            tools=snapshot.tools,
+            knowledge_bases=snapshot.knowledge_bases,
         )
-    for tool_name, ops in sorted(snapshot.tools.items()):
-        info = _entry(host.tools, tool_name)
-        tool = out.tools.add(
-            tool_name=tool_name,
-            tool_type=str(info.get("kind", "")),
-            description=str(info.get("description", "")),
-            operations=sorted(ops),
-        )
-        params = info.get("parameters")
-        if isinstance(params, dict):
-            tool.parameters.update(params)
-    for kb_id, ops in sorted(snapshot.knowledge_bases.items()):
-        info = _entry(host.knowledge_bases, kb_id)
-        out.knowledge_bases.add(
-            kb_id=kb_id,
-            kb_name=str(info.get("name", kb_id)),
-            kb_type=str(info.get("kind", "")),
-            operations=sorted(ops),
-        )
+    else:
+        out = context_pb2.Resources()
     out.storage.plugin_storage = "plugin" in snapshot.storage_areas
     out.storage.workspace_storage = "workspace" in snapshot.storage_areas
     out.storage.binding_storage = "binding" in snapshot.storage_areas

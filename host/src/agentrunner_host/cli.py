@@ -1,4 +1,5 @@
-"""`agentrunner-host`: serve, run (streamed reply), runners, runs show, migrate-pipeline."""
+"""`agentrunner-host`: serve, db upgrade, kb ingest, run (streamed reply), runners, runs show,
+migrate-pipeline."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 app = typer.Typer(help="The LangBot AgentRunner host.", no_args_is_help=True, add_completion=False)
 runs_app = typer.Typer(help="Run records.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
+db_app = typer.Typer(help="The host database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+kb_app = typer.Typer(help="Built-in knowledge bases.", no_args_is_help=True)
+app.add_typer(kb_app, name="kb")
 console = Console()
 err_console = Console(stderr=True)
 
@@ -37,31 +42,31 @@ def _fail(err: AgentRunnerError) -> None:
     raise typer.Exit(1)
 
 
-async def _open_stores(config: Any) -> Any:
-    """SQL stores when the fact-store package provides `open_stores`, else in-memory ones."""
+ConfigOpt = Annotated[pathlib.Path, typer.Option("--config", "-c", help="Host config file (YAML).")]
+
+
+def _load(config: pathlib.Path) -> Any:
+    from agentrunner_host.config import ConfigError, load_config
+
     try:
-        from agentrunner_host.store import open_stores  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return await open_stores(config)
+        return load_config(config)
+    except ConfigError as exc:
+        err_console.print(f"[red]invalid config[/red]\n{exc}")
+        raise typer.Exit(2) from None
 
 
 @app.command()
 def serve(
-    config: Annotated[pathlib.Path, typer.Option("--config", "-c", help="Host config file (YAML).")],
+    config: ConfigOpt,
     address: Annotated[str | None, typer.Option(help="Override listen.address.")] = None,
     log_level: Annotated[str, typer.Option(help="Log level.")] = "INFO",
 ) -> None:
-    """Serve HostService + ProxyService (+ health, reflection) until SIGINT/SIGTERM."""
-    from agentrunner_host.config import ConfigError, load_config
+    """Serve HostService + ProxyService (+ health, reflection) until SIGINT/SIGTERM.
+    Refuses to start on a database that is not migrated (run `agentrunner-host db upgrade`)."""
     from agentrunner_host.observability import configure_logging
 
     configure_logging(log_level)
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        err_console.print(f"[red]invalid config[/red]\n{exc}")
-        raise typer.Exit(2) from None
+    cfg = _load(config)
     asyncio.run(_serve(cfg, address))
 
 
@@ -69,10 +74,18 @@ async def _serve(cfg: Any, address: str | None) -> None:
     from prometheus_client import start_http_server
 
     from agentrunner_host.server import HostApp
+    from agentrunner_host.store.db import DatabaseNotMigratedError
 
-    stores = await _open_stores(cfg)
-    host = HostApp(cfg, stores)
-    port = await host.start(address)
+    try:
+        host = await HostApp.open(cfg)
+    except DatabaseNotMigratedError as exc:
+        err_console.print(f"[red]refusing to serve[/red]: {exc}")
+        raise typer.Exit(3) from None
+    try:
+        port = await host.start(address)
+    except BaseException:
+        await host.close_backends()
+        raise
     if cfg.metrics.address:
         mhost, _, mport = cfg.metrics.address.rpartition(":")
         start_http_server(int(mport), addr=mhost or "127.0.0.1")
@@ -84,6 +97,83 @@ async def _serve(cfg: Any, address: str | None) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await host.stop(5.0)
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    config: Annotated[
+        pathlib.Path | None, typer.Option("--config", "-c", help="Host config file (YAML).")
+    ] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="Database URL (overrides the config's database.url).")
+    ] = None,
+) -> None:
+    """Migrate the host database to the schema this host needs (Alembic upgrade to head)."""
+    from agentrunner_host.config import DEFAULT_DATABASE_URL, HostEnv
+    from agentrunner_host.store.db import migrate_cli
+
+    url = database_url or (_load(config).database.url if config else HostEnv().database_url)
+    try:
+        migrate_cli(url or DEFAULT_DATABASE_URL, echo=lambda line: console.print(line, highlight=False))
+    except Exception as exc:  # a database the host cannot reach or migrate: say why, no stack trace
+        err_console.print(f"[red]upgrade failed[/red]: {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from None
+
+
+@kb_app.command("ingest")
+def kb_ingest(
+    kb_id: Annotated[str, typer.Argument(help="Knowledge base id (from the config's knowledge_bases).")],
+    directory: Annotated[
+        pathlib.Path | None, typer.Argument(help="Directory to ingest (default: the base's source_dir).")
+    ] = None,
+    config: ConfigOpt = pathlib.Path("host.yaml"),
+) -> None:
+    """Ingest text / Markdown / HTML files into a built-in knowledge base (re-ingest is incremental)."""
+    cfg = _load(config)
+    if directory is not None and not directory.is_dir():
+        err_console.print(f"[red]error[/red] {directory}: not a directory")
+        raise typer.Exit(2)
+    try:
+        report = asyncio.run(_kb_ingest(cfg, kb_id, directory))
+    except AgentRunnerError as err:
+        _fail(err)
+    console.print(
+        f"ingested {kb_id}: {report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
+        f"{report.removed} removed, {report.chunks} chunks"
+    )
+    for skipped in report.skipped:
+        console.print(f"[yellow]skipped[/yellow] {skipped}")
+
+
+async def _kb_ingest(cfg: Any, kb_id: str, directory: pathlib.Path | None) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from agentrunner_host.capabilities.knowledge import KnowledgeService
+    from agentrunner_host.capabilities.models import ModelRegistry
+    from agentrunner_host.store.db import Database, DatabaseNotMigratedError, ensure_current
+
+    try:
+        await asyncio.to_thread(ensure_current, cfg.database.url)
+    except DatabaseNotMigratedError as exc:
+        err_console.print(f"[red]error[/red]: {exc}")
+        raise typer.Exit(3) from None
+    db = Database(cfg.database.url)
+    models = ModelRegistry(cfg.models)
+    try:
+        knowledge = KnowledgeService(db.engine, cfg.knowledge_bases, embedder_for=models.embedder)
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[file]}"),
+            console=console,
+        ) as progress:  # fmt: skip
+            task = progress.add_task(f"ingest {kb_id}", total=None, file="")
+
+            def step(done: int, total: int, path: str) -> None:
+                progress.update(task, completed=done, total=total, file=path)
+
+            return await knowledge.ingest(kb_id, directory, progress=step)
+    finally:
+        await models.aclose()
+        await db.dispose()
 
 
 def _request(
@@ -109,8 +199,10 @@ async def stream_reply(
     request: host_service_pb2.HostServiceRunRequest,
     console: Console,
     deadline_seconds: float = 330,
+    collect: list[Any] | None = None,
 ) -> host_service_pb2.RunFinished:
-    """Sends one event and renders the reply as it arrives. Returns the final status."""
+    """Sends one event and renders the reply as it arrives. Returns the final status (and appends
+    every result to `collect` when given)."""
     reply = Text()
     finished = host_service_pb2.RunFinished()
     async with grpc.aio.insecure_channel(address) as channel:
@@ -120,6 +212,8 @@ async def stream_reply(
                 kind = update.WhichOneof("update")
                 if kind == "result":
                     r = update.result
+                    if collect is not None:
+                        collect.append(r)
                     payload = r.WhichOneof("payload")
                     if payload == "message_delta":
                         reply.append(r.message_delta.text)
@@ -192,9 +286,11 @@ def runners(host: HostOpt = "127.0.0.1:50051") -> None:
 def runs_show(
     run_id: Annotated[str, typer.Argument(help="Run id.")],
     host: HostOpt = "127.0.0.1:50051",
-    results: Annotated[bool, typer.Option(help="Also print the stored results.")] = False,
+    results: Annotated[bool, typer.Option(help="Print the stored results.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    """Show a run record (and optionally its stored results)."""
+    """Show a run record: status, timestamps, usage (runner-reported and per-model host usage) and its
+    stored results in sequence order."""
 
     async def go() -> tuple[host_service_pb2.Run, list[Any]]:
         async with grpc.aio.insecure_channel(host) as channel:
@@ -204,18 +300,44 @@ def runs_show(
             if results:
                 async for u in stub.AttachRun(host_service_pb2.AttachRunRequest(run_id=run_id), timeout=30):
                     if u.HasField("result"):
-                        items.append(json_format.MessageToDict(u.result))
+                        items.append(u.result)
             return record, items
 
     try:
         record, items = asyncio.run(go())
     except grpc.RpcError as exc:
         _fail(from_rpc_error(exc))
-    data = json_format.MessageToDict(record)
-    data["status"] = common_pb2.RunStatus.Name(record.status)
-    console.print_json(json.dumps(data))
-    for item in items:
-        console.print_json(json.dumps(item))
+    data = json_format.MessageToDict(record, preserving_proto_field_name=True)
+    data["status"] = common_pb2.RunStatus.Name(record.status).removeprefix("RUN_STATUS_").lower()
+    if as_json:
+        data["results"] = [json_format.MessageToDict(r, preserving_proto_field_name=True) for r in items]
+        console.print_json(json.dumps(data))
+        return
+    info = Table(show_header=False, box=None)
+    for key in ("run_id", "status", "status_reason", "agent_id", "runner_id", "binding_id", "event_id",
+                "conversation_id", "trace_id", "create_time", "start_time", "finish_time", "last_sequence"):  # fmt: skip
+        if key in data:
+            info.add_row(f"[bold]{key}[/bold]", str(data[key]))
+    usage = data.get("usage")
+    if usage:
+        info.add_row("[bold]usage[/bold]", json.dumps(usage))
+    meta = data.get("metadata") or {}
+    for model_id, entry in (meta.get("model_usage") or {}).items():
+        info.add_row(f"[bold]model {model_id}[/bold]", json.dumps(entry))
+    console.print(info)
+    if items:
+        table = Table("seq", "type", "detail")
+        for r in items:
+            kind = r.WhichOneof("payload") or "?"
+            detail = (
+                json.dumps(json_format.MessageToDict(getattr(r, kind)), ensure_ascii=False)
+                if kind != "?"
+                else ""
+            )
+            if r.HasField("usage"):
+                detail += f"  usage={json.dumps(json_format.MessageToDict(r.usage))}"
+            table.add_row(str(r.sequence), kind, detail[:200])
+        console.print(table)
 
 
 @app.command("migrate-pipeline")

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from agentrunner_host.capabilities.knowledge import KnowledgeBaseConfig
+from agentrunner_host.capabilities.models import ModelConfig
+from agentrunner_host.capabilities.tools import ToolsConfig
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/agentrunner.db"
 STATE_SCOPES = ("conversation", "actor", "subject", "runner", "binding", "workspace")
@@ -49,6 +54,10 @@ class ListenConfig(_Strict):
 
 class DatabaseConfig(_Strict):
     url: str = DEFAULT_DATABASE_URL
+    #: artifact bodies larger than the inline cap are written here
+    artifact_dir: pathlib.Path = pathlib.Path("./var/artifacts")
+    #: how often expired artifacts and stale sessions are cleaned up (seconds)
+    maintenance_interval_seconds: float = Field(300.0, gt=0)
 
 
 class MetricsConfig(_Strict):
@@ -112,6 +121,9 @@ class ResourcePolicy(_Strict):
     )
     prompt: bool = True
     platform_actions: list[str] = Field(default_factory=list)
+    #: opt-in: new input for a conversation with an open run of a runner that declares `steering` is
+    #: queued into that run instead of starting a second run
+    steering: bool = False
 
 
 class StatePolicy(_Strict):
@@ -126,6 +138,13 @@ class DeliveryPolicy(_Strict):
     surface: str | None = None
 
 
+class AgentModelOptionsConfig(_Strict):
+    """Options the host applies to a run's model calls (under the request's own)."""
+
+    extra_args: dict[str, Any] = Field(default_factory=dict)
+    remove_think: bool = False
+
+
 class AgentConfig(_Strict):
     id: str = Field(min_length=1)
     runner_id: str = Field(min_length=1)
@@ -137,6 +156,10 @@ class AgentConfig(_Strict):
     timeout_seconds: float = Field(300.0, gt=0)
     enabled: bool = True
     metadata: dict[str, Any] = Field(default_factory=dict)
+    #: the agent's prompt (`GetPrompt`): a list of `{role, content}` messages or one system string
+    prompt: list[dict[str, Any]] | str = Field(default_factory=list)
+    #: per-model request options applied host-side (model id or `*` -> options)
+    model_options: dict[str, AgentModelOptionsConfig] = Field(default_factory=dict)
 
     @field_validator("runner_id")
     @classmethod
@@ -191,16 +214,10 @@ class BindingConfig(_Strict):
         return value
 
 
-class ResourceEntry(BaseModel):
-    """A model, tool or knowledge base the host offers (the capability owners extend the fields)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    id: str = Field(min_length=1)
-    kind: str = Field(min_length=1)
-
-
 class HostConfig(_Strict):
+    #: stable id of this host instance (crash recovery only interrupts the runs it owns); defaults to
+    #: the machine's hostname. Give each replica its own.
+    instance_id: str = Field(default_factory=socket.gethostname, min_length=1)
     listen: ListenConfig = Field(default_factory=ListenConfig)
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
@@ -209,9 +226,9 @@ class HostConfig(_Strict):
     runners: list[RunnerEndpointConfig] = Field(default_factory=list)
     agents: list[AgentConfig] = Field(default_factory=list)
     bindings: list[BindingConfig] = Field(default_factory=list)
-    models: list[ResourceEntry] = Field(default_factory=list)
-    tools: list[ResourceEntry] = Field(default_factory=list)
-    knowledge_bases: list[ResourceEntry] = Field(default_factory=list)
+    models: list[ModelConfig] = Field(default_factory=list)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    knowledge_bases: list[KnowledgeBaseConfig] = Field(default_factory=list)
 
     def agent(self, agent_id: str) -> AgentConfig | None:
         return next((a for a in self.agents if a.id == agent_id), None)
@@ -255,12 +272,13 @@ class HostEnv(BaseSettings):
 def cross_check(config: HostConfig) -> list[tuple[str, str]]:
     """Checks across sections: unique ids, binding targets, binding ties. Returns (path, reason) pairs."""
     problems: list[tuple[str, str]] = []
-    for name in ("runners", "agents", "bindings", "models", "tools", "knowledge_bases"):
+    for name in ("runners", "agents", "bindings", "models", "knowledge_bases"):
         seen: set[str] = set()
         for i, item in enumerate(getattr(config, name)):
             if item.id in seen:
                 problems.append((f"{name}.{i}.id", f"duplicate id {item.id!r}"))
             seen.add(item.id)
+    problems.extend(_capability_problems(config))
     agent_ids = {a.id for a in config.agents}
     for i, binding in enumerate(config.bindings):
         if binding.target.agent and binding.target.agent not in agent_ids:
@@ -275,6 +293,37 @@ def cross_check(config: HostConfig) -> list[tuple[str, str]]:
                 f"{a.event!r}/{b.event!r}; give one a higher priority",
             )
         )
+    return problems
+
+
+def _capability_problems(config: HostConfig) -> list[tuple[str, str]]:
+    """Checks the capability sections need beyond their field types."""
+    problems: list[tuple[str, str]] = []
+    kinds = {m.id: m.kind for m in config.models}
+    names: set[str] = {"native"}
+    for i, server in enumerate(config.tools.mcp_servers):
+        where = f"tools.mcp_servers.{i}"
+        if server.name in names:
+            problems.append((f"{where}.name", f"duplicate tool source name {server.name!r}"))
+        names.add(server.name)
+        if server.transport == "stdio" and not server.command:
+            problems.append((f"{where}.command", "a stdio MCP server needs `command`"))
+        if server.transport == "streamable-http" and not server.url:
+            problems.append((f"{where}.url", "a streamable-http MCP server needs `url`"))
+        if server.cwd and not pathlib.Path(server.cwd).is_dir():
+            problems.append((f"{where}.cwd", f"directory {server.cwd!r} does not exist"))
+    for i, kb in enumerate(config.knowledge_bases):
+        if kb.embedding_model and kinds.get(kb.embedding_model) != "openai-embedding":
+            problems.append(
+                (
+                    f"knowledge_bases.{i}.embedding_model",
+                    f"{kb.embedding_model!r} is not an embedding model of `models`",
+                )
+            )
+    for i, agent in enumerate(config.agents):
+        for model_id in agent.model_options:
+            if model_id != "*" and model_id not in kinds:
+                problems.append((f"agents.{i}.model_options.{model_id}", f"unknown model {model_id!r}"))
     return problems
 
 

@@ -1,7 +1,8 @@
 """Builds the run context (PROTOCOL_V1 §5): event-first, nothing from history inlined.
 
-State snapshots and transcript positions come from the fact stores through optional hooks
-(`FactHooks`), so the builder works without them (empty state, no cursors) until they are plugged in.
+The orchestrator records the event first (`FactStores.record_event`) and reads the state snapshot; the
+builder only projects what it is given: the event's position and attachment refs, the state of the
+granted scopes and the resources of the frozen snapshot.
 """
 
 from __future__ import annotations
@@ -9,45 +10,30 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
 from agentrunner.errors import InvalidArgumentError
 from agentrunner.protocol import PROTOCOL_VERSION
-from agentrunner.v1 import context_pb2, host_service_pb2, manifest_pb2, result_pb2
+from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, manifest_pb2
 from agentrunner_host import __version__
-from agentrunner_host.authz import project_apis, project_resources
-from agentrunner_host.config import AgentConfig, HostConfig
+from agentrunner_host.authz import project_apis
+from agentrunner_host.config import AgentConfig
 from agentrunner_host.ports import AuthorizationSnapshot
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ContextPosition:
-    """Where the event sits in the event log and transcript (from the fact stores)."""
+    """Where the event sits in the event log and transcript (from `FactStores.record_event`)."""
 
     latest_cursor: str = ""
     event_seq: int | None = None
     transcript_seq: int | None = None
     has_history_before: bool = False
-
-
-#: (snapshot, scopes) -> {scope name: {key: JSON value}}
-StateReader = Callable[[AuthorizationSnapshot, frozenset[str]], Awaitable[Mapping[str, Mapping[str, Any]]]]
-#: (snapshot, event) -> position of the event
-PositionReader = Callable[[AuthorizationSnapshot, host_service_pb2.EventEnvelope], Awaitable[ContextPosition]]
-#: (snapshot, validated result) -> None: persist facts (state writes, artifacts, transcript)
-ResultApplier = Callable[[AuthorizationSnapshot, result_pb2.RunResult], Awaitable[None]]
-
-
-@dataclasses.dataclass(slots=True)
-class FactHooks:
-    """Optional seams to the fact stores; each is None until the store is configured."""
-
-    state_reader: StateReader | None = None
-    position_reader: PositionReader | None = None
-    result_applier: ResultApplier | None = None
+    #: incoming attachments registered as artifacts, in order
+    attachments: Sequence[common_pb2.ArtifactRef] = ()
 
 
 class RunnerConfigError(InvalidArgumentError):
@@ -117,10 +103,6 @@ def _ts(value: dt.datetime) -> timestamp_pb2.Timestamp:
 
 
 class ContextBuilder:
-    def __init__(self, host: HostConfig, hooks: FactHooks) -> None:
-        self._host = host
-        self._hooks = hooks
-
     async def build(
         self,
         *,
@@ -130,6 +112,9 @@ class ContextBuilder:
         runner_config: Mapping[str, Any],
         trace_id: str,
         deadline_at: dt.datetime,
+        resources: context_pb2.Resources,
+        position: ContextPosition | None = None,
+        state: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> context_pb2.RunContext:
         ctx = context_pb2.RunContext(run_id=snapshot.run_id)
         ctx.trigger.type = event.event_type
@@ -152,28 +137,30 @@ class ContextBuilder:
             ctx.subject.CopyFrom(event.subject)
         ctx.input.text = event.input.text
         ctx.input.contents.extend(event.input.contents)
-        for attachment in event.input.attachments:
-            # Bodies never travel in the context: external URIs stay references; stored bodies become
-            # artifacts through the artifact store (fact stores), here they are described only.
-            ref = ctx.input.attachments.add(name=attachment.name, mime_type=attachment.mime_type)
-            if attachment.WhichOneof("source") == "uri":
-                ref.uri = attachment.uri
+        position = position or ContextPosition()
+        if position.attachments:
+            # Bodies never travel in the context: attachments are artifact references (stored bodies are
+            # read through the artifact RPCs; external URIs stay URIs).
+            ctx.input.attachments.extend(position.attachments)
+        else:
+            for attachment in event.input.attachments:
+                ref = ctx.input.attachments.add(name=attachment.name, mime_type=attachment.mime_type)
+                if attachment.WhichOneof("source") == "uri":
+                    ref.uri = attachment.uri
         ctx.delivery.CopyFrom(event.delivery)
         ctx.delivery.surface = agent.delivery_policy.surface or event.delivery.surface or "grpc"
         if agent.delivery_policy.streaming is not None:
             ctx.delivery.supports_streaming = agent.delivery_policy.streaming
-        ctx.resources.CopyFrom(project_resources(snapshot, self._host))
+        ctx.resources.CopyFrom(resources)
         access = ctx.context
         access.conversation_id = snapshot.conversation_id
         access.thread_id = snapshot.thread_id
-        if self._hooks.position_reader is not None:
-            pos = await self._hooks.position_reader(snapshot, event)
-            access.latest_cursor = pos.latest_cursor
-            if pos.event_seq is not None:
-                access.event_seq = pos.event_seq
-            if pos.transcript_seq is not None:
-                access.transcript_seq = pos.transcript_seq
-            access.has_history_before = pos.has_history_before
+        access.latest_cursor = position.latest_cursor
+        if position.event_seq is not None:
+            access.event_seq = position.event_seq
+        if position.transcript_seq is not None:
+            access.transcript_seq = position.transcript_seq
+        access.has_history_before = position.has_history_before
         access.inline_policy.mode = context_pb2.INLINE_MODE_CURRENT_EVENT
         access.inline_policy.delivered_count = 1
         access.inline_policy.messages_complete = False
@@ -181,8 +168,7 @@ class ContextBuilder:
             "event-first: history is pulled through the proxy service, never inlined"
         )
         access.available_apis.CopyFrom(project_apis(snapshot))
-        if self._hooks.state_reader is not None and snapshot.state_scopes:
-            state = await self._hooks.state_reader(snapshot, snapshot.state_scopes)
+        if state and snapshot.state_scopes:
             for scope, values in state.items():
                 if scope in snapshot.state_scopes:
                     getattr(ctx.state, scope).update(dict(values))

@@ -1,8 +1,11 @@
 """`make demo`: the host plus the reference runner (its own process), a short scripted conversation.
 
 Works on a fresh machine with no config: the runner is started with the SDK CLI on a free port, the host
-gets a temporary config (SQLite under a temporary directory) and listens on a free port, and each line of
-the script is sent through `HostService.Run` and streamed to the terminal as it arrives. Exits 0 when
+gets a temporary config (SQLite under a temporary directory, migrated automatically because it is a
+fresh demo database; `serve` never does that) and listens on a free port, and each line of the script is
+sent through `HostService.Run` and streamed to the terminal as it arrives. The reference runner pulls the
+conversation's history through the host and reports how many items it saw (`history_items`) and its
+turn counter (conversation state): the demo checks that each turn sees the earlier ones. Exits 0 when
 every turn ended as expected.
 """
 
@@ -13,9 +16,11 @@ import contextlib
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import grpc
 import yaml
+from google.protobuf import json_format
 from rich.console import Console
 
 from agentrunner.v1 import common_pb2
@@ -83,6 +88,13 @@ def demo_config(runner_address: str, workdir: Path) -> Path:
     return path
 
 
+def _completed_metadata(collected: list[Any]) -> dict[str, Any]:
+    for r in collected:
+        if r.HasField("run_completed"):
+            return dict(json_format.MessageToDict(r.metadata)) if r.HasField("metadata") else {}
+    return {}
+
+
 async def main() -> int:
     configure_logging("WARNING")
     console = Console()
@@ -90,24 +102,44 @@ async def main() -> int:
     ok = True
     with tempfile.TemporaryDirectory(prefix="agentrunner-demo-") as tmp:
         config = load_config(demo_config(address, Path(tmp)))
-        from agentrunner_host.cli import _open_stores
-
-        host = HostApp(config, await _open_stores(config))
+        console.print(
+            f"[dim]fresh demo database {config.database.url}: migrating it automatically "
+            "(a real host refuses an un-migrated database; run `agentrunner-host db upgrade`)[/dim]"
+        )
+        host = await HostApp.open(config, auto_upgrade=True)
         try:
             port = await host.start()
             console.print(
                 f"[bold]host[/bold] 127.0.0.1:{port}  [bold]runner[/bold] {REFERENCE_ID} at {address}\n"
             )
+            previous_history = -1
             for i, (text, expected) in enumerate(SCRIPT, 1):
                 console.print(f"[cyan]you[/cyan] > {text}")
                 console.print("[green]bot[/green] > ", end="")
                 request = _request(text, "", f"demo-{i}", "demo-conversation", "demo-bot", True)
-                finished = await stream_reply(f"127.0.0.1:{port}", request, console, deadline_seconds=60)
-                status = common_pb2.RunStatus.Name(finished.status).removeprefix("RUN_STATUS_").lower()
-                console.print(
-                    f"[dim]   ({status}{', ' + finished.reason if finished.reason else ''})[/dim]\n"
+                collected: list[Any] = []
+                finished = await stream_reply(
+                    f"127.0.0.1:{port}", request, console, deadline_seconds=60, collect=collected
                 )
+                status = common_pb2.RunStatus.Name(finished.status).removeprefix("RUN_STATUS_").lower()
+                console.print(f"[dim]   ({status}{', ' + finished.reason if finished.reason else ''})[/dim]")
                 ok = ok and finished.status == expected
+                meta = _completed_metadata(collected)
+                if "history_items" in meta:
+                    items = int(meta["history_items"])
+                    console.print(
+                        f"[dim]   runner saw {items} history item(s) through the host, turn {int(meta['turn'])}[/dim]"
+                    )
+                    if items <= previous_history:
+                        console.print(
+                            "[red]   history did not grow: the runner did not see earlier turns[/red]"
+                        )
+                        ok = False
+                    previous_history = items
+                console.print()
+            if previous_history < 2:
+                console.print("[red]no turn saw the conversation's history[/red]")
+                ok = False
         except grpc.RpcError as exc:
             console.print(f"[red]demo failed[/red]: {exc.code().name}")  # type: ignore[attr-defined]
             ok = False

@@ -8,6 +8,22 @@ Duplicate events: the ledger keeps one run per `event_id`. A second `Run` with t
 same content starts nothing: it gets `accepted{attached: true}` with the first run's id and then that
 run's stream replayed from the first result (live results follow if it is still running). The same id
 with different content is refused with ALREADY_EXISTS.
+
+Steering: when an event arrives for a conversation (and thread) that has a run open on this host whose
+snapshot allows steering (the runner declares the `steering` capability and the agent's
+`resource_policy.steering` is on), no second run starts. The event is recorded (event log + transcript
+user message, owned by the open run), queued in the steering store (`PullSteering`, any replica) and
+pushed on the open run's control stream; the caller gets `accepted{run_id: <the open run>, attached:
+true}` followed by that run's live results from that point on and its final status. Unconsumed steering
+input is claimed by the run when it ends, so a later run never receives stale steering.
+
+Facts: the incoming event is recorded first (`FactStores.record_event`: event log, attachments as
+artifacts -> `ctx.input.attachments` refs, transcript position -> `ctx.context`); the state snapshot
+comes from the state store; every validated result is written with `FactStores.record_results`
+(`message.delta` results are batched: they reach the client at once and are written with the next
+non-delta result or every `DELTA_BATCH` deltas, so one transaction carries many deltas). A database
+error while running fails the run with `run.failed` code `host.store_error` (retryable); the failed
+batch is rolled back whole and the host keeps serving.
 """
 
 from __future__ import annotations
@@ -27,14 +43,21 @@ import structlog
 from google.protobuf import json_format, timestamp_pb2
 from opentelemetry import trace
 
-from agentrunner.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
-from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2, runner_service_pb2
-from agentrunner_host.authz import RunScope, freeze_snapshot, issue_session
+from agentrunner.errors import AgentRunnerError, AlreadyExistsError, FailedPreconditionError, NotFoundError
+from agentrunner.v1 import (
+    common_pb2,
+    context_pb2,
+    host_service_pb2,
+    proxy_service_pb2,
+    result_pb2,
+    runner_service_pb2,
+)
+from agentrunner_host.authz import RunScope, freeze_snapshot, issue_session, project_snapshot_resources
 from agentrunner_host.bindings import BindingResolver, EventKey
 from agentrunner_host.config import AgentConfig, HostConfig
 from agentrunner_host.context_builder import (
     ContextBuilder,
-    FactHooks,
+    ContextPosition,
     RunnerConfigError,
     effective_runner_config,
 )
@@ -50,17 +73,22 @@ from agentrunner_host.observability import (
 from agentrunner_host.ports import (
     TERMINAL_STATUSES,
     AuthorizationSnapshot,
-    RunLedger,
     RunRecord,
-    SessionRegistry,
     utcnow,
 )
+from agentrunner_host.proxy.capabilities import Backends
 from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.store.fact_stores import FactStores
 from agentrunner_host.validation import Limits, ResultValidator
 
 log = structlog.get_logger("agentrunner_host.orchestrator")
 
 Update = host_service_pb2.HostServiceRunResponse
+
+#: deltas written per transaction (at most); a non-delta result flushes at once
+DELTA_BATCH = 64
+#: a pending delta batch older than this is flushed with the next delta
+DELTA_BATCH_SECONDS = 0.25
 
 STATUS_NAMES = {
     v: common_pb2.RunStatus.Name(v).removeprefix("RUN_STATUS_").lower() for v in common_pb2.RunStatus.values()
@@ -78,6 +106,11 @@ class LiveRun:
     cancel_reason: str = ""
     cancel_task: asyncio.Task[None] | None = None
     done: bool = False
+    #: the snapshot results are written under (a minimal one until the real one is frozen)
+    snapshot: AuthorizationSnapshot | None = None
+    #: validated results handed to the client but not yet committed (a delta batch)
+    pending: list[result_pb2.RunResult] = dataclasses.field(default_factory=list)
+    pending_since: float = 0.0
 
     @property
     def run_id(self) -> str:
@@ -162,25 +195,29 @@ def _failure(
     return result
 
 
+class HostStoreError(Exception):
+    """A fact-store write failed while running; the run fails with `host.store_error`."""
+
+
 class Orchestrator:
     def __init__(
         self,
         config: HostConfig,
         registry: RunnerRegistry,
-        ledger: RunLedger,
-        sessions: SessionRegistry,
+        stores: FactStores,
         hub: ControlHub,
-        hooks: FactHooks | None = None,
+        backends: Backends | None = None,
         proxy_endpoint: Callable[[], str] = lambda: "",
     ) -> None:
         self.config = config
         self.registry = registry
-        self.ledger = ledger
-        self.sessions = sessions
+        self.stores = stores
+        self.ledger = stores.ledger
+        self.sessions = stores.sessions
         self.hub = hub
-        self.hooks = hooks or FactHooks()
+        self.backends = backends
         self.resolver = BindingResolver(config)
-        self.contexts = ContextBuilder(config, self.hooks)
+        self.contexts = ContextBuilder()
         self.limits = Limits(
             result_max_bytes=config.limits.result_max_bytes,
             state_key_max_chars=config.limits.state_key_max_chars,
@@ -237,6 +274,12 @@ class Orchestrator:
             )
             return
         agent = resolution.agent
+        steered = self._steerable_run(conv.conversation_id, conv.thread_id)
+        if steered is not None:
+            async with contextlib.aclosing(self._steer_into(steered, event)) as updates:
+                async for update in updates:
+                    yield update
+            return
         # digest of the event as submitted (before the host fills in times), to tell a retry from a clash
         digest = hashlib.sha256(
             request.event.SerializeToString(deterministic=True) + request.agent_id.encode()
@@ -276,7 +319,7 @@ class Orchestrator:
                 async for update in updates:
                     yield update
             return
-        live = LiveRun(stored)
+        live = LiveRun(stored, snapshot=self._minimal_snapshot(stored, event))
         self._live[run_id] = live
         self.hub.open(run_id)
         async with contextlib.aclosing(self._execute(live, event, agent, span)) as updates:
@@ -329,6 +372,12 @@ class Orchestrator:
                 binding_id=record.binding_id,
                 event_id=record.event_id,
             )
+            try:
+                recorded = await self.stores.record_event(
+                    event, run_id=run_id, runner_id=record.runner_id, binding_id=record.binding_id
+                )
+            except AgentRunnerError as exc:
+                raise HostStoreError(f"recording the event failed: {exc.message}") from exc
             runner = await self.registry.resolve(agent.runner_id)
             if runner is None:
                 failure = _failure(
@@ -350,15 +399,20 @@ class Orchestrator:
                 assert runner is not None
                 deadline_at = record.deadline_at or utcnow() + dt.timedelta(seconds=agent.timeout_seconds)
                 snapshot = freeze_snapshot(
-                    host=self.config,
                     agent=agent,
                     manifest=runner.manifest,
                     runner_config=runner_config,
                     scope=self._scope(record, event),
                     deadline_at=deadline_at,
+                    backends=self.backends,
                 )
+                live.snapshot = snapshot
                 token, session = issue_session(snapshot, deadline_at)
-                await self.sessions.register(session)
+                try:
+                    await self.sessions.register(session)
+                    state = await self.stores.state.snapshot(snapshot) if snapshot.state_scopes else {}
+                except AgentRunnerError as exc:
+                    raise HostStoreError(f"preparing the run failed: {exc.message}") from exc
                 validator = live.validator = ResultValidator(snapshot, self.limits)
                 ctx = await self.contexts.build(
                     event=event,
@@ -367,6 +421,15 @@ class Orchestrator:
                     runner_config=runner_config,
                     trace_id=record.trace_id,
                     deadline_at=deadline_at,
+                    resources=project_snapshot_resources(snapshot, self.backends),
+                    position=ContextPosition(
+                        latest_cursor=recorded.latest_cursor,
+                        event_seq=recorded.event_seq,
+                        transcript_seq=recorded.transcript_seq,
+                        has_history_before=recorded.has_history_before,
+                        attachments=recorded.attachments,
+                    ),
+                    state=state,
                 )
                 request = runner_service_pb2.RunRequest(
                     runner_id=runner.runner_id,
@@ -377,7 +440,10 @@ class Orchestrator:
                 )
                 endpoint = self.registry.endpoint_of(runner)
                 metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(span)))
-                await self.ledger.mark_running(run_id, utcnow())
+                try:
+                    await self.ledger.mark_running(run_id, utcnow())
+                except AgentRunnerError as exc:
+                    raise HostStoreError(f"marking the run running failed: {exc.message}") from exc
                 timeout = max(0.001, (deadline_at - utcnow()).total_seconds())
                 call = live.call = endpoint.stub.Run(request, timeout=timeout, metadata=metadata)
                 del request, ctx
@@ -415,7 +481,7 @@ class Orchestrator:
                         if result.HasField("run_completed") and not validator.saw_message:
                             result = self._empty_output(result)
                             validator.terminal = result
-                        await self._store(live, snapshot, result)
+                        await self._store(live, result)
                         if first:
                             first = False
                             TIME_TO_FIRST_RESULT.observe(time.monotonic() - started)
@@ -443,6 +509,12 @@ class Orchestrator:
                     )
         except (asyncio.CancelledError, GeneratorExit):
             raise
+        except HostStoreError as exc:
+            log.error("run.store_error", error=str(exc), cause=repr(exc.__cause__))
+            live.pending.clear()  # the failed batch was rolled back whole
+            failure = _failure(
+                run_id, 0, "host.store_error", "the host could not record this run's facts", True
+            )
         except Exception:
             log.exception("run.host_error")
             if not live.done and (live.validator is None or live.validator.terminal is None):
@@ -456,7 +528,12 @@ class Orchestrator:
             failure.sequence = live.next_sequence()
             if live.validator is not None:
                 live.validator.terminal = failure
-            await self._store(live, None, failure)
+            try:
+                await self._store(live, failure)
+            except HostStoreError as exc:
+                live.pending.clear()
+                log.error("run.store_error", error=str(exc), stage="terminal")
+                live.publish(Update(result=failure))
             yield Update(result=failure)
         terminal = live.validator.terminal if live.validator is not None else failure
         assert terminal is not None
@@ -523,17 +600,51 @@ class Orchestrator:
             grpcCode=code.name,
         )
 
-    async def _store(
-        self, live: LiveRun, snapshot: AuthorizationSnapshot | None, result: result_pb2.RunResult
-    ) -> None:
-        await self.ledger.append_result(live.run_id, result)
-        if self.hooks.result_applier is not None and snapshot is not None:
-            try:
-                await self.hooks.result_applier(snapshot, result)
-            except Exception:
-                log.exception("run.result_apply_failed", sequence=result.sequence)
-        if live.subscribers:
+    async def _store(self, live: LiveRun, result: result_pb2.RunResult) -> None:
+        """Records a validated result (batched for `message.delta`) and tells followers. Raises
+        `HostStoreError` when the write fails (the batch is rolled back whole)."""
+        is_delta = result.HasField("message_delta")
+        if not live.pending:
+            live.pending_since = time.monotonic()
+        live.pending.append(result)
+        if is_delta:
             live.publish(Update(result=result))
+            if (
+                len(live.pending) < DELTA_BATCH
+                and time.monotonic() - live.pending_since < DELTA_BATCH_SECONDS
+            ):
+                return
+        await self._flush(live)
+        if not is_delta:
+            live.publish(Update(result=result))
+
+    async def _flush(self, live: LiveRun) -> None:
+        batch = list(live.pending)
+        if not batch:
+            return
+        assert live.snapshot is not None
+        try:
+            await self.stores.record_results(live.snapshot, batch)
+        except AgentRunnerError as exc:
+            raise HostStoreError(f"recording results failed: {exc.reason}: {exc.message}") from exc
+        del live.pending[: len(batch)]
+
+    @staticmethod
+    def _minimal_snapshot(record: RunRecord, event: host_service_pb2.EventEnvelope) -> AuthorizationSnapshot:
+        """What results are written under before the real snapshot exists (e.g. runner unavailable)."""
+        return AuthorizationSnapshot(
+            run_id=record.run_id,
+            runner_id=record.runner_id,
+            agent_id=record.agent_id,
+            binding_id=record.binding_id,
+            event_id=record.event_id,
+            conversation_id=record.conversation_id,
+            thread_id=record.thread_id,
+            bot_id=record.bot_id,
+            workspace_id=record.workspace_id,
+            actor_id=event.actor.actor_id,
+            subject_id=event.subject.subject_id,
+        )
 
     async def _finish(
         self, live: LiveRun, status: int, reason: str, terminal: result_pb2.RunResult | None
@@ -544,8 +655,11 @@ class Orchestrator:
             if terminal is not None and terminal.HasField("usage")
             else None
         )
+        record = None
         try:
             record = await self.ledger.finish_run(live.run_id, status, reason, usage)
+        except AgentRunnerError as exc:
+            log.error("run.finish_not_recorded", error=exc.message)
         finally:
             await self._release(live)
         final_status = record.status if record else status
@@ -565,7 +679,14 @@ class Orchestrator:
         self.hub.close(live.run_id)
         if live.cancel_task is not None and live.cancel_task is not asyncio.current_task():
             live.cancel_task.cancel()
-        await self.sessions.unregister(live.run_id)
+        try:
+            await self.sessions.unregister(live.run_id)
+            snap = live.snapshot
+            if snap is not None and snap.steering and snap.conversation_id:
+                # steering input queued for this run and never consumed is the run's, not the next one's
+                await self.stores.steering.claim(run_id=live.run_id, conversation_id=snap.conversation_id)
+        except AgentRunnerError as exc:
+            log.error("run.release_failed", error=exc.message)
 
     async def _abandon(self, live: LiveRun) -> None:
         if live.call is not None and not live.call.done():
@@ -576,7 +697,11 @@ class Orchestrator:
             terminal = None
             if live.validator is None or live.validator.terminal is None:
                 terminal = _failure(live.run_id, live.next_sequence(), "cancelled", reason, False)
-                await self._store(live, None, terminal)
+                try:
+                    await self._store(live, terminal)
+                except HostStoreError:
+                    live.pending.clear()
+                    log.error("run.store_error", stage="abandon")
             await self._finish(live, common_pb2.RUN_STATUS_CANCELLED, reason, terminal)
         except Exception:
             log.exception("run.abandon_failed")
@@ -616,6 +741,11 @@ class Orchestrator:
                     last = result.sequence
                     yield Update(result=result)
                 if queue is not None:
+                    # results handed out but not yet committed (a delta batch) are only in memory
+                    for result in list(live.pending) if live is not None else ():
+                        if result.sequence > last:
+                            last = result.sequence
+                            yield Update(result=result)
                     break
                 record = await self.ledger.get_run(run_id)
                 if record is None or record.status in TERMINAL_STATUSES:
@@ -680,14 +810,26 @@ class Orchestrator:
             live.call.cancel()
 
     # -- steering --------------------------------------------------------------------------------------
-    def steer(self, run_id: str, event: host_service_pb2.EventEnvelope) -> str | None:
-        """Queues new input for an open run (control stream + PullSteering); None when the run is not open
-        here or its runner does not accept steering."""
-        from agentrunner.v1 import proxy_service_pb2
-
-        live = self._live.get(run_id)
-        if live is None or live.done or live.validator is None or not live.validator.snapshot.steering:
+    def _steerable_run(self, conversation_id: str, thread_id: str) -> LiveRun | None:
+        """The open run of this conversation/thread that accepts steering, if any."""
+        if not conversation_id:
             return None
+        for live in self._live.values():
+            rec = live.record
+            v = live.validator
+            if (
+                not live.done
+                and rec.conversation_id == conversation_id
+                and rec.thread_id == thread_id
+                and v is not None
+                and v.terminal is None
+                and v.snapshot.steering
+            ):
+                return live
+        return None
+
+    @staticmethod
+    def _steering_item(event: host_service_pb2.EventEnvelope) -> proxy_service_pb2.SteeringInput:
         item = proxy_service_pb2.SteeringInput(steering_id=f"steer_{uuid.uuid4().hex[:16]}")
         item.event.event_id = event.event_id
         item.event.event_type = event.event_type
@@ -698,19 +840,43 @@ class Orchestrator:
         if event.HasField("actor"):
             item.actor.CopyFrom(event.actor)
         item.receive_time.GetCurrentTime()
-        return self.hub.send_steering(run_id, item)
+        return item
+
+    async def steer(self, run_id: str, event: host_service_pb2.EventEnvelope) -> str | None:
+        """Queues new input for an open steering run: recorded (event log + transcript), stored in the
+        steering queue (`PullSteering`, any replica) and pushed on the control stream. Returns the
+        steering id, or None when the run is not open here or does not accept steering."""
+        live = self._live.get(run_id)
+        if live is None or live.done or live.validator is None or not live.validator.snapshot.steering:
+            return None
+        event = self.normalize_event(event)
+        rec = live.record
+        recorded = await self.stores.record_event(
+            event, run_id=run_id, runner_id=rec.runner_id, binding_id=rec.binding_id
+        )
+        item = self._steering_item(event)
+        item.input.attachments.extend(recorded.attachments)
+        if not recorded.created:
+            return None  # a redelivered event: it was queued the first time
+        stored = await self.stores.steering.enqueue(
+            conversation_id=rec.conversation_id, thread_id=rec.thread_id, item=item
+        )
+        self.hub.send_steering(run_id, stored)
+        log.info("run.steered", run_id=run_id, event_id=event.event_id, steering_id=stored.steering_id)
+        return stored.steering_id
+
+    async def _steer_into(
+        self, live: LiveRun, event: host_service_pb2.EventEnvelope
+    ) -> AsyncIterator[Update]:
+        after = live.validator.host_sequence if live.validator is not None else 0
+        await self.steer(live.run_id, event)
+        async with contextlib.aclosing(self.follow(live.run_id, after, attached=True)) as updates:
+            async for update in updates:
+                yield update
 
     def open_run_for_conversation(self, conversation_id: str, thread_id: str = "") -> str | None:
-        for live in self._live.values():
-            rec = live.record
-            if (
-                not live.done
-                and conversation_id
-                and rec.conversation_id == conversation_id
-                and rec.thread_id == thread_id
-            ):
-                return live.run_id
-        return None
+        live = self._steerable_run(conversation_id, thread_id)
+        return live.run_id if live is not None else None
 
     def usage_dict(self, usage: Mapping[str, Any]) -> dict[str, Any]:
         return dict(usage)

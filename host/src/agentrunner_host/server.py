@@ -1,14 +1,15 @@
 """One grpc.aio server per host: HostService + ProxyService + health + reflection, optional TLS.
 
-`HostApp` wires the parts from a `HostConfig`. Stores default to the in-memory implementations; pass
-SQL-backed ones (or let `agentrunner_host.store.open_stores` provide them once it exists).
+`HostApp.open(config)` is the wiring: it opens the database (refusing an un-migrated one), the fact
+stores, the model / tool / knowledge backends, registers every proxy handler family (facts,
+capabilities, platform) and builds the orchestrator. `stop()` closes all of it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import importlib
+import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -16,21 +17,24 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
-from agentrunner_host.config import HostConfig, HostEnv
-from agentrunner_host.context_builder import FactHooks
+from agentrunner.errors import AgentRunnerError, NotFoundError, UnauthorizedError
+from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
+from agentrunner_host.capabilities.knowledge import KnowledgeService
+from agentrunner_host.capabilities.models import ModelRegistry
+from agentrunner_host.capabilities.tools import ToolRegistry
+from agentrunner_host.config import AgentConfig, HostConfig, HostEnv
 from agentrunner_host.control import ControlHub
-from agentrunner_host.memory import InMemoryRunLedger, InMemorySessionRegistry
 from agentrunner_host.observability import configure_tracing
 from agentrunner_host.orchestrator import Orchestrator
-from agentrunner_host.ports import RunLedger, SessionRegistry
 from agentrunner_host.proxy import platform
-from agentrunner_host.proxy.api import AuditSink, HandlerTable
-from agentrunner_host.proxy.audit import LoggingAuditSink
+from agentrunner_host.proxy.capabilities import AgentModelOptions, Backends, capability_handlers
+from agentrunner_host.proxy.facts import fact_handlers
 from agentrunner_host.proxy.servicer import SERVICE_NAME as PROXY_SERVICE_NAME
 from agentrunner_host.proxy.servicer import ProxyServicer
 from agentrunner_host.registry import RunnerRegistry
 from agentrunner_host.services.host_service import HostServicer
+from agentrunner_host.store.db import Database, ensure_current, upgrade
+from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 
 log = structlog.get_logger("agentrunner_host.server")
 
@@ -41,19 +45,6 @@ SERVER_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5000),
 ]
-
-
-@dataclasses.dataclass(slots=True)
-class Stores:
-    ledger: RunLedger
-    sessions: SessionRegistry
-    audit: AuditSink
-    hooks: FactHooks = dataclasses.field(default_factory=FactHooks)
-    handlers: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def memory_stores() -> Stores:
-    return Stores(InMemoryRunLedger(), InMemorySessionRegistry(), LoggingAuditSink())
 
 
 def _server_credentials(config: HostConfig) -> grpc.ServerCredentials | None:
@@ -68,49 +59,147 @@ def _server_credentials(config: HostConfig) -> grpc.ServerCredentials | None:
     )
 
 
-def _optional_handlers(module: str) -> HandlerTable:
-    """Module-level `HANDLERS` tables of the families built by others, when present."""
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return {}
-    table = getattr(mod, "HANDLERS", None)
-    return table if isinstance(table, dict) else {}
+def agent_prompt(agent: AgentConfig | None) -> list[common_pb2.ModelMessage]:
+    """`GetPrompt`: the agent config's `prompt` (messages, or one string taken as the system prompt)."""
+    if agent is None or not agent.prompt:
+        return []
+    if isinstance(agent.prompt, str):
+        return [common_pb2.ModelMessage(role="system", content=agent.prompt)]
+    return [
+        common_pb2.ModelMessage(role=str(m.get("role", "system")), content=str(m.get("content", "")))
+        for m in agent.prompt
+    ]
+
+
+def agent_model_options(agent: AgentConfig | None, model_id: str) -> AgentModelOptions:
+    """Model options the host applies for an agent: `model_options[<model id>]` (else `["*"]`), falling
+    back to the LangBot runner-config keys `extra-args` / `remove-think`."""
+    if agent is None:
+        return AgentModelOptions()
+    configured = agent.model_options.get(model_id) or agent.model_options.get("*")
+    if configured is not None:
+        return AgentModelOptions(dict(configured.extra_args), configured.remove_think)
+    rc = agent.runner_config
+    extra = rc.get("extra-args", rc.get("extra_args"))
+    remove = rc.get("remove-think", rc.get("remove_think"))
+    return AgentModelOptions(dict(extra) if isinstance(extra, dict) else {}, remove is True)
 
 
 class HostApp:
-    def __init__(self, config: HostConfig, stores: Stores | None = None, env: HostEnv | None = None) -> None:
+    """Everything one host process serves. Build it with `await HostApp.open(config)`."""
+
+    def __init__(
+        self,
+        config: HostConfig,
+        *,
+        db: Database,
+        stores: FactStores,
+        models: ModelRegistry,
+        tools: ToolRegistry,
+        knowledge: KnowledgeService,
+        env: HostEnv | None = None,
+    ) -> None:
         configure_tracing()
         self.config = config
-        self.stores = stores or memory_stores()
+        self.db = db
+        self.stores = stores
+        self.models = models
+        self.tools = tools
+        self.knowledge = knowledge
+        self.backends = Backends(models, tools, knowledge)
         self.registry = RunnerRegistry(config, env)
         self.hub = ControlHub()
         self.proxy_address = ""
         self.orchestrator = Orchestrator(
             config,
             self.registry,
-            self.stores.ledger,
-            self.stores.sessions,
+            stores,
             self.hub,
-            self.stores.hooks,
+            self.backends,
             proxy_endpoint=lambda: self.proxy_address,
         )
         self.proxy = ProxyServicer(
-            self.stores.sessions,
-            self.stores.audit,
+            stores.sessions,
+            stores.events,
             self.hub,
             heartbeat_interval=config.limits.heartbeat_interval_seconds,
         )
         self.proxy.register(platform.HANDLERS)
-        for module in ("agentrunner_host.proxy.capabilities", "agentrunner_host.proxy.facts"):
-            self.proxy.register(_optional_handlers(module))
-        self.proxy.register(self.stores.handlers)
+        self.proxy.register(
+            fact_handlers(
+                stores,
+                prompt_lookup=lambda agent_id: agent_prompt(config.agent(agent_id)),
+                on_cancel=self._cancel,
+            )
+        )
+        self.proxy.register(
+            capability_handlers(
+                models,
+                tools,
+                knowledge,
+                agent_model_options=lambda call, model_id: agent_model_options(
+                    config.agent(call.snapshot.agent_id), model_id
+                ),
+            )
+        )
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.port = 0
+        self._tasks: list[asyncio.Task[Any]] = []
 
+    # -- wiring ----------------------------------------------------------------------------------------
+    @classmethod
+    async def open(
+        cls, config: HostConfig, env: HostEnv | None = None, *, auto_upgrade: bool = False
+    ) -> HostApp:
+        """Opens the database and every backend from `config`. Raises `DatabaseNotMigratedError` (with
+        the `agentrunner-host db upgrade` hint) for an un-migrated database unless `auto_upgrade`."""
+        url = config.database.url
+        if auto_upgrade:
+            await asyncio.to_thread(upgrade, url)
+        else:
+            await asyncio.to_thread(ensure_current, url)
+        db = Database(url)
+        opened: list[Any] = []
+        try:
+            stores = await FactStores.open(
+                db,
+                FactStoreSettings(
+                    artifact_dir=config.database.artifact_dir,
+                    owner=config.instance_id,
+                    state_value_cap_bytes=config.limits.state_value_max_bytes,
+                    maintenance_interval=config.database.maintenance_interval_seconds,
+                ),
+            )
+
+            async def resolve_artifact(run_id: str, artifact_id: str) -> tuple[bytes, str]:
+                return await _artifact_for_model(stores, run_id, artifact_id)
+
+            models = ModelRegistry(config.models, usage_sink=stores, artifact_resolver=resolve_artifact)
+            opened.append(models)
+            tools = ToolRegistry(config.tools, artifact_sink=stores)
+            knowledge = KnowledgeService(db.engine, config.knowledge_bases, embedder_for=models.embedder)
+        except BaseException:
+            for item in opened:
+                with contextlib.suppress(Exception):
+                    await item.aclose()
+            await db.dispose()
+            raise
+        return cls(config, db=db, stores=stores, models=models, tools=tools, knowledge=knowledge, env=env)
+
+    async def _cancel(self, run_id: str, reason: str) -> None:
+        with contextlib.suppress(AgentRunnerError):
+            await self.orchestrator.cancel_run(run_id, reason)
+
+    # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self, address: str | None = None) -> int:
-        """Binds, starts serving and probes the runner endpoints. Returns the bound port."""
+        """Recovers crashed runs, binds, starts serving and probes the runner endpoints and tool
+        sources. Returns the bound port."""
+        interrupted = await self.stores.mark_interrupted()
+        if interrupted:
+            log.warning("host.interrupted_runs", count=interrupted)
+        self._tasks.append(asyncio.create_task(self.stores.run_maintenance(), name="fact-maintenance"))
+        await self.tools.start()
         address = address or self.config.listen.address
         server = grpc.aio.server(options=SERVER_OPTIONS)
         host_service_pb2_grpc.add_HostServiceServicer_to_server(
@@ -138,19 +227,22 @@ class HostApp:
         self.proxy_address = self.config.listen.advertise_address or f"{host}:{port}"
         await server.start()
         self.server = server
-        interrupted = await self.stores.ledger.mark_interrupted()
-        if interrupted:
-            log.warning("host.interrupted_runs", count=interrupted)
         await self.registry.start()
         for name in ("", HOST_SERVICE_NAME, PROXY_SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
-            "host.started", address=address, port=port, runners=[r.runner_id for r in self.registry.runners()]
+            "host.started",
+            address=address,
+            port=port,
+            instance_id=self.config.instance_id,
+            runners=[r.runner_id for r in self.registry.runners()],
+            tools=[t.name for t in self.tools.list_tools()],
         )
         return port
 
     async def stop(self, grace: float = 5.0) -> None:
-        """Stops accepting work, lets open runs finish for up to `grace`, then cancels the rest."""
+        """Stops accepting work, lets open runs finish for up to `grace`, cancels the rest, then closes
+        the backends and the database."""
         await self.health.enter_graceful_shutdown()
         loop = asyncio.get_running_loop()
         until = loop.time() + grace
@@ -159,7 +251,36 @@ class HostApp:
         if self.server is not None:
             await self.server.stop(0.5)
         await self.registry.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        await self.close_backends()
+
+    async def close_backends(self) -> None:
+        for close in (self.tools.close, self.models.aclose, self.db.dispose):
+            try:
+                await close()
+            except Exception:
+                log.warning("host.close_failed", part=getattr(close, "__qualname__", "?"), exc_info=True)
 
     async def wait(self) -> None:
         assert self.server is not None
         await self.server.wait_for_termination()
+
+
+async def _artifact_for_model(stores: FactStores, run_id: str, artifact_id: str) -> tuple[bytes, str]:
+    """`artifact://` image URIs in model requests: only artifacts the run may read, whole (capped)."""
+    row = await stores.artifacts.get(artifact_id)
+    run = await stores.ledger.get_run(run_id)
+    if row is None or run is None:
+        raise NotFoundError("artifact not found", metadata={"artifactId": artifact_id})
+    visible = row.run_id == run_id or (run.conversation_id and row.conversation_id == run.conversation_id)
+    if not visible:
+        raise UnauthorizedError(
+            "the artifact belongs to another conversation", metadata={"resource": f"artifact:{artifact_id}"}
+        )
+    chunks: Sequence[bytes] = [chunk async for _, chunk in stores.artifacts.iter_chunks(row)]
+    return b"".join(chunks), row.mime_type

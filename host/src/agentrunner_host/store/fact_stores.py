@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import logging
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -261,34 +262,80 @@ class FactStores:
         async with self.db.write() as s:
             if append_to_ledger and not await self.ledger.insert_result(s, snapshot.run_id, result):
                 return False
-            if kind != "message_delta":
-                await self.events.append(
-                    kind=_RESULT_KINDS.get(kind, "result"),
-                    event_type=result_type(result) or kind,
-                    record_id=f"{snapshot.run_id}:{result.sequence}",
-                    conversation_id=snapshot.conversation_id,
-                    thread_id=snapshot.thread_id,
-                    run_id=snapshot.run_id,
-                    runner_id=snapshot.runner_id,
-                    bot_id=snapshot.bot_id,
-                    workspace_id=snapshot.workspace_id,
-                    source="runner",
-                    summary=_summary(result),
-                    data=_telemetry(result),
-                    session=s,
-                )
-            if kind == "message_completed":
-                await self._assistant(s, snapshot, result.message_completed.message)
-            elif kind == "run_completed" and result.run_completed.HasField("message"):
-                if not await self.transcript.has_assistant_item(s, snapshot.run_id):
-                    await self._assistant(s, snapshot, result.run_completed.message)
-            elif kind == "artifact_created":
-                await self.artifacts.register_created(result.artifact_created, snapshot=snapshot, session=s)
-            elif kind == "state_updated":
-                update = result.state_updated
-                value = value_to_python(update.value) if update.HasField("value") else None
-                await self.state.set(snapshot, scope_name(update.scope), update.key, value, session=s)
+            await self._apply(s, snapshot, result)
         return True
+
+    async def record_results(
+        self, snapshot: AuthorizationSnapshot, results: Sequence[result_pb2.RunResult]
+    ) -> None:
+        """`record_result` for several results of one run in ONE transaction (the orchestrator batches
+        `message.delta` runs this way): ledger rows in one multi-row insert, then each result's other
+        effects in order. All or nothing; raises like `record_result` (a stored sequence is an error
+        here, since the orchestrator numbers results itself)."""
+        known = [r for r in results if r.WhichOneof("payload") is not None]
+        if not known:
+            return
+        async with self.db.write() as s:
+            await self.ledger.insert_results(s, snapshot.run_id, known)
+            for result in known:
+                await self._apply(s, snapshot, result)
+
+    async def _apply(self, s: Any, snapshot: AuthorizationSnapshot, result: result_pb2.RunResult) -> None:
+        kind = result.WhichOneof("payload")
+        if kind == "message_delta":
+            return
+        await self.events.append(
+            kind=_RESULT_KINDS.get(kind or "", "result"),
+            event_type=result_type(result) or kind or "",
+            record_id=f"{snapshot.run_id}:{result.sequence}",
+            conversation_id=snapshot.conversation_id,
+            thread_id=snapshot.thread_id,
+            run_id=snapshot.run_id,
+            runner_id=snapshot.runner_id,
+            bot_id=snapshot.bot_id,
+            workspace_id=snapshot.workspace_id,
+            source="runner",
+            summary=_summary(result),
+            data=_telemetry(result),
+            session=s,
+        )
+        if kind == "message_completed":
+            await self._assistant(s, snapshot, result.message_completed.message)
+        elif kind == "run_completed" and result.run_completed.HasField("message"):
+            if not await self.transcript.has_assistant_item(s, snapshot.run_id):
+                await self._assistant(s, snapshot, result.run_completed.message)
+        elif kind == "artifact_created":
+            await self.artifacts.register_created(result.artifact_created, snapshot=snapshot, session=s)
+        elif kind == "state_updated":
+            update = result.state_updated
+            value = value_to_python(update.value) if update.HasField("value") else None
+            await self.state.set(snapshot, scope_name(update.scope), update.key, value, session=s)
+
+    # -- capability sinks ------------------------------------------------------------------------
+
+    async def record_model_usage(
+        self, run_id: str, model_id: str, usage: common_pb2.Usage, calls: int
+    ) -> None:
+        """`UsageSink` of the model registry: per-run, per-model token usage and call counts in the run
+        ledger (run metadata `model_usage`)."""
+        await self.ledger.add_model_usage(run_id, model_id, message_to_json(usage), calls)
+
+    async def store_tool_result(
+        self, run_id: str, name: str, data: bytes, mime_type: str
+    ) -> common_pb2.ArtifactRef:
+        """`ArtifactSink` of the tool registry: an oversized tool result becomes an artifact of the run
+        (and of its conversation, so the runner can read it back)."""
+        run = await self.ledger.get_run(run_id)
+        return await self.artifacts.put_bytes(
+            data,
+            source="tool",
+            conversation_id=run.conversation_id if run else "",
+            run_id=run_id,
+            binding_id=run.binding_id if run else "",
+            mime_type=mime_type,
+            name=name,
+            summary=f"result of tool {name}",
+        )
 
     async def _assistant(
         self, s: Any, snapshot: AuthorizationSnapshot, message: common_pb2.AssistantMessage

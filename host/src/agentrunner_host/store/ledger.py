@@ -167,6 +167,60 @@ class SqlRunLedger:
         )
         return True
 
+    async def insert_results(
+        self, session: AsyncSession, run_id: str, results: Sequence[result_pb2.RunResult]
+    ) -> None:
+        """Stores several results in the caller's transaction with one multi-row insert (a duplicate
+        sequence raises, rolling the transaction back)."""
+        if not results:
+            return
+        if any(r.sequence <= 0 for r in results):
+            raise InvalidArgumentError("result sequence must start at 1", field="sequence")
+        now = utcnow()
+        await session.execute(
+            RunResultRow.__table__.insert(),
+            [
+                {
+                    "run_id": run_id,
+                    "sequence": r.sequence,
+                    "result_type": result_type(r) or "",
+                    "payload": r.SerializeToString(deterministic=True),
+                    "created_at": now,
+                }
+                for r in results
+            ],
+        )
+        last = max(r.sequence for r in results)
+        await session.execute(
+            update(RunRow)
+            .where(RunRow.run_id == run_id, RunRow.last_sequence < last)
+            .values(last_sequence=last)
+        )
+
+    async def add_model_usage(self, run_id: str, model_id: str, usage: Mapping[str, Any], calls: int) -> None:
+        """Adds one model call's usage to the run's `model_usage` metadata (per model: tokens summed,
+        calls counted). Read-modify-write under the write lock / a row lock."""
+        async with self.db.write() as session:
+            stmt = select(RunRow).where(RunRow.run_id == run_id)
+            if not self.db.is_sqlite:
+                stmt = stmt.with_for_update()
+            row = await session.scalar(stmt)
+            if row is None:
+                return
+            meta = dict(row.meta or {})
+            per_model = dict(meta.get("model_usage") or {})
+            entry = dict(per_model.get(model_id) or {})
+            for key, value in usage.items():
+                if isinstance(value, str) and value.isdigit():  # proto JSON writes int64 as a string
+                    value = int(value)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    entry[key] = entry.get(key, 0) + value
+            entry["calls"] = int(entry.get("calls", 0)) + calls
+            per_model[model_id] = entry
+            meta["model_usage"] = per_model
+            meta["model_calls"] = int(meta.get("model_calls", 0)) + calls
+            row.meta = meta
+
     async def append_result(self, run_id: str, result: result_pb2.RunResult) -> None:
         async with self.db.write() as session:
             if not await self.insert_result(session, run_id, result):

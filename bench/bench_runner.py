@@ -1,0 +1,30 @@
+"""The benchmark's runner (SDK): `burst:N` streams N `message.delta` results as fast as it can, then
+`run.completed`; `stall` waits until cancelled; anything else is one delta and a completed message.
+Served with `python -m agentrunner serve bench_runner:BenchRunner` (cwd `bench/`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from agentrunner import RunContext, Runner, results
+from agentrunner.v1 import result_pb2
+
+
+class BenchRunner(Runner):
+    manifest: ClassVar[dict[str, Any]] = {
+        "id": "plugin:bench/burst/default",
+        "label": "Bench",
+        "description": "Streams deltas fast for the host benchmark.",
+        "capabilities": ["streaming"],
+    }
+
+    async def run(self, ctx: RunContext) -> AsyncIterator[result_pb2.RunResult]:
+        text = ctx.input.to_text().strip()
+        if text == "stall":
+            await asyncio.Event().wait()
+        count = int(text.removeprefix("burst:")) if text.startswith("burst:") else 1
+        for i in range(count):
+            yield results.delta(f"d{i} ")
+        yield results.completed(f"{count} deltas")

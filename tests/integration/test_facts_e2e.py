@@ -1,0 +1,154 @@
+"""Every fact pull API through the real host (CLI `serve`) with runner processes calling back."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from google.protobuf import json_format
+
+from tests.integration.conftest import (
+    PROBE_ID,
+    REFERENCE_ID,
+    Proc,
+    audit_outcomes,
+    cli,
+    completed,
+    probe,
+    run,
+    start_host,
+    write_config,
+)
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture(scope="module")
+def facts_host(
+    tmp_path_factory: pytest.TempPathFactory, probe_runner: Proc, reference_runner: Proc
+) -> Iterator[tuple[str, Path]]:
+    tmp = tmp_path_factory.mktemp("facts")
+    db_file = tmp / "host.db"
+    config = write_config(
+        tmp / "host.yaml",
+        {
+            "instance_id": "facts-host",
+            "listen": {"address": "127.0.0.1:0"},
+            "database": {"url": f"sqlite+aiosqlite:///{db_file}", "artifact_dir": str(tmp / "artifacts")},
+            "runners": [
+                {"id": "probe", "address": probe_runner.value},
+                {"id": "ref", "address": reference_runner.value},
+            ],
+            "agents": [
+                {
+                    "id": "probe",
+                    "runner_id": PROBE_ID,
+                    "prompt": "You are a careful assistant.",
+                    "resource_policy": {"events": True, "storage": ["plugin"]},
+                    "state_policy": {"scopes": ["conversation", "actor"]},
+                },
+                {"id": "ref", "runner_id": REFERENCE_ID},
+            ],
+            "bindings": [
+                {"id": "probe", "event": "message.*", "target": {"agent": "probe"}},
+                {
+                    "id": "ref",
+                    "scope": {"type": "conversation", "id": "ref-conv"},
+                    "event": "message.*",
+                    "target": {"agent": "ref"},
+                },
+            ],
+        },
+    )
+    upgraded = cli("db", "upgrade", "--config", str(config))
+    assert upgraded.returncode == 0, upgraded.stderr
+    host = start_host(config)
+    yield host.value, db_file
+    host.kill()
+
+
+async def test_reference_runner_sees_state_and_history_through_the_host(facts_host: tuple[str, Path]) -> None:
+    address, _ = facts_host
+    first = completed(await run(address, "hello", conversation_id="ref-conv"))
+    second = completed(await run(address, "again", conversation_id="ref-conv"))
+    one, two = (json_format.MessageToDict(c.message.metadata) for c in (first, second))
+    assert (one["turn"], one["history_items"]) == (1, 1)  # its own user message
+    assert (two["turn"], two["history_items"]) == (2, 3)  # state.updated persisted; transcript grew
+
+
+async def test_every_fact_api_through_the_host(facts_host: tuple[str, Path]) -> None:
+    address, db_file = facts_host
+    conv = "facts-conv"
+    earlier, earlier_run = await probe(address, [], conversation_id=conv)
+    assert earlier["ctx"]["has_history_before"] is False
+    steps = [
+        {"rpc": "ListHistory", "req": {"before_cursor": "$latest_cursor", "limit": 10}},
+        {"rpc": "SearchHistory", "req": {"query": "giraffe"}},
+        {"rpc": "GetEvent", "req": {"event_id": "$event_id"}},
+        {"rpc": "ListEvents", "req": {"limit": 50}},
+        {"rpc": "GetArtifactMetadata", "req": {"artifact_id": "$attachment0"}},
+        {"rpc": "ReadArtifact", "req": {"artifact_id": "$attachment0", "offset": 6, "length": 5}},
+        {"rpc": "DownloadArtifact", "req": {"artifact_id": "$attachment0"}},
+        {"rpc": "SetState", "req": {"scope": "STATE_SCOPE_ACTOR", "key": "lang", "value": "en"}},
+        {"rpc": "GetState", "req": {"scope": "STATE_SCOPE_ACTOR", "key": "lang"}},
+        {"rpc": "ListState", "req": {"scope": "STATE_SCOPE_ACTOR"}},
+        {"rpc": "DeleteState", "req": {"scope": "STATE_SCOPE_ACTOR", "key": "lang"}},
+        {
+            "rpc": "SetStorage",
+            "req": {
+                "area": "STORAGE_AREA_NAME_PLUGIN",
+                "key": "blob",
+                "value": base64.b64encode(b"xyz").decode(),
+            },
+        },
+        {"rpc": "GetStorage", "req": {"area": "STORAGE_AREA_NAME_PLUGIN", "key": "blob"}},
+        {"rpc": "ListStorage", "req": {"area": "STORAGE_AREA_NAME_PLUGIN"}},
+        {"rpc": "DeleteStorage", "req": {"area": "STORAGE_AREA_NAME_PLUGIN", "key": "blob"}},
+        {"rpc": "GetPrompt", "req": {}},
+        {"rpc": "GetRunRecord", "req": {"run_id": earlier_run}},
+        {"rpc": "ListRunRecords", "req": {}},
+        {"rpc": "ListRunRecordEvents", "req": {"run_id": earlier_run}},
+        # refused by the frozen snapshot
+        {"rpc": "ListHistory", "req": {"conversation_id": "someone-else"}},
+        {"rpc": "SetState", "req": {"scope": "STATE_SCOPE_WORKSPACE", "key": "x", "value": 1}},
+        {"rpc": "PullSteering", "req": {}},
+    ]
+    report, run_id = await probe(
+        address,
+        steps,
+        conversation_id=conv,
+        attachments=[{"name": "note.txt", "mime_type": "text/plain", "content": b"hello giraffe world"}],
+    )
+    ctx = report["ctx"]
+    assert ctx["has_history_before"] is True and ctx["latest_cursor"]
+    assert ctx["transcript_seq"] == 3 and ctx["event_seq"]  # earlier user + assistant, then this message
+    assert [a["name"] for a in ctx["attachments"]] == ["note.txt"] and ctx["attachments"][0]["artifactId"]
+    out = {i: s for i, s in enumerate(report["steps"])}
+    errors = {i: s.get("error") for i, s in out.items() if "error" in s}
+    assert set(errors) == {19, 20, 21}, errors
+    history = out[0]["ok"]["items"]
+    assert [i["role"] for i in history] == ["user", "assistant"]  # the earlier turn only (before the cursor)
+    assert out[1]["ok"]["items"] and all("giraffe" in i["content"] for i in out[1]["ok"]["items"])
+    assert out[2]["ok"]["event"]["eventId"]
+    assert any(e.get("eventType") == "message.received" for e in out[3]["ok"]["items"])
+    assert out[4]["ok"]["artifact"]["ref"]["sizeBytes"] == str(len(b"hello giraffe world"))
+    assert base64.b64decode(out[5]["ok"]["data"]) == b"giraf"
+    assert base64.b64decode(out[6]["ok"][0]["data"]) == b"hello giraffe world"
+    assert out[8]["ok"] == {"found": True, "value": "en"}
+    assert out[9]["ok"]["keys"] == ["lang"] and out[10]["ok"] == {"deleted": True}
+    assert base64.b64decode(out[12]["ok"]["value"]) == b"xyz" and out[13]["ok"]["keys"] == ["blob"]
+    assert out[14]["ok"] == {"deleted": True}
+    assert out[15]["ok"]["messages"] == [{"role": "system", "content": "You are a careful assistant."}]
+    assert (
+        out[16]["ok"]["run"]["runId"] == earlier_run
+        and out[16]["ok"]["run"]["status"] == "RUN_STATUS_COMPLETED"
+    )
+    assert {r["runId"] for r in out[17]["ok"]["runs"]} >= {earlier_run, run_id}
+    assert "runCompleted" in out[18]["ok"]["results"][-1]
+    assert errors[19]["code"] == errors[20]["code"] == errors[21]["code"] == "PERMISSION_DENIED"
+    # every call audited with its outcome in the event log
+    assert audit_outcomes(db_file, run_id, "ListHistory") == ["OK", "UNAUTHORIZED"]
+    assert audit_outcomes(db_file, run_id, "SetState") == ["OK", "UNAUTHORIZED"]
+    assert audit_outcomes(db_file, run_id, "PullSteering") == ["UNAUTHORIZED"]
