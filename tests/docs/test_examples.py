@@ -1,0 +1,45 @@
+"""The documented example configuration stays valid, and a broken copy fails with file, path and reason."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import yaml
+
+from agentrunner_host.config import ConfigError, load_config
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "host.yaml"
+
+
+def test_example_host_config_loads() -> None:
+    config = load_config(EXAMPLE)
+    assert {a.id for a in config.agents} == {"echo", "assistant"}
+    assert {b.id for b in config.bindings} == {"default", "echo-bot", "ignore-recalls"}
+    assert config.knowledge_bases[0].source_dir == "examples/knowledge"
+    assert (ROOT / config.knowledge_bases[0].source_dir).is_dir()
+
+
+def _broken(tmp_path: pathlib.Path, edit) -> str:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    edit(data)
+    broken = tmp_path / "host.yaml"
+    broken.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        load_config(broken)
+    message = str(err.value)
+    assert str(broken) in message
+    return message
+
+
+def test_bad_field_names_file_path_and_reason(tmp_path: pathlib.Path) -> None:
+    message = _broken(tmp_path, lambda d: d["agents"][1].update(timeout_seconds=-1))
+    assert "agents.1.timeout_seconds" in message
+    assert "greater than 0" in message
+
+
+def test_binding_tie_is_a_config_error(tmp_path: pathlib.Path) -> None:
+    # `ignore-recalls` at priority 0 ties with `default` (message.*) for message.recalled.
+    message = _broken(tmp_path, lambda d: d["bindings"][2].update(priority=0))
+    assert "bindings.2" in message and "ties with bindings.0" in message
