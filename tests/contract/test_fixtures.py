@@ -47,4 +47,4 @@ def test_context_fixture(path: pathlib.Path) -> None:
 
 def test_context_shapes_cover_the_event_kinds() -> None:
     kinds = {json.loads(p.read_text())["event"]["eventType"] for p in CONTEXT_FILES}
-    assert {"message.received", "group.member_joined", "schedule.triggered"} <= kinds
+    assert {"message.received", "group.member_joined", "schedule.triggered", "interaction.submitted"} <= kinds

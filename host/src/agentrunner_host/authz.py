@@ -84,6 +84,8 @@ class RunScope:
     workspace_id: str = ""
     actor_id: str = ""
     subject_id: str = ""
+    #: the event has a delivery target the runner may answer (`ContextApis.reply`)
+    reply: bool = False
 
 
 def freeze_snapshot(
@@ -145,6 +147,8 @@ def freeze_snapshot(
         storage_areas=_names(perms.storage, _STORAGE) & frozenset(policy.storage),
         runs=_names(perms.runs, _RUN_OPS) & frozenset(policy.runs),
         platform_actions=frozenset(perms.platform_api) & frozenset(policy.platform_actions),
+        platform_bots=frozenset(policy.platform_bots),
+        reply=scope.reply,
         prompt=perms.prompt and policy.prompt,
         steering=manifest.capabilities.steering and policy.steering,
         cross_conversation=policy.cross_conversation,
@@ -191,6 +195,7 @@ def project_apis(snapshot: AuthorizationSnapshot) -> context_pb2.ContextApis:
         run_cancel="cancel" in snapshot.runs,
         run_append_result="append_result" in snapshot.runs,
         run_finalize="finalize" in snapshot.runs,
+        reply=snapshot.reply,
     )
 
 

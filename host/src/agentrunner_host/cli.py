@@ -1,4 +1,4 @@
-"""`agentrunner-host`: serve, db upgrade, kb ingest, run (streamed reply), runners, runs show,
+"""`agentrunner-host`: serve, db upgrade, kb ingest, run (streamed reply), interact, runners, runs show,
 migrate-pipeline."""
 
 from __future__ import annotations
@@ -191,7 +191,95 @@ def _request(
     ev.input.text = text
     ev.delivery.surface = "cli"
     ev.delivery.supports_streaming = stream
+    ev.delivery.interactions.CopyFrom(full_interaction_support())
     return req
+
+
+LOG_LEVELS = {0: "info", 1: "debug", 2: "info", 3: "warning", 4: "error"}
+
+
+def full_interaction_support() -> Any:
+    """What this CLI renders: every field type and action style (it prints them and `interact` answers)."""
+    caps = common_pb2.InteractionCapabilities(supports_updates=False)
+    caps.field_types.extend(v for v in common_pb2.InteractionFieldType.values() if v)
+    caps.action_styles.extend(v for v in common_pb2.InteractionActionStyle.values() if v)
+    return caps
+
+
+def log_line(entry: Any) -> str:
+    """A `run.log` result as a CLI line, distinct from message text."""
+    return f"[{LOG_LEVELS.get(entry.level, 'info')}] {entry.text}"
+
+
+def interaction_lines(item: Any) -> list[str]:
+    req = item.request
+    expires = (
+        req.expires_at.ToDatetime().isoformat(timespec="seconds") + "Z" if req.HasField("expires_at") else "-"
+    )
+    lines = [f"? interaction {req.interaction_id} (expires {expires})", f"  {req.title}"]
+    if req.description:
+        lines.append(f"  {req.description}")
+    for f in req.fields:
+        kind = common_pb2.InteractionFieldType.Name(f.type).removeprefix("INTERACTION_FIELD_TYPE_").lower()
+        options = f" options: {', '.join(o.value for o in f.options)}" if f.options else ""
+        lines.append(f"  - {f.id} ({kind}{', required' if f.required else ''}): {f.label}{options}")
+    if req.actions:
+        lines.append("  actions: " + ", ".join(f"{a.id} ({a.label})" for a in req.actions))
+    lines.append(
+        f"  answer: agentrunner-host interact {req.interaction_id} --action <id> --value <field>=<value>"
+    )
+    return lines
+
+
+async def render_stream(
+    updates: Any, console: Console, collect: list[Any] | None = None
+) -> host_service_pb2.RunFinished:
+    """Renders a run stream (`Run`, `SubmitInteraction`): message text and replies (updated in place),
+    `run.log` lines as `[level] text`, interactions as a block. Returns the final status."""
+    text = Text()
+    replies: dict[str, str] = {}
+    finished = host_service_pb2.RunFinished()
+
+    def view() -> Text:
+        out = text.copy()
+        for content in replies.values():
+            if out.plain:
+                out.append("\n")
+            out.append(content)
+        return out
+
+    with Live(view(), console=console, refresh_per_second=20, transient=False) as live:
+        async for update in updates:
+            kind = update.WhichOneof("update")
+            if kind == "result":
+                r = update.result
+                if collect is not None:
+                    collect.append(r)
+                payload = r.WhichOneof("payload")
+                if payload == "message_delta":
+                    text.append(r.message_delta.text)
+                elif payload == "message_completed" and not text.plain:
+                    text.append(r.message_completed.message.content)
+                elif payload == "run_completed" and not text.plain and r.run_completed.message.content:
+                    text.append(r.run_completed.message.content)
+                elif payload == "run_failed":
+                    text.append(f"\n[{r.run_failed.code}] {r.run_failed.message}", style="red")
+                elif payload == "run_log":
+                    live.console.print(log_line(r.run_log), style="dim", markup=False, highlight=False)
+            elif kind == "reply":
+                reply = update.reply
+                if reply.mode == common_pb2.REPLY_MODE_ABORT:
+                    replies.pop(reply.reply_id, None)
+                    live.console.print("(reply withdrawn)", style="dim")
+                else:
+                    replies[reply.reply_id] = reply.message.content
+            elif kind == "interaction":
+                for line in interaction_lines(update.interaction):
+                    live.console.print(line, markup=False, highlight=False)
+            elif kind == "finished":
+                finished = update.finished
+            live.update(view())
+    return finished
 
 
 async def stream_reply(
@@ -203,32 +291,64 @@ async def stream_reply(
 ) -> host_service_pb2.RunFinished:
     """Sends one event and renders the reply as it arrives. Returns the final status (and appends
     every result to `collect` when given)."""
-    reply = Text()
-    finished = host_service_pb2.RunFinished()
     async with grpc.aio.insecure_channel(address) as channel:
         stub = host_service_pb2_grpc.HostServiceStub(channel)
-        with Live(reply, console=console, refresh_per_second=20, transient=False) as live:
-            async for update in stub.Run(request, timeout=deadline_seconds):
-                kind = update.WhichOneof("update")
-                if kind == "result":
-                    r = update.result
-                    if collect is not None:
-                        collect.append(r)
-                    payload = r.WhichOneof("payload")
-                    if payload == "message_delta":
-                        reply.append(r.message_delta.text)
-                    elif payload == "message_completed" and not reply.plain:
-                        reply.append(r.message_completed.message.content)
-                    elif payload == "run_completed" and not reply.plain and r.run_completed.message.content:
-                        reply.append(r.run_completed.message.content)
-                    elif payload == "run_failed":
-                        reply.append(f"\n[{r.run_failed.code}] {r.run_failed.message}", style="red")
-                    elif payload in ("tool_call_started", "tool_call_completed"):
-                        pass
-                    live.update(reply)
-                elif kind == "finished":
-                    finished = update.finished
-    return finished
+        return await render_stream(stub.Run(request, timeout=deadline_seconds), console, collect)
+
+
+def _print_finished(finished: host_service_pb2.RunFinished) -> None:
+    status = common_pb2.RunStatus.Name(finished.status).removeprefix("RUN_STATUS_").lower()
+    err_console.print(
+        f"[dim]run {finished.run_id or '-'}: {status}{' (' + finished.reason + ')' if finished.reason else ''}[/dim]"
+    )
+    if finished.status != common_pb2.RUN_STATUS_COMPLETED:
+        raise typer.Exit(1)
+
+
+def _parse_value(raw: str) -> tuple[str, Any]:
+    key, sep, value = raw.partition("=")
+    if not sep or not key:
+        err_console.print(f"[red]error[/red] --value {raw!r}: expected key=value")
+        raise typer.Exit(2)
+    try:
+        return key, json.loads(value)  # numbers, booleans, lists
+    except json.JSONDecodeError:
+        return key, value
+
+
+@app.command()
+def interact(
+    interaction_id: Annotated[str, typer.Argument(help="Interaction id (printed by `run`).")],
+    action: Annotated[str, typer.Option("--action", "-a", help="Action id to submit.")] = "",
+    value: Annotated[
+        list[str] | None, typer.Option("--value", "-v", help="Field value key=value (JSON values parsed).")
+    ] = None,
+    host: HostOpt = "127.0.0.1:50051",
+    event_id: Annotated[str, typer.Option(help="Event id of the answer; resubmitting it attaches.")] = "",
+) -> None:
+    """Answer a structured interaction and stream the run it starts."""
+    req = host_service_pb2.SubmitInteractionRequest(
+        interaction_id=interaction_id, action_id=action, event_id=event_id
+    )
+    values = dict(_parse_value(v) for v in value or [])
+    if values:
+        req.values.update(values)
+    req.actor.actor_type = "user"
+    req.actor.actor_id = "cli"
+    req.delivery.surface = "cli"
+    req.delivery.supports_streaming = True
+    req.delivery.interactions.CopyFrom(full_interaction_support())
+
+    async def go() -> host_service_pb2.RunFinished:
+        async with grpc.aio.insecure_channel(host) as channel:
+            stub = host_service_pb2_grpc.HostServiceStub(channel)
+            return await render_stream(stub.SubmitInteraction(req, timeout=330), console)
+
+    try:
+        finished = asyncio.run(go())
+    except grpc.RpcError as exc:
+        _fail(from_rpc_error(exc))
+    _print_finished(finished)
 
 
 @app.command()
@@ -248,12 +368,7 @@ def run(
         )
     except grpc.RpcError as exc:
         _fail(from_rpc_error(exc))
-    status = common_pb2.RunStatus.Name(finished.status).removeprefix("RUN_STATUS_").lower()
-    err_console.print(
-        f"[dim]run {finished.run_id or '-'}: {status}{' (' + finished.reason + ')' if finished.reason else ''}[/dim]"
-    )
-    if finished.status != common_pb2.RUN_STATUS_COMPLETED:
-        raise typer.Exit(1)
+    _print_finished(finished)
 
 
 @app.command()
@@ -336,7 +451,9 @@ def runs_show(
             )
             if r.HasField("usage"):
                 detail += f"  usage={json.dumps(json_format.MessageToDict(r.usage))}"
-            table.add_row(str(r.sequence), kind, detail[:200])
+            if kind == "run_log":
+                detail = log_line(r.run_log)
+            table.add_row(str(r.sequence), kind, Text(detail[:200]))
         console.print(table)
 
 

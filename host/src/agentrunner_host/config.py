@@ -121,6 +121,8 @@ class ResourcePolicy(_Strict):
     )
     prompt: bool = True
     platform_actions: list[str] = Field(default_factory=list)
+    #: bots other than the run's own that platform actions / `send_message` may act as
+    platform_bots: list[str] = Field(default_factory=list)
     #: opt-in: new input for a conversation with an open run of a runner that declares `steering` is
     #: queued into that run instead of starting a second run
     steering: bool = False
@@ -145,6 +147,14 @@ class AgentModelOptionsConfig(_Strict):
     remove_think: bool = False
 
 
+class SkillConfig(_Strict):
+    """A skill the agent offers its runner (`Resources.skills`)."""
+
+    name: str = Field(min_length=1)
+    display_name: str = ""
+    description: str = ""
+
+
 class AgentConfig(_Strict):
     id: str = Field(min_length=1)
     runner_id: str = Field(min_length=1)
@@ -160,6 +170,11 @@ class AgentConfig(_Strict):
     prompt: list[dict[str, Any]] | str = Field(default_factory=list)
     #: per-model request options applied host-side (model id or `*` -> options)
     model_options: dict[str, AgentModelOptionsConfig] = Field(default_factory=dict)
+    #: request variables the operator sets for every run of this agent (`RunContext.variables`); they
+    #: win over a client's envelope variables of the same name; sensitive keys are dropped all the same
+    variables: dict[str, Any] = Field(default_factory=dict)
+    #: skills offered to the runner (`Resources.skills`)
+    skills: list[SkillConfig] = Field(default_factory=list)
 
     @field_validator("runner_id")
     @classmethod

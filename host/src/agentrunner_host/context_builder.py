@@ -18,7 +18,7 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from agentrunner.errors import InvalidArgumentError
 from agentrunner.protocol import PROTOCOL_VERSION
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, manifest_pb2
-from agentrunner_host import __version__
+from agentrunner_host import __version__, context_parity
 from agentrunner_host.authz import project_apis
 from agentrunner_host.config import AgentConfig
 from agentrunner_host.ports import AuthorizationSnapshot
@@ -55,6 +55,9 @@ def _type_ok(field: manifest_pb2.ConfigField, value: Any) -> bool:
     if t == manifest_pb2.CONFIG_FIELD_TYPE_SELECT:
         return isinstance(value, str) and value in {o.name for o in field.options}
     if t == manifest_pb2.CONFIG_FIELD_TYPE_INTEGER:
+        # manifest defaults arrive through `google.protobuf.Value`, where every number is a double
+        if isinstance(value, float):
+            return value.is_integer()
         return isinstance(value, int) and not isinstance(value, bool)
     if t == manifest_pb2.CONFIG_FIELD_TYPE_NUMBER:
         return isinstance(value, int | float) and not isinstance(value, bool)
@@ -103,6 +106,12 @@ def _ts(value: dt.datetime) -> timestamp_pb2.Timestamp:
 
 
 class ContextBuilder:
+    """Projects one run's context. `adapter_actions` are the platform actions the host's delivery
+    adapters implement (`Resources.platform_actions` = snapshot grant ∩ these)."""
+
+    def __init__(self, adapter_actions: frozenset[str] = frozenset()) -> None:
+        self.adapter_actions = adapter_actions
+
     async def build(
         self,
         *,
@@ -115,6 +124,7 @@ class ContextBuilder:
         resources: context_pb2.Resources,
         position: ContextPosition | None = None,
         state: Mapping[str, Mapping[str, Any]] | None = None,
+        manifest: manifest_pb2.RunnerManifest | None = None,
     ) -> context_pb2.RunContext:
         ctx = context_pb2.RunContext(run_id=snapshot.run_id)
         ctx.trigger.type = event.event_type
@@ -184,4 +194,12 @@ class ContextBuilder:
             ctx.adapter.extra.CopyFrom(_json_safe(event.adapter_extra))
         if event.HasField("metadata"):
             ctx.metadata.CopyFrom(event.metadata)
+        context_parity.apply(
+            ctx,
+            event=event,
+            agent=agent,
+            snapshot=snapshot,
+            manifest=manifest,
+            adapter_actions=self.adapter_actions,
+        )
         return ctx

@@ -61,7 +61,11 @@ from agentrunner_host.context_builder import (
     RunnerConfigError,
     effective_runner_config,
 )
+from agentrunner_host.context_parity import has_reply_target
 from agentrunner_host.control import ControlHub
+from agentrunner_host.delivery.channel import AppendedResult, DeliveryHub
+from agentrunner_host.delivery.interactions import deliver_requested, record_requested
+from agentrunner_host.delivery.store import DeliveryStore, InteractionStore
 from agentrunner_host.observability import (
     RUNS,
     TIME_TO_FIRST_RESULT,
@@ -78,7 +82,7 @@ from agentrunner_host.ports import (
 )
 from agentrunner_host.proxy.capabilities import Backends
 from agentrunner_host.registry import RunnerRegistry
-from agentrunner_host.store.fact_stores import FactStores
+from agentrunner_host.store.fact_stores import FactStores, RecordedEvent
 from agentrunner_host.validation import Limits, ResultValidator
 
 log = structlog.get_logger("agentrunner_host.orchestrator")
@@ -93,6 +97,21 @@ DELTA_BATCH_SECONDS = 0.25
 STATUS_NAMES = {
     v: common_pb2.RunStatus.Name(v).removeprefix("RUN_STATUS_").lower() for v in common_pb2.RunStatus.values()
 }
+
+
+@dataclasses.dataclass(slots=True)
+class RunStart:
+    """What the run-start transaction wrote, and what it prepared without I/O before it."""
+
+    record: RunRecord
+    recorded: RecordedEvent | None = None
+    runner: Any = None
+    runner_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    snapshot: AuthorizationSnapshot | None = None
+    token: str = ""
+    deadline_at: dt.datetime | None = None
+    #: a run that ends before the runner is called (runner unavailable, invalid config)
+    failure: result_pb2.RunResult | None = None
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -111,6 +130,14 @@ class LiveRun:
     #: validated results handed to the client but not yet committed (a delta batch)
     pending: list[result_pb2.RunResult] = dataclasses.field(default_factory=list)
     pending_since: float = 0.0
+    #: what `_start_run` prepared and wrote (runner, snapshot, token, recorded event)
+    start: RunStart | None = None
+    #: the ledger record committed with the terminal result; the token was revoked in that transaction
+    finished_record: RunRecord | None = None
+    revoked: bool = False
+    #: delivery channel (replies, interactions) once the context is built; the pending runner read
+    channel: Any = None
+    read_task: asyncio.Future[Any] | None = None
 
     @property
     def run_id(self) -> str:
@@ -122,6 +149,12 @@ class LiveRun:
 
     def next_sequence(self) -> int:
         return self.validator.next_sequence() if self.validator else 1
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    """Retrieves a background read's outcome so an unread failure is not logged as lost."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _now_ts() -> timestamp_pb2.Timestamp:
@@ -218,6 +251,9 @@ class Orchestrator:
         self.backends = backends
         self.resolver = BindingResolver(config)
         self.contexts = ContextBuilder()
+        # runner API parity (issue 8): per-run delivery channels and the interaction rows
+        self.deliveries = DeliveryHub(DeliveryStore(stores.db))
+        self.interaction_store = InteractionStore(stores.db)
         self.limits = Limits(
             result_max_bytes=config.limits.result_max_bytes,
             state_key_max_chars=config.limits.state_key_max_chars,
@@ -303,10 +339,11 @@ class Orchestrator:
             metadata={"event_digest": digest},
         )
         try:
-            stored = await self.ledger.create_run(record)
+            start = await self._start_run(record, event, agent)
         except BaseException:
             span.end()
             raise
+        stored = start.record
         if stored.run_id != run_id:
             span.end()
             if stored.metadata.get("event_digest") != digest:
@@ -319,12 +356,58 @@ class Orchestrator:
                 async for update in updates:
                     yield update
             return
-        live = LiveRun(stored, snapshot=self._minimal_snapshot(stored, event))
+        live = LiveRun(stored, snapshot=start.snapshot or self._minimal_snapshot(stored, event))
+        live.start = start
         self._live[run_id] = live
         self.hub.open(run_id)
         async with contextlib.aclosing(self._execute(live, event, agent, span)) as updates:
             async for update in updates:
                 yield update
+
+    async def _start_run(
+        self, record: RunRecord, event: host_service_pb2.EventEnvelope, agent: AgentConfig
+    ) -> RunStart:
+        """Run start: resolves the runner, freezes the snapshot and issues the token (no I/O), then
+        writes the run row (already `running` when the runner will be called), the event (log +
+        transcript) and the session in ONE transaction. A duplicate event id writes nothing and
+        returns the stored run in `record`."""
+        run_id = record.run_id
+        start = RunStart(record=record)
+        runner = start.runner = await self.registry.resolve(agent.runner_id)
+        if runner is None:
+            start.failure = _failure(
+                run_id,
+                1,
+                "runner.unavailable",
+                f"runner {agent.runner_id} is not available",
+                True,
+                runnerId=agent.runner_id,
+            )
+        else:
+            try:
+                start.runner_config = effective_runner_config(runner.manifest, agent.runner_config)
+            except RunnerConfigError as exc:
+                start.failure = _failure(
+                    run_id, 1, "runner.config_invalid", exc.message, False, field=exc.field or ""
+                )
+        session = None
+        if start.failure is None:
+            assert runner is not None
+            deadline_at = record.deadline_at or utcnow() + dt.timedelta(seconds=agent.timeout_seconds)
+            snapshot = freeze_snapshot(
+                agent=agent,
+                manifest=runner.manifest,
+                runner_config=start.runner_config,
+                scope=self._scope(record, event),
+                deadline_at=deadline_at,
+                backends=self.backends,
+            )
+            start.token, session = issue_session(snapshot, deadline_at)
+            start.snapshot, start.deadline_at = snapshot, deadline_at
+            record.status = common_pb2.RUN_STATUS_RUNNING
+            record.started_at = utcnow()
+        start.record, start.recorded = await self.stores.start_run(record, event, session)
+        return start
 
     async def _execute(
         self, live: LiveRun, event: host_service_pb2.EventEnvelope, agent: AgentConfig, span: trace.Span
@@ -372,44 +455,19 @@ class Orchestrator:
                 binding_id=record.binding_id,
                 event_id=record.event_id,
             )
-            try:
-                recorded = await self.stores.record_event(
-                    event, run_id=run_id, runner_id=record.runner_id, binding_id=record.binding_id
-                )
-            except AgentRunnerError as exc:
-                raise HostStoreError(f"recording the event failed: {exc.message}") from exc
-            runner = await self.registry.resolve(agent.runner_id)
-            if runner is None:
-                failure = _failure(
-                    run_id,
-                    1,
-                    "runner.unavailable",
-                    f"runner {agent.runner_id} is not available",
-                    True,
-                    runnerId=agent.runner_id,
-                )
-            else:
-                try:
-                    runner_config = effective_runner_config(runner.manifest, agent.runner_config)
-                except RunnerConfigError as exc:
-                    failure = _failure(
-                        run_id, 1, "runner.config_invalid", exc.message, False, field=exc.field or ""
-                    )
+            # run row, event, transcript message and session were written by `_start_run`
+            start = live.start
+            assert start is not None and start.recorded is not None
+            recorded, runner, runner_config, failure = (
+                start.recorded,
+                start.runner,
+                start.runner_config,
+                start.failure,
+            )
             if failure is None:
-                assert runner is not None
-                deadline_at = record.deadline_at or utcnow() + dt.timedelta(seconds=agent.timeout_seconds)
-                snapshot = freeze_snapshot(
-                    agent=agent,
-                    manifest=runner.manifest,
-                    runner_config=runner_config,
-                    scope=self._scope(record, event),
-                    deadline_at=deadline_at,
-                    backends=self.backends,
-                )
-                live.snapshot = snapshot
-                token, session = issue_session(snapshot, deadline_at)
+                assert runner is not None and start.snapshot is not None and start.deadline_at is not None
+                snapshot, token, deadline_at = start.snapshot, start.token, start.deadline_at
                 try:
-                    await self.sessions.register(session)
                     state = await self.stores.state.snapshot(snapshot) if snapshot.state_scopes else {}
                 except AgentRunnerError as exc:
                     raise HostStoreError(f"preparing the run failed: {exc.message}") from exc
@@ -430,7 +488,10 @@ class Orchestrator:
                         attachments=recorded.attachments,
                     ),
                     state=state,
+                    manifest=runner.manifest,
                 )
+                live.channel = self.deliveries.open(live, ctx.delivery)
+                validator.interaction_capabilities = live.channel.interactions
                 request = runner_service_pb2.RunRequest(
                     runner_id=runner.runner_id,
                     runner_name=runner.manifest.name or runner.runner_id.rsplit("/", 1)[-1],
@@ -440,10 +501,6 @@ class Orchestrator:
                 )
                 endpoint = self.registry.endpoint_of(runner)
                 metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(span)))
-                try:
-                    await self.ledger.mark_running(run_id, utcnow())
-                except AgentRunnerError as exc:
-                    raise HostStoreError(f"marking the run running failed: {exc.message}") from exc
                 timeout = max(0.001, (deadline_at - utcnow()).total_seconds())
                 call = live.call = endpoint.stub.Run(request, timeout=timeout, metadata=metadata)
                 del request, ctx
@@ -451,17 +508,24 @@ class Orchestrator:
                 try:
                     while True:
                         if drain_until is None:
-                            response = await call.read()
+                            response = await self._next_item(live, call)
                         else:
                             left = drain_until - loop.time()
                             if left <= 0:
                                 break
                             try:
-                                response = await asyncio.wait_for(call.read(), left)
+                                response = await asyncio.wait_for(self._next_item(live, call), left)
                             except TimeoutError:
                                 break
                         if response is grpc.aio.EOF:
                             break
+                        if isinstance(response, Update):  # a reply / interaction delivered meanwhile
+                            yield response
+                            continue
+                        appended = None
+                        if isinstance(response, AppendedResult):  # AppendRunResult on this open run
+                            appended = response
+                            response = runner_service_pb2.RunResponse(result=appended.result)
                         if not isinstance(response, runner_service_pb2.RunResponse):
                             # grpc.aio hands back None for a message it could not deserialize
                             if validator.terminal is None:
@@ -477,7 +541,14 @@ class Orchestrator:
                         received_any = True
                         result = validator.accept(response.result)
                         if result is None:
+                            if appended is not None:
+                                appended.future.set_result(None)
                             continue
+                        if result.HasField("interaction_requested"):
+                            if not await record_requested(self.interaction_store, live, event.actor, result):
+                                validator.retract(result)
+                                continue
+                            validator.saw_message = True  # an interaction is output (grammar rule 7)
                         if result.HasField("run_completed") and not validator.saw_message:
                             result = self._empty_output(result)
                             validator.terminal = result
@@ -486,6 +557,15 @@ class Orchestrator:
                             first = False
                             TIME_TO_FIRST_RESULT.observe(time.monotonic() - started)
                         yield Update(result=result)
+                        if appended is not None:
+                            appended.future.set_result(result)
+                        if result.HasField("interaction_requested"):
+                            await deliver_requested(
+                                live.channel,
+                                self.interaction_store,
+                                result.interaction_requested.interaction.interaction_id,
+                                self.stores.transcript,
+                            )
                         if validator.terminal is not None and drain_until is None:
                             drain_until = loop.time() + self.config.limits.post_terminal_drain_seconds
                 except grpc.aio.AioRpcError as exc:
@@ -538,6 +618,8 @@ class Orchestrator:
         terminal = live.validator.terminal if live.validator is not None else failure
         assert terminal is not None
         status, reason = _status_for_terminal(terminal)
+        for update in await self.deliveries.close(run_id):  # open replies ABORTed, unread items
+            yield update
         yield await self._finish(live, status, reason, terminal)
 
     @staticmethod
@@ -552,7 +634,35 @@ class Orchestrator:
             workspace_id=record.workspace_id,
             actor_id=event.actor.actor_id,
             subject_id=event.subject.subject_id,
+            reply=has_reply_target(event),
         )
+
+    @staticmethod
+    async def _next_item(live: LiveRun, call: Any) -> Any:
+        """The runner's next message, or a reply / interaction delivered meanwhile, whichever comes
+        first. The runner read stays pending across calls (a gRPC read is never cancelled midway)."""
+        channel = live.channel
+        if channel is None:
+            return await call.read()
+        if not channel.outbox.empty():
+            return channel.outbox.get_nowait()
+        if live.read_task is None:
+            live.read_task = asyncio.ensure_future(call.read())
+            live.read_task.add_done_callback(_consume)
+        getter = asyncio.ensure_future(channel.outbox.get())
+        try:
+            await asyncio.wait({live.read_task, getter}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            if getter.done() and not getter.cancelled():
+                channel.outbox.put_nowait(getter.result())
+            raise
+        finally:
+            if not getter.done():
+                getter.cancel()
+        if getter.done() and not getter.cancelled():
+            return getter.result()
+        task, live.read_task = live.read_task, None
+        return task.result()
 
     @staticmethod
     def _empty_output(result: result_pb2.RunResult) -> result_pb2.RunResult:
@@ -600,23 +710,51 @@ class Orchestrator:
             grpcCode=code.name,
         )
 
-    async def _store(self, live: LiveRun, result: result_pb2.RunResult) -> None:
+    async def _store(
+        self, live: LiveRun, result: result_pb2.RunResult, finish: tuple[int, str] | None = None
+    ) -> None:
         """Records a validated result (batched for `message.delta`) and tells followers. Raises
-        `HostStoreError` when the write fails (the batch is rolled back whole)."""
-        is_delta = result.HasField("message_delta")
+        `HostStoreError` when the write fails (the batch is rolled back whole).
+
+        Durability: a delta reaches the client before it is committed (at most `DELTA_BATCH` deltas or
+        `DELTA_BATCH_SECONDS` of them are only in memory); every other result is committed first. A
+        terminal result is committed together with the pending deltas, the run's final status
+        (`finish`, else the one the terminal implies) and the revoked token, in one transaction, so the
+        client never sees a terminal result (nor `finished`) that is not stored."""
+        kind = result.WhichOneof("payload")
         if not live.pending:
             live.pending_since = time.monotonic()
         live.pending.append(result)
-        if is_delta:
-            live.publish(Update(result=result))
+        if kind == "message_delta":
+            if live.subscribers:
+                live.publish(Update(result=result))
             if (
                 len(live.pending) < DELTA_BATCH
                 and time.monotonic() - live.pending_since < DELTA_BATCH_SECONDS
             ):
                 return
-        await self._flush(live)
-        if not is_delta:
+            await self._flush(live)
+            return
+        if kind in ("run_completed", "run_failed"):
+            await self._flush_terminal(live, result, finish)
+        else:
+            await self._flush(live)
+        if live.subscribers:
             live.publish(Update(result=result))
+
+    async def _flush_terminal(
+        self, live: LiveRun, terminal: result_pb2.RunResult, finish: tuple[int, str] | None
+    ) -> None:
+        status, reason = finish or _status_for_terminal(terminal)
+        usage = json_format.MessageToDict(terminal.usage) if terminal.HasField("usage") else None
+        batch = list(live.pending)
+        assert live.snapshot is not None
+        try:
+            live.finished_record = await self.stores.finish_run(live.snapshot, batch, status, reason, usage)
+        except AgentRunnerError as exc:
+            raise HostStoreError(f"recording results failed: {exc.reason}: {exc.message}") from exc
+        live.revoked = True
+        del live.pending[: len(batch)]
 
     async def _flush(self, live: LiveRun) -> None:
         batch = list(live.pending)
@@ -655,9 +793,10 @@ class Orchestrator:
             if terminal is not None and terminal.HasField("usage")
             else None
         )
-        record = None
+        record = live.finished_record  # committed with the terminal result (`_flush_terminal`)
         try:
-            record = await self.ledger.finish_run(live.run_id, status, reason, usage)
+            if record is None:
+                record = await self.ledger.finish_run(live.run_id, status, reason, usage)
         except AgentRunnerError as exc:
             log.error("run.finish_not_recorded", error=exc.message)
         finally:
@@ -674,13 +813,27 @@ class Orchestrator:
         log.info("run.finished", status=STATUS_NAMES.get(final_status), reason=finished.reason)
         return update
 
+    async def append_to_open_run(
+        self, run_id: str, result: result_pb2.RunResult
+    ) -> result_pb2.RunResult | bool | None:
+        """`AppendRunResult` on a run open in this process joins its stream (numbered by the host, so it
+        never clashes with the runner's results). False when the run is not open here."""
+        channel = self.deliveries.get(run_id)
+        if channel is None:
+            return False
+        return await channel.append(result)
+
     async def _release(self, live: LiveRun) -> None:
         self._live.pop(live.run_id, None)
+        self.deliveries.discard(live.run_id)
+        if live.read_task is not None and not live.read_task.done():
+            live.read_task.cancel()
         self.hub.close(live.run_id)
         if live.cancel_task is not None and live.cancel_task is not asyncio.current_task():
             live.cancel_task.cancel()
         try:
-            await self.sessions.unregister(live.run_id)
+            if not live.revoked:
+                await self.sessions.unregister(live.run_id)
             snap = live.snapshot
             if snap is not None and snap.steering and snap.conversation_id:
                 # steering input queued for this run and never consumed is the run's, not the next one's
@@ -698,7 +851,7 @@ class Orchestrator:
             if live.validator is None or live.validator.terminal is None:
                 terminal = _failure(live.run_id, live.next_sequence(), "cancelled", reason, False)
                 try:
-                    await self._store(live, terminal)
+                    await self._store(live, terminal, (common_pb2.RUN_STATUS_CANCELLED, reason))
                 except HostStoreError:
                     live.pending.clear()
                     log.error("run.store_error", stage="abandon")
@@ -736,9 +889,13 @@ class Orchestrator:
                 )
             )
             last = after_sequence
+            # delivered replies / interactions, replayed in order with the results they followed
+            replay = await self.deliveries.replayer(run_id, after_sequence)
             while True:
                 for result in await self.ledger.list_results(run_id, last):
                     last = result.sequence
+                    for item in replay.before(result.sequence):
+                        yield item
                     yield Update(result=result)
                 if queue is not None:
                     # results handed out but not yet committed (a delta batch) are only in memory
@@ -746,21 +903,31 @@ class Orchestrator:
                         if result.sequence > last:
                             last = result.sequence
                             yield Update(result=result)
+                    for item in replay.rest():
+                        yield item
                     break
                 record = await self.ledger.get_run(run_id)
                 if record is None or record.status in TERMINAL_STATUSES:
+                    await replay.refresh()
                     for result in await self.ledger.list_results(run_id, last):
                         last = result.sequence
+                        for item in replay.before(result.sequence):
+                            yield item
                         yield Update(result=result)
+                    for item in replay.rest():
+                        yield item
                     yield self._finished_from(record, run_id)
                     return
                 await asyncio.sleep(0.2)  # a run open on another replica: poll the shared ledger
+                await replay.refresh()
             while True:
                 update = await queue.get()
                 if update.HasField("result"):
                     if update.result.sequence <= last:
                         continue
                     last = update.result.sequence
+                elif not update.HasField("finished") and replay.seen(update):
+                    continue
                 yield update
                 if update.HasField("finished"):
                     return

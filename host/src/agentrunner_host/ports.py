@@ -61,6 +61,10 @@ class AuthorizationSnapshot:
     #: run record operations: get, list, events_page, cancel, append_result, finalize
     runs: frozenset[str] = frozenset()
     platform_actions: frozenset[str] = frozenset()
+    #: bots other than the run's own that platform calls may act as (`bot_id` of SendMessage etc.)
+    platform_bots: frozenset[str] = frozenset()
+    #: `SendReply`: the event has a delivery target the runner may answer
+    reply: bool = False
     prompt: bool = False
     steering: bool = False
     #: whether history / events of other conversations may be read

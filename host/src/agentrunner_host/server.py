@@ -24,9 +24,11 @@ from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
 from agentrunner_host.config import AgentConfig, HostConfig, HostEnv
 from agentrunner_host.control import ControlHub
+from agentrunner_host.delivery.adapters import AdapterRegistry, GrpcDeliveryAdapter
+from agentrunner_host.delivery.handlers import delivery_handlers
+from agentrunner_host.delivery.interactions import InteractionService
 from agentrunner_host.observability import configure_tracing
 from agentrunner_host.orchestrator import Orchestrator
-from agentrunner_host.proxy import platform
 from agentrunner_host.proxy.capabilities import AgentModelOptions, Backends, capability_handlers
 from agentrunner_host.proxy.facts import fact_handlers
 from agentrunner_host.proxy.servicer import SERVICE_NAME as PROXY_SERVICE_NAME
@@ -124,12 +126,26 @@ class HostApp:
             self.hub,
             heartbeat_interval=config.limits.heartbeat_interval_seconds,
         )
-        self.proxy.register(platform.HANDLERS)
+        # delivery adapters: this host's own gRPC surface (replies, `send_message` to host conversations)
+        self.adapters = AdapterRegistry(
+            [GrpcDeliveryAdapter(self.orchestrator.deliveries, stores.transcript)]
+        )
+        self.orchestrator.contexts.adapter_actions = self.adapters.actions()
+        self.interactions = InteractionService(self.orchestrator, self.orchestrator.interaction_store)
+        self.proxy.register(
+            delivery_handlers(
+                self.orchestrator.deliveries,
+                self.adapters,
+                stores.transcript,
+                self.orchestrator.deliveries.store,
+            )
+        )
         self.proxy.register(
             fact_handlers(
                 stores,
                 prompt_lookup=lambda agent_id: agent_prompt(config.agent(agent_id)),
                 on_cancel=self._cancel,
+                on_append=self.orchestrator.append_to_open_run,
             )
         )
         self.proxy.register(
@@ -199,11 +215,12 @@ class HostApp:
         if interrupted:
             log.warning("host.interrupted_runs", count=interrupted)
         self._tasks.append(asyncio.create_task(self.stores.run_maintenance(), name="fact-maintenance"))
+        self._tasks.append(asyncio.create_task(self.interactions.sweep(), name="interaction-expiry"))
         await self.tools.start()
         address = address or self.config.listen.address
         server = grpc.aio.server(options=SERVER_OPTIONS)
         host_service_pb2_grpc.add_HostServiceServicer_to_server(
-            HostServicer(self.orchestrator, self.registry), server
+            HostServicer(self.orchestrator, self.registry, self.interactions), server
         )
         server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

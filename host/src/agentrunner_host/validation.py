@@ -8,13 +8,21 @@ contiguous sequence, so the ledger and every client see 1, 2, 3, ... whatever th
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 
 import structlog
 from google.protobuf import json_format
 
-from agentrunner.protocol import RESULT_TYPES, TERMINAL_PAYLOADS
-from agentrunner.v1 import result_pb2
+from agentrunner import interactions
+from agentrunner.errors import AgentRunnerError
+from agentrunner.protocol import (
+    INTERACTION_DEFAULT_TTL_SECONDS,
+    RESULT_TYPES,
+    RUN_LOG_MAX_CHARS,
+    TERMINAL_PAYLOADS,
+)
+from agentrunner.v1 import common_pb2, result_pb2
 from agentrunner_host.authz import STATE_SCOPE_NAMES
 from agentrunner_host.observability import RESULTS, RESULTS_REJECTED
 from agentrunner_host.ports import AuthorizationSnapshot
@@ -42,6 +50,8 @@ class ResultValidator:
         self._buffers: dict[str, str] = {}
         self._open_tools: set[str] = set()
         self.dropped = 0
+        #: the run's `delivery.interactions` (None: the surface renders none); set once the context is built
+        self.interaction_capabilities: common_pb2.InteractionCapabilities | None = None
 
     def _reject(self, reason: str, result: result_pb2.RunResult, **extra: object) -> None:
         self.dropped += 1
@@ -54,6 +64,15 @@ class ResultValidator:
             type=RESULT_TYPES.get(result.WhichOneof("payload") or "", "unknown"),
             **extra,
         )
+
+    def retract(self, result: result_pb2.RunResult) -> None:
+        """Undoes `accept` of the result just accepted (the host refused it afterwards, e.g. an interaction
+        id already taken): its sequence is reused, so the stream stays contiguous."""
+        if result.sequence == self.host_sequence:
+            self.host_sequence -= 1
+        if self.terminal is result:
+            self.terminal = None
+        self._reject("refused_by_host", result)
 
     def next_sequence(self) -> int:
         self.host_sequence += 1
@@ -172,9 +191,55 @@ class ResultValidator:
             if not result.run_failed.code:
                 result.run_failed.code = "runner.error"
             return None
+        if kind == "run_log":
+            return _check_run_log(result, self.limits)
+        if kind == "interaction_requested":
+            return _check_interaction(result, self.interaction_capabilities, self.run_id)
         if kind == "run_completed":
             m = result.run_completed.message
             if m.content or m.contents or m.artifacts:
                 self.saw_message = True
             return None
         return None
+
+
+def _check_run_log(result: result_pb2.RunResult, limits: Limits) -> str | None:
+    """`run.log`: level defaults to INFO, text is truncated to `RUN_LOG_MAX_CHARS`; `fields` only need
+    to fit the result size cap (checked before)."""
+    entry = result.run_log
+    if entry.level == result_pb2.RUN_LOG_LEVEL_UNSPECIFIED:
+        entry.level = result_pb2.RUN_LOG_LEVEL_INFO
+    if len(entry.text) > RUN_LOG_MAX_CHARS:
+        entry.text = entry.text[: RUN_LOG_MAX_CHARS - 1] + "…"
+    return None
+
+
+def _check_interaction(
+    result: result_pb2.RunResult, capabilities: common_pb2.InteractionCapabilities | None, run_id: str
+) -> str | None:
+    """`interaction.requested`: the SDK's checks (limits, the surface's `max_fields`, expiry at most 24 h
+    ahead), then the default expiry (30 minutes after the result) filled in. Dropped when invalid."""
+    request = result.interaction_requested.interaction
+    if not result.interaction_requested.HasField("interaction"):
+        return "invalid_interaction"
+    now = (
+        result.timestamp.ToDatetime(tzinfo=dt.UTC)
+        if result.HasField("timestamp")
+        else dt.datetime.now(dt.UTC)
+    )
+    # a runner clock a little ahead must not make a fresh request look expired
+    now = min(now, dt.datetime.now(dt.UTC))
+    try:
+        interactions.validate(request, capabilities=capabilities, now=now)
+    except AgentRunnerError as exc:
+        log.warning(
+            "result.invalid_interaction",
+            run_id=run_id,
+            reason=exc.reason,
+            problem=exc.message,
+            field=str(exc.metadata.get("field", "")),
+        )
+        return "invalid_interaction"
+    if not request.HasField("expires_at"):
+        request.expires_at.FromDatetime(now + dt.timedelta(seconds=INTERACTION_DEFAULT_TTL_SECONDS))
+    return None

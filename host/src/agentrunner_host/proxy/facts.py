@@ -37,6 +37,9 @@ PromptLookup = Callable[
 ]
 #: (run id, reason) -> asks the orchestrator to cancel a run (after the ledger records the request)
 CancelHook = Callable[[str, str], Awaitable[None]]
+#: (run id, result) -> appends to a run open in this process through its own stream: the stored result,
+#: None when the run's validator dropped it, False when the run is not open here
+AppendHook = Callable[[str, result_pb2.RunResult], Awaitable[result_pb2.RunResult | bool | None]]
 
 
 def _limit(value: int, default: int, cap: int, field: str = "limit") -> int:
@@ -67,6 +70,7 @@ def fact_handlers(
     *,
     prompt_lookup: PromptLookup | None = None,
     on_cancel: CancelHook | None = None,
+    on_append: AppendHook | None = None,
 ) -> dict[str, UnaryHandler | StreamHandler]:
     """The handler table for the fact RPCs, to merge into the proxy servicer's table."""
     settings = stores.settings
@@ -364,6 +368,15 @@ def fact_handlers(
         result.run_id = record.run_id
         if not result.HasField("timestamp"):
             result.timestamp.GetCurrentTime()
+        if on_append is not None and request.result.sequence == 0:
+            joined = await on_append(record.run_id, result)
+            if joined is None:
+                raise InvalidArgumentError(
+                    "the run refused the result (see its validation rules)", field="result"
+                )
+            if joined is not False:
+                assert isinstance(joined, result_pb2.RunResult)
+                return pb.AppendRunResultResponse(result=joined)
         target = dataclasses.replace(
             call.snapshot,
             run_id=record.run_id,

@@ -10,7 +10,10 @@ import structlog
 from google.protobuf import timestamp_pb2
 
 from agentrunner.errors import AgentRunnerError, InvalidArgumentError, RuntimeFailureError, abort_with
+from agentrunner.protocol import INTERACTION_SUBMITTED_EVENT
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
+from agentrunner_host.context_parity import check_envelope
+from agentrunner_host.delivery.interactions import InteractionService
 from agentrunner_host.orchestrator import Orchestrator, Update, record_to_proto
 from agentrunner_host.registry import RunnerRegistry
 
@@ -33,14 +36,41 @@ async def _pump(
 
 
 class HostServicer(host_service_pb2_grpc.HostServiceServicer):
-    def __init__(self, orchestrator: Orchestrator, registry: RunnerRegistry) -> None:
+    def __init__(
+        self,
+        orchestrator: Orchestrator,
+        registry: RunnerRegistry,
+        interactions: InteractionService | None = None,
+    ) -> None:
         self.orchestrator = orchestrator
         self.registry = registry
+        self.interactions = interactions
 
     async def Run(
         self, request: host_service_pb2.HostServiceRunRequest, context: grpc.aio.ServicerContext
     ) -> None:  # type: ignore[override]
+        try:
+            if request.event.event_type == INTERACTION_SUBMITTED_EVENT:
+                raise InvalidArgumentError(
+                    "interaction.submitted events are created by SubmitInteraction only",
+                    field="event.event_type",
+                )
+            check_envelope(request.event)
+        except AgentRunnerError as err:
+            await abort_with(context, err)
         await _pump(self.orchestrator.run(request, context.invocation_metadata() or ()), context)
+
+    async def SubmitInteraction(
+        self, request: host_service_pb2.SubmitInteractionRequest, context: grpc.aio.ServicerContext
+    ) -> None:  # type: ignore[override]
+        if self.interactions is None:
+            await abort_with(context, RuntimeFailureError("interactions are not available on this host"))
+        assert self.interactions is not None
+        await _pump(
+            self.interactions.submit(request, context.invocation_metadata() or ()),
+            context,
+            host_service_pb2.SubmitInteractionResponse,
+        )
 
     async def AttachRun(
         self, request: host_service_pb2.AttachRunRequest, context: grpc.aio.ServicerContext

@@ -9,10 +9,13 @@ are stored: bodies live in the artifact store, messages in the transcript.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.v1 import host_service_pb2, proxy_service_pb2
@@ -41,6 +44,94 @@ DATA_CAP_BYTES = 16 * 1024
 
 def summarize(text: str, limit: int = SUMMARY_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def log_values(
+    *,
+    kind: str,
+    event_type: str,
+    record_id: str = "",
+    conversation_id: str = "",
+    thread_id: str = "",
+    run_id: str = "",
+    runner_id: str = "",
+    bot_id: str = "",
+    workspace_id: str = "",
+    source: str = "",
+    actor: Mapping[str, Any] | None = None,
+    subject: Mapping[str, Any] | None = None,
+    summary: str = "",
+    data: Mapping[str, Any] | None = None,
+    occurred_at: dt.datetime | None = None,
+) -> dict[str, Any]:
+    """The column values of one log record (shared by the async and the sync write paths)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown event log kind {kind!r}")
+    now = utcnow()
+    return {
+        "record_id": record_id or new_id(kind),
+        "kind": kind,
+        "event_type": event_type,
+        "conversation_id": conversation_id,
+        "thread_id": thread_id,
+        "run_id": run_id,
+        "runner_id": runner_id,
+        "bot_id": bot_id,
+        "workspace_id": workspace_id,
+        "source": source,
+        "actor": dict(actor or {}),
+        "subject": dict(subject or {}),
+        "summary": summarize(summary),
+        "data": clip_json(data or {}, DATA_CAP_BYTES) if data else {},
+        "occurred_at": occurred_at or now,
+        "created_at": now,
+    }
+
+
+def incoming_fields(
+    envelope: host_service_pb2.EventEnvelope,
+    *,
+    run_id: str = "",
+    runner_id: str = "",
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`log_values` keyword arguments for an incoming event (summary and small data only)."""
+    conversation = envelope.conversation
+    data = struct_to_dict(envelope.data) if envelope.HasField("data") else {}
+    if extra:
+        data = {**data, **extra}
+    return {
+        "kind": "event",
+        "event_type": envelope.event_type,
+        "record_id": envelope.event_id,
+        "conversation_id": conversation.conversation_id,
+        "thread_id": conversation.thread_id,
+        "run_id": run_id,
+        "runner_id": runner_id,
+        "bot_id": envelope.bot_id or conversation.bot_id,
+        "workspace_id": envelope.workspace_id or conversation.workspace_id,
+        "source": envelope.source,
+        "actor": message_to_json(envelope.actor) if envelope.HasField("actor") else {},
+        "subject": message_to_json(envelope.subject) if envelope.HasField("subject") else {},
+        "summary": envelope.input.text,
+        "data": data,
+        "occurred_at": envelope.event_time.ToDatetime(tzinfo=dt.UTC)
+        if envelope.HasField("event_time")
+        else None,
+    }
+
+
+@functools.cache
+def _insert_returning_seq(dialect: str) -> Any:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    table = EventLogRow.__table__
+    return insert(table).on_conflict_do_nothing(index_elements=["record_id"]).returning(table.c.seq)
+
+
+def append_sync(conn: Connection, values: Mapping[str, Any]) -> int | None:
+    """`EventLog.append` in a caller's sync transaction (`Database.run_write`); `values` from
+    `log_values`. The statement is built once and executed with parameters."""
+    return conn.execute(_insert_returning_seq(conn.dialect.name), dict(values)).scalar_one_or_none()
 
 
 class EventLog:
@@ -72,27 +163,23 @@ class EventLog:
         session: AsyncSession | None = None,
     ) -> int | None:
         """Appends one record; returns its log sequence, or None when `record_id` already exists."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown event log kind {kind!r}")
-        now = utcnow()
-        values = {
-            "record_id": record_id or new_id(kind),
-            "kind": kind,
-            "event_type": event_type,
-            "conversation_id": conversation_id,
-            "thread_id": thread_id,
-            "run_id": run_id,
-            "runner_id": runner_id,
-            "bot_id": bot_id,
-            "workspace_id": workspace_id,
-            "source": source,
-            "actor": dict(actor or {}),
-            "subject": dict(subject or {}),
-            "summary": summarize(summary),
-            "data": clip_json(data or {}, DATA_CAP_BYTES),
-            "occurred_at": occurred_at or now,
-            "created_at": now,
-        }
+        values = log_values(
+            kind=kind,
+            event_type=event_type,
+            record_id=record_id,
+            conversation_id=conversation_id,
+            thread_id=thread_id,
+            run_id=run_id,
+            runner_id=runner_id,
+            bot_id=bot_id,
+            workspace_id=workspace_id,
+            source=source,
+            actor=actor,
+            subject=subject,
+            summary=summary,
+            data=data,
+            occurred_at=occurred_at,
+        )
         async with self.uow.write(session) as s:
             insert = dialect_insert(s)
             stmt = (
@@ -113,29 +200,8 @@ class EventLog:
         session: AsyncSession | None = None,
     ) -> int | None:
         """Logs an incoming event (summary and small data only); None when already logged."""
-        conversation = envelope.conversation
-        data = struct_to_dict(envelope.data) if envelope.HasField("data") else {}
-        if extra:
-            data = {**data, **extra}
         return await self.append(
-            kind="event",
-            event_type=envelope.event_type,
-            record_id=envelope.event_id,
-            conversation_id=conversation.conversation_id,
-            thread_id=conversation.thread_id,
-            run_id=run_id,
-            runner_id=runner_id,
-            bot_id=envelope.bot_id or conversation.bot_id,
-            workspace_id=envelope.workspace_id or conversation.workspace_id,
-            source=envelope.source,
-            actor=message_to_json(envelope.actor),
-            subject=message_to_json(envelope.subject),
-            summary=envelope.input.text,
-            data=data,
-            occurred_at=envelope.event_time.ToDatetime(tzinfo=dt.UTC)
-            if envelope.HasField("event_time")
-            else None,
-            session=session,
+            **incoming_fields(envelope, run_id=run_id, runner_id=runner_id, extra=extra), session=session
         )
 
     async def record_error(

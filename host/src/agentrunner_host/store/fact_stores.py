@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
 
+from agentrunner.errors import AlreadyExistsError
 from agentrunner.protocol import result_type
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
-from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.ports import AuthorizationSnapshot, RunRecord, RunSession
 from agentrunner_host.store.artifacts import ArtifactLimits, ArtifactStore
 from agentrunner_host.store.common import (
     CursorCodec,
@@ -43,8 +45,16 @@ from agentrunner_host.store.common import (
     value_to_python,
 )
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.events import EventLog
-from agentrunner_host.store.ledger import SqlRunLedger
+from agentrunner_host.store.events import EventLog, incoming_fields, log_values
+from agentrunner_host.store.events import append_sync as append_event_sync
+from agentrunner_host.store.ledger import (
+    SqlRunLedger,
+    finish_run_sync,
+    get_run_by_event_sync,
+    insert_results_sync,
+    insert_run_sync,
+    run_values,
+)
 from agentrunner_host.store.models import (
     ArtifactRow,
     EventLogRow,
@@ -53,15 +63,28 @@ from agentrunner_host.store.models import (
     RunSessionRow,
     TranscriptRow,
 )
-from agentrunner_host.store.sessions import SqlSessionRegistry
+from agentrunner_host.store.sessions import SqlSessionRegistry, register_sync, revoke_sync
 from agentrunner_host.store.state import StateStore, scope_name
 from agentrunner_host.store.steering import SteeringQueue
 from agentrunner_host.store.storage import StorageStore
-from agentrunner_host.store.transcript import Transcript
+from agentrunner_host.store.transcript import Transcript, has_assistant_item_sync, latest_seq_sync
+from agentrunner_host.store.transcript import append_sync as append_transcript_sync
 
 log = logging.getLogger(__name__)
 
 _CURSOR_SECRET = "cursor-hmac"
+#: result kinds whose effects the sync (one-hop) write path applies; others take the async stores
+_SYNC_KINDS = frozenset(
+    {
+        "message_delta",
+        "message_completed",
+        "run_completed",
+        "run_failed",
+        "tool_call_started",
+        "tool_call_completed",
+        "action_requested",
+    }
+)
 _RESULT_KINDS = {
     "tool_call_started": "tool",
     "tool_call_completed": "tool",
@@ -186,6 +209,172 @@ class FactStores:
             return await self._recorded_duplicate(envelope)
         return await self._recorded(conversation_id, seq, transcript_seq, refs, created=True)
 
+    async def start_run(
+        self,
+        record: RunRecord,
+        envelope: host_service_pb2.EventEnvelope,
+        session: RunSession | None = None,
+    ) -> tuple[RunRecord, RecordedEvent | None]:
+        """Everything a run needs before the runner is called, in ONE transaction: the run row (status
+        as given, e.g. already `running`), the incoming event (event log + user transcript message, as
+        `record_event`) and the run session. When the event id already has a run, nothing is written and
+        `(that run, None)` is returned. Events with attachments take the per-store path (artifacts)."""
+        if envelope.input.attachments:
+            return await self._start_run_stepwise(record, envelope, session)
+        values = run_values(record, self.ledger.owner)
+        incoming = incoming_fields(envelope, run_id=record.run_id, runner_id=record.runner_id)
+        conversation_id = envelope.conversation.conversation_id
+        message = envelope.event_type == "message.received" and bool(conversation_id)
+        user_item: dict[str, Any] | None = None
+        if message:
+            user_item = {
+                "conversation_id": conversation_id,
+                "thread_id": envelope.conversation.thread_id,
+                "role": "user",
+                "content": envelope.input.text,
+                "contents": list(envelope.input.contents),
+                "event_id": envelope.event_id,
+                "run_id": record.run_id,
+                "metadata": {"actor_id": envelope.actor.actor_id} if envelope.actor.actor_id else None,
+            }
+
+        def write(conn: Connection) -> tuple[bool, RunRecord | None, int | None, int | None, int, bool]:
+            if not insert_run_sync(conn, values):
+                return True, get_run_by_event_sync(conn, record.event_id), None, None, 0, False
+            seq = append_event_sync(conn, log_values(**incoming))
+            transcript_seq: int | None = None
+            created = seq is not None
+            if created and user_item is not None:
+                transcript_seq = append_transcript_sync(conn, **user_item)
+            elif not created:  # the event was logged before (e.g. as steering): its stored position
+                seq = conn.execute(
+                    select(EventLogRow.seq).where(EventLogRow.record_id == envelope.event_id)
+                ).scalar_one_or_none()
+                transcript_seq = conn.execute(
+                    select(TranscriptRow.seq).where(
+                        TranscriptRow.event_id == envelope.event_id, TranscriptRow.role == "user"
+                    )
+                ).scalar_one_or_none()
+            latest = 0
+            if transcript_seq is None and conversation_id:
+                latest = latest_seq_sync(conn, conversation_id)
+            if session is not None:
+                register_sync(conn, session)
+            return False, None, seq, transcript_seq, latest, created
+
+        duplicate, existing, seq, transcript_seq, latest, created = await self.db.run_write(write)
+        if duplicate:
+            if existing is None:
+                raise AlreadyExistsError(f"run id {record.run_id} already exists")
+            return existing, None
+        position = transcript_seq if transcript_seq is not None else latest + 1
+        return record, RecordedEvent(
+            event_seq=seq,
+            transcript_seq=transcript_seq,
+            latest_cursor=self.transcript.cursor(conversation_id, position) if conversation_id else "",
+            has_history_before=position > 1,
+            attachments=[],
+            created=created,
+        )
+
+    async def _start_run_stepwise(
+        self,
+        record: RunRecord,
+        envelope: host_service_pb2.EventEnvelope,
+        session: RunSession | None,
+    ) -> tuple[RunRecord, RecordedEvent | None]:
+        stored = await self.ledger.create_run(record)
+        if stored.run_id != record.run_id:
+            return stored, None
+        recorded = await self.record_event(
+            envelope, run_id=record.run_id, runner_id=record.runner_id, binding_id=record.binding_id
+        )
+        if session is not None:
+            await self.sessions.register(session)
+        return stored, recorded
+
+    async def finish_run(
+        self,
+        snapshot: AuthorizationSnapshot,
+        results: Sequence[result_pb2.RunResult],
+        status: int,
+        reason: str,
+        usage: dict[str, Any] | None = None,
+        *,
+        revoke: bool = True,
+    ) -> RunRecord | None:
+        """Ends a run in ONE transaction: its unwritten results (a delta batch and the terminal result,
+        with their effects), the ledger status and the revoked run token. All or nothing; raises like
+        `record_results` (the caller then records the status alone with `ledger.finish_run`)."""
+        known = [r for r in results if r.WhichOneof("payload") is not None]
+        if any(r.WhichOneof("payload") not in _SYNC_KINDS for r in known):
+            await self.record_results(snapshot, known)
+            known = []
+        run_id = snapshot.run_id
+
+        def write(conn: Connection) -> RunRecord | None:
+            insert_results_sync(conn, run_id, known)
+            for result in known:
+                self._apply_sync(conn, snapshot, result)
+            record = finish_run_sync(conn, run_id, status, reason, usage)
+            if revoke:
+                revoke_sync(conn, run_id)
+            return record
+
+        return await self.db.run_write(write)
+
+    def _apply_sync(
+        self, conn: Connection, snapshot: AuthorizationSnapshot, result: result_pb2.RunResult
+    ) -> None:
+        """`_apply` for the result kinds the sync path handles (`_SYNC_KINDS`)."""
+        kind = result.WhichOneof("payload")
+        if kind == "message_delta":
+            return
+        append_event_sync(conn, log_values(**self._result_log_fields(snapshot, result)))
+        if kind == "message_completed":
+            self._assistant_sync(conn, snapshot, result.message_completed.message)
+        elif kind == "run_completed" and result.run_completed.HasField("message"):
+            if not has_assistant_item_sync(conn, snapshot.run_id):
+                self._assistant_sync(conn, snapshot, result.run_completed.message)
+
+    def _assistant_sync(
+        self, conn: Connection, snapshot: AuthorizationSnapshot, message: common_pb2.AssistantMessage
+    ) -> None:
+        if not snapshot.conversation_id:
+            return
+        if not (message.content or message.contents or message.artifacts):
+            return
+        append_transcript_sync(
+            conn,
+            conversation_id=snapshot.conversation_id,
+            thread_id=snapshot.thread_id,
+            role="assistant",
+            content=message.content,
+            contents=list(message.contents),
+            artifacts=list(message.artifacts),
+            event_id=snapshot.event_id,
+            run_id=snapshot.run_id,
+            metadata={"message_id": message.message_id} if message.message_id else None,
+        )
+
+    @staticmethod
+    def _result_log_fields(snapshot: AuthorizationSnapshot, result: result_pb2.RunResult) -> dict[str, Any]:
+        kind = result.WhichOneof("payload")
+        return {
+            "kind": _RESULT_KINDS.get(kind or "", "result"),
+            "event_type": result_type(result) or kind or "",
+            "record_id": f"{snapshot.run_id}:{result.sequence}",
+            "conversation_id": snapshot.conversation_id,
+            "thread_id": snapshot.thread_id,
+            "run_id": snapshot.run_id,
+            "runner_id": snapshot.runner_id,
+            "bot_id": snapshot.bot_id,
+            "workspace_id": snapshot.workspace_id,
+            "source": "runner",
+            "summary": _summary(result),
+            "data": _telemetry(result),
+        }
+
     async def _recorded(
         self,
         conversation_id: str,
@@ -275,6 +464,15 @@ class FactStores:
         known = [r for r in results if r.WhichOneof("payload") is not None]
         if not known:
             return
+        if all(r.WhichOneof("payload") in _SYNC_KINDS for r in known):
+
+            def write(conn: Connection) -> None:
+                insert_results_sync(conn, snapshot.run_id, known)
+                for result in known:
+                    self._apply_sync(conn, snapshot, result)
+
+            await self.db.run_write(write)
+            return
         async with self.db.write() as s:
             await self.ledger.insert_results(s, snapshot.run_id, known)
             for result in known:
@@ -284,21 +482,7 @@ class FactStores:
         kind = result.WhichOneof("payload")
         if kind == "message_delta":
             return
-        await self.events.append(
-            kind=_RESULT_KINDS.get(kind or "", "result"),
-            event_type=result_type(result) or kind or "",
-            record_id=f"{snapshot.run_id}:{result.sequence}",
-            conversation_id=snapshot.conversation_id,
-            thread_id=snapshot.thread_id,
-            run_id=snapshot.run_id,
-            runner_id=snapshot.runner_id,
-            bot_id=snapshot.bot_id,
-            workspace_id=snapshot.workspace_id,
-            source="runner",
-            summary=_summary(result),
-            data=_telemetry(result),
-            session=s,
-        )
+        await self.events.append(**self._result_log_fields(snapshot, result), session=s)
         if kind == "message_completed":
             await self._assistant(s, snapshot, result.message_completed.message)
         elif kind == "run_completed" and result.run_completed.HasField("message"):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -55,6 +58,108 @@ def _to_record(row: RunRow) -> RunRecord:
         **{name: getattr(row, name) for name in _RECORD_FIELDS},
         metadata=dict(row.meta or {}),
     )
+
+
+def run_values(record: RunRecord, owner: str) -> dict[str, Any]:
+    return {
+        **{name: getattr(record, name) for name in _RECORD_FIELDS},
+        "meta": dict(record.metadata),
+        "owner": owner,
+    }
+
+
+def result_rows(
+    run_id: str, results: Sequence[result_pb2.RunResult], now: dt.datetime | None = None
+) -> list[dict[str, Any]]:
+    """`run_results` rows for a batch (sequences must be positive)."""
+    if any(r.sequence <= 0 for r in results):
+        raise InvalidArgumentError("result sequence must start at 1", field="sequence")
+    now = now or utcnow()
+    return [
+        {
+            "run_id": run_id,
+            "sequence": r.sequence,
+            "result_type": result_type(r) or "",
+            "payload": r.SerializeToString(deterministic=True),
+            "created_at": now,
+        }
+        for r in results
+    ]
+
+
+# Sync hot-path statements are built once per dialect and executed with parameters: building
+# `.values(**row)` per call costs more CPU (cache keys for every literal) than SQLite's whole commit.
+_RUNS = RunRow.__table__
+_RESULTS = RunResultRow.__table__
+_RECORD_COLUMNS = (*(_RUNS.c[name] for name in _RECORD_FIELDS), _RUNS.c["metadata"])
+
+
+@functools.cache
+def _statements(dialect: str) -> dict[str, Any]:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    terminal = list(TERMINAL_STATUSES)
+    finish = {
+        "status": bindparam("b_status"),
+        "status_reason": bindparam("b_reason"),
+        "finished_at": bindparam("b_at"),
+    }
+    return {
+        "insert_run": insert(_RUNS).on_conflict_do_nothing().returning(_RUNS.c.id),
+        "by_event": select(*_RECORD_COLUMNS).where(_RUNS.c.event_id == bindparam("b_event")),
+        "by_run": select(*_RECORD_COLUMNS).where(_RUNS.c.run_id == bindparam("b_run")),
+        "insert_results": _RESULTS.insert(),
+        "last_sequence": update(_RUNS)
+        .where(_RUNS.c.run_id == bindparam("b_run"), _RUNS.c.last_sequence < bindparam("b_last"))
+        .values(last_sequence=bindparam("b_last")),
+        "finish": update(_RUNS)
+        .where(_RUNS.c.run_id == bindparam("b_run"), _RUNS.c.status.not_in(terminal))
+        .values(**finish),
+        "finish_usage": update(_RUNS)
+        .where(_RUNS.c.run_id == bindparam("b_run"), _RUNS.c.status.not_in(terminal))
+        .values(**finish, usage=bindparam("b_usage", type_=_RUNS.c.usage.type)),
+    }
+
+
+def _row_to_record(row: Any) -> RunRecord:
+    values = tuple(row)
+    return RunRecord(**dict(zip(_RECORD_FIELDS, values[:-1], strict=True)), metadata=dict(values[-1] or {}))
+
+
+def insert_run_sync(conn: Connection, values: Mapping[str, Any]) -> bool:
+    """Inserts a run row (`run_values`) in a sync transaction; False (nothing written) when its event
+    id (or run id) is already in the ledger."""
+    params = dict(values)
+    params["metadata"] = params.pop("meta")
+    return conn.execute(_statements(conn.dialect.name)["insert_run"], params).scalar_one_or_none() is not None
+
+
+def get_run_by_event_sync(conn: Connection, event_id: str) -> RunRecord | None:
+    row = conn.execute(_statements(conn.dialect.name)["by_event"], {"b_event": event_id}).first()
+    return None if row is None else _row_to_record(row)
+
+
+def insert_results_sync(conn: Connection, run_id: str, results: Sequence[result_pb2.RunResult]) -> None:
+    """`SqlRunLedger.insert_results` in a sync transaction (a duplicate sequence raises)."""
+    if not results:
+        return
+    stmts = _statements(conn.dialect.name)
+    conn.execute(stmts["insert_results"], result_rows(run_id, results))
+    conn.execute(stmts["last_sequence"], {"b_run": run_id, "b_last": max(r.sequence for r in results)})
+
+
+def finish_run_sync(
+    conn: Connection, run_id: str, status: int, reason: str, usage: Mapping[str, Any] | None = None
+) -> RunRecord | None:
+    """`SqlRunLedger.finish_run` in a sync transaction (a run already ended keeps its status)."""
+    if status not in TERMINAL_STATUSES:
+        raise InvalidArgumentError(f"status {status} is not terminal", field="status")
+    stmts = _statements(conn.dialect.name)
+    params: dict[str, Any] = {"b_run": run_id, "b_status": status, "b_reason": reason, "b_at": utcnow()}
+    if usage is not None:
+        params["b_usage"] = dict(usage)
+    conn.execute(stmts["finish" if usage is None else "finish_usage"], params)
+    row = conn.execute(stmts["by_run"], {"b_run": run_id}).first()
+    return None if row is None else _row_to_record(row)
 
 
 def run_to_proto(record: RunRecord) -> host_service_pb2.Run:
@@ -174,22 +279,7 @@ class SqlRunLedger:
         sequence raises, rolling the transaction back)."""
         if not results:
             return
-        if any(r.sequence <= 0 for r in results):
-            raise InvalidArgumentError("result sequence must start at 1", field="sequence")
-        now = utcnow()
-        await session.execute(
-            RunResultRow.__table__.insert(),
-            [
-                {
-                    "run_id": run_id,
-                    "sequence": r.sequence,
-                    "result_type": result_type(r) or "",
-                    "payload": r.SerializeToString(deterministic=True),
-                    "created_at": now,
-                }
-                for r in results
-            ],
-        )
+        await session.execute(RunResultRow.__table__.insert(), result_rows(run_id, results))
         last = max(r.sequence for r in results)
         await session.execute(
             update(RunRow)

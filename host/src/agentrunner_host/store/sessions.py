@@ -3,13 +3,57 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
+from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token, utcnow
-from agentrunner_host.store.common import dialect_insert
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import RunSessionRow
+
+_SESSIONS = RunSessionRow.__table__
+_UPSERT_KEYS = ("token_hash", "runner_id", "expires_at", "snapshot", "revoked")
+
+
+@functools.cache
+def _statements(dialect: str) -> dict[str, Any]:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    upsert = insert(_SESSIONS)
+    return {
+        "register": upsert.on_conflict_do_update(
+            index_elements=["run_id"], set_={k: upsert.excluded[k] for k in _UPSERT_KEYS}
+        ),
+        "revoke": update(_SESSIONS).where(_SESSIONS.c.run_id == bindparam("b_run")).values(revoked=True),
+    }
+
+
+def session_params(session: RunSession) -> dict[str, Any]:
+    return {
+        "run_id": session.run_id,
+        "token_hash": session.token_hash,
+        "runner_id": session.runner_id,
+        "expires_at": session.expires_at,
+        "snapshot": session.snapshot.to_json(),
+        "revoked": session.revoked,
+        "created_at": utcnow(),
+    }
+
+
+def register_stmt(dialect: str) -> Any:
+    """The upsert that registers (or re-registers) a run session; execute with `session_params`."""
+    return _statements(dialect)["register"]
+
+
+def register_sync(conn: Connection, session: RunSession) -> None:
+    conn.execute(register_stmt(conn.dialect.name), session_params(session))
+
+
+def revoke_sync(conn: Connection, run_id: str) -> None:
+    """`unregister` in a caller's sync transaction: the token is dead from its commit on."""
+    conn.execute(_statements(conn.dialect.name)["revoke"], {"b_run": run_id})
 
 
 class SqlSessionRegistry:
@@ -19,23 +63,10 @@ class SqlSessionRegistry:
         self.db = db
 
     async def register(self, session: RunSession) -> None:
-        values = {
-            "run_id": session.run_id,
-            "token_hash": session.token_hash,
-            "runner_id": session.runner_id,
-            "expires_at": session.expires_at,
-            "snapshot": session.snapshot.to_json(),
-            "revoked": session.revoked,
-            "created_at": utcnow(),
-        }
         async with self.db.write() as db_session:
-            insert = dialect_insert(db_session)
-            stmt = insert(RunSessionRow).values(**values)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=["run_id"],
-                set_={k: stmt.excluded[k] for k in values if k not in {"run_id", "created_at"}},
+            await db_session.execute(
+                register_stmt(db_session.get_bind().dialect.name), session_params(session)
             )
-            await db_session.execute(stmt)
 
     async def lookup(self, token: str) -> RunSession | None:
         if not token:

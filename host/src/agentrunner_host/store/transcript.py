@@ -7,11 +7,26 @@ under the conversation row's lock, so concurrent writers never lose or duplicate
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func, literal_column, select, text, update
+from sqlalchemy import (
+    Text,
+    TypeDecorator,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    select,
+    text,
+    type_coerce,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.v1 import common_pb2, proxy_service_pb2
@@ -23,7 +38,6 @@ from agentrunner_host.store.common import (
     json_to_message,
     message_to_json,
     new_id,
-    to_timestamp,
     utcnow,
 )
 from agentrunner_host.store.db import Database
@@ -33,6 +47,139 @@ ROLES = frozenset({"user", "assistant"})
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+def _check(role: str, conversation_id: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"transcript role must be user or assistant, not {role!r}")
+    if not conversation_id:
+        raise ValueError("a transcript item needs a conversation id")
+
+
+def item_values(
+    *,
+    conversation_id: str,
+    role: str,
+    seq: int,
+    content: str = "",
+    thread_id: str = "",
+    contents: Sequence[common_pb2.ContentElement] = (),
+    artifacts: Sequence[common_pb2.ArtifactRef] = (),
+    event_id: str = "",
+    run_id: str = "",
+    metadata: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The column values of one transcript message (shared by the async and the sync paths)."""
+    _check(role, conversation_id)
+    return {
+        "transcript_id": new_id("tr"),
+        "conversation_id": conversation_id,
+        "thread_id": thread_id,
+        "seq": seq,
+        "role": role,
+        "item_type": "message",
+        "content": content,
+        "contents": [message_to_json(c) for c in contents],
+        "artifacts": [message_to_json(a) for a in artifacts],
+        "event_id": event_id,
+        "run_id": run_id,
+        "meta": dict(metadata or {}),
+        "created_at": utcnow(),
+    }
+
+
+def _bump(conversation_id: str) -> Any:
+    return (
+        update(ConversationRow)
+        .where(ConversationRow.conversation_id == conversation_id)
+        .values(last_seq=ConversationRow.last_seq + 1)
+        .returning(ConversationRow.last_seq)
+    )
+
+
+_ITEMS = TranscriptRow.__table__
+_CONVERSATIONS = ConversationRow.__table__
+
+
+@functools.cache
+def _statements(dialect: str) -> dict[str, Any]:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    cid = bindparam("b_conversation")
+    return {
+        "bump": update(_CONVERSATIONS)
+        .where(_CONVERSATIONS.c.conversation_id == cid)
+        .values(last_seq=_CONVERSATIONS.c.last_seq + 1)
+        .returning(_CONVERSATIONS.c.last_seq),
+        "create": insert(_CONVERSATIONS).on_conflict_do_nothing(index_elements=["conversation_id"]),
+        "insert": _ITEMS.insert(),
+        "latest": select(_CONVERSATIONS.c.last_seq).where(_CONVERSATIONS.c.conversation_id == cid),
+        "assistant": select(_ITEMS.c.id)
+        .where(_ITEMS.c.run_id == bindparam("b_run"), _ITEMS.c.role == "assistant")
+        .limit(1),
+    }
+
+
+def next_seq_sync(conn: Connection, conversation_id: str) -> int:
+    """The conversation's next transcript sequence, in the caller's sync transaction."""
+    stmts = _statements(conn.dialect.name)
+    seq = conn.execute(stmts["bump"], {"b_conversation": conversation_id}).scalar_one_or_none()
+    if seq is None:
+        conn.execute(
+            stmts["create"], {"conversation_id": conversation_id, "last_seq": 0, "created_at": utcnow()}
+        )
+        seq = conn.execute(stmts["bump"], {"b_conversation": conversation_id}).scalar_one()
+    return int(seq)
+
+
+def append_sync(conn: Connection, **fields: Any) -> int:
+    """`Transcript.append` in a caller's sync transaction (`Database.run_write`); returns the seq."""
+    _check(fields["role"], fields["conversation_id"])
+    seq = next_seq_sync(conn, fields["conversation_id"])
+    params = item_values(seq=seq, **fields)
+    params["metadata"] = params.pop("meta")
+    conn.execute(_statements(conn.dialect.name)["insert"], params)
+    return seq
+
+
+def has_assistant_item_sync(conn: Connection, run_id: str) -> bool:
+    stmt = _statements(conn.dialect.name)["assistant"]
+    return conn.execute(stmt, {"b_run": run_id}).first() is not None
+
+
+def latest_seq_sync(conn: Connection, conversation_id: str) -> int:
+    stmt = _statements(conn.dialect.name)["latest"]
+    return int(conn.execute(stmt, {"b_conversation": conversation_id}).scalar_one_or_none() or 0)
+
+
+class _JsonText(TypeDecorator[Any]):
+    """JSON read as text and parsed here: empty lists / objects (most items) skip the JSON parser,
+    which psycopg's JSONB loader would otherwise run three times per row."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if value is None or not isinstance(value, str):
+            return value
+        if value == "[]":
+            return []
+        if value == "{}":
+            return {}
+        return json.loads(value)
+
+
+def _json_column(column: Any, label: str) -> Any:
+    return type_coerce(cast(column, Text), _JsonText()).label(label)
+
+
+_JSON_KEYS = {"contents", "artifacts", "metadata"}
+#: a page's columns; `metadata` is read as `meta` so rows look like `TranscriptRow` to `to_proto`
+_PAGE_COLUMNS = (
+    *(c for c in _ITEMS.c if c.key not in _JSON_KEYS),
+    _json_column(_ITEMS.c.contents, "contents"),
+    _json_column(_ITEMS.c.artifacts, "artifacts"),
+    _json_column(_ITEMS.c["metadata"], "meta"),
+)
+
+
 class Transcript:
     def __init__(self, db: Database, codec: CursorCodec) -> None:
         self.db = db
@@ -40,12 +187,7 @@ class Transcript:
         self.codec = codec
 
     async def _next_seq(self, s: AsyncSession, conversation_id: str) -> int:
-        bump = (
-            update(ConversationRow)
-            .where(ConversationRow.conversation_id == conversation_id)
-            .values(last_seq=ConversationRow.last_seq + 1)
-            .returning(ConversationRow.last_seq)
-        )
+        bump = _bump(conversation_id)
         seq = (await s.execute(bump)).scalar_one_or_none()
         if seq is None:
             insert = dialect_insert(s)
@@ -71,26 +213,20 @@ class Transcript:
         metadata: Mapping[str, Any] | None = None,
         session: AsyncSession | None = None,
     ) -> TranscriptRow:
-        if role not in ROLES:
-            raise ValueError(f"transcript role must be user or assistant, not {role!r}")
-        if not conversation_id:
-            raise ValueError("a transcript item needs a conversation id")
+        fields = {
+            "conversation_id": conversation_id,
+            "role": role,
+            "content": content,
+            "thread_id": thread_id,
+            "contents": contents,
+            "artifacts": artifacts,
+            "event_id": event_id,
+            "run_id": run_id,
+            "metadata": metadata,
+        }
+        _check(role, conversation_id)  # before taking a sequence
         async with self.uow.write(session) as s:
-            row = TranscriptRow(
-                transcript_id=new_id("tr"),
-                conversation_id=conversation_id,
-                thread_id=thread_id,
-                seq=await self._next_seq(s, conversation_id),
-                role=role,
-                item_type="message",
-                content=content,
-                contents=[message_to_json(c) for c in contents],
-                artifacts=[message_to_json(a) for a in artifacts],
-                event_id=event_id,
-                run_id=run_id,
-                meta=dict(metadata or {}),
-                created_at=utcnow(),
-            )
+            row = TranscriptRow(**item_values(seq=await self._next_seq(s, conversation_id), **fields))
             s.add(row)
             await s.flush()
             return row
@@ -118,41 +254,39 @@ class Transcript:
         forward: bool = False,
         limit: int = 50,
         with_count: bool = False,
-    ) -> tuple[list[TranscriptRow], bool, int | None]:
+    ) -> tuple[list[Any], bool, int | None]:
         """Items strictly between the bounds, oldest first; whether more exist in the paging direction;
-        and the item count of the conversation (thread) when asked."""
-        stmt = select(TranscriptRow).where(TranscriptRow.conversation_id == conversation_id)
+        and the item count of the conversation (thread) when asked. One round trip: a Core select over
+        the `(conversation_id, seq)` unique index (rows, not ORM objects: no identity-map work)."""
+        items = _ITEMS.c
+        stmt = select(*_PAGE_COLUMNS).where(items.conversation_id == conversation_id)
         if thread_id is not None:
-            stmt = stmt.where(TranscriptRow.thread_id == thread_id)
+            stmt = stmt.where(items.thread_id == thread_id)
         if after_seq is not None:
-            stmt = stmt.where(TranscriptRow.seq > after_seq)
+            stmt = stmt.where(items.seq > after_seq)
         if before_seq is not None:
-            stmt = stmt.where(TranscriptRow.seq < before_seq)
-        order = TranscriptRow.seq.asc() if forward else TranscriptRow.seq.desc()
+            stmt = stmt.where(items.seq < before_seq)
+        order = items.seq.asc() if forward else items.seq.desc()
         stmt = stmt.order_by(order).limit(limit + 1)
         total: int | None = None
         counter = (
-            select(ConversationRow.last_seq)
-            .where(ConversationRow.conversation_id == conversation_id)
+            select(_CONVERSATIONS.c.last_seq)
+            .where(_CONVERSATIONS.c.conversation_id == conversation_id)
             .scalar_subquery()
         )
         async with self.db.read() as s:
             if with_count and thread_id is None:
                 # Sequences are dense per conversation and items are never rewritten: the counter is
                 # the count. Fetched with the page, in the same round trip.
-                pairs = (await s.execute(stmt.add_columns(counter))).all()
-                rows = [p[0] for p in pairs]
-                total = int(pairs[0][1] or 0) if pairs else int(await s.scalar(select(counter)) or 0)
+                rows = list((await s.execute(stmt.add_columns(counter.label("_total")))).all())
+                total = int(rows[0][-1] or 0) if rows else int(await s.scalar(select(counter)) or 0)
             else:
-                rows = list((await s.scalars(stmt)).all())
+                rows = list((await s.execute(stmt)).all())
                 if with_count:
                     count = (
                         select(func.count())
-                        .select_from(TranscriptRow)
-                        .where(
-                            TranscriptRow.conversation_id == conversation_id,
-                            TranscriptRow.thread_id == thread_id,
-                        )
+                        .select_from(_ITEMS)
+                        .where(items.conversation_id == conversation_id, items.thread_id == thread_id)
                     )
                     total = int(await s.scalar(count) or 0)
         has_more = len(rows) > limit
@@ -240,7 +374,8 @@ class Transcript:
         if include_artifacts:
             for ref in row.artifacts:
                 item.artifacts.append(json_to_message(ref, common_pb2.ArtifactRef()))
-        ts = to_timestamp(row.created_at)
-        if ts is not None:
-            item.create_time.CopyFrom(ts)
+        created = row.created_at
+        if created is not None:  # aware UTC (UTCDateTime); cheaper than Timestamp.FromDatetime
+            item.create_time.seconds = int(created.timestamp())
+            item.create_time.nanos = created.microsecond * 1000
         return item

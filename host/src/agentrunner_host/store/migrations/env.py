@@ -10,6 +10,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import create_engine, pool
 
+from agentrunner_host.delivery import store as delivery_store  # noqa: F401  (0003 tables)
 from agentrunner_host.store import models  # noqa: F401  (registers the tables on Base.metadata)
 from agentrunner_host.store.base import Base
 

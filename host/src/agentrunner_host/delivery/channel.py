@@ -1,0 +1,270 @@
+"""The per-run delivery channel: one fan-out for the items a run delivers besides its results.
+
+`SendReply`, accepted interactions and their fallbacks become `Reply` / `Interaction` stream items. The
+orchestrator opens a `RunChannel` once the run context is built; an item delivered on it is
+
+- stored (`run_deliveries`, with the last result sequence handed out, so `AttachRun` replays it in
+  order with the results),
+- queued for the run's own `Run` / `SubmitInteraction` caller (the orchestrator's read loop waits on the
+  runner stream and this queue together, so items go out in the order they happen), and
+- published to followers (`AttachRun`, duplicate events, steering callers).
+
+Replies are a per-run state machine keyed by `reply_id` (`ReplyBook`). Channels live in this process:
+a runner's proxy calls reach the host that runs it (one host per run; a replica without the channel
+answers FAILED_PRECONDITION for `SendReply`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import structlog
+
+from agentrunner.errors import AlreadyExistsError, FailedPreconditionError
+from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2
+from agentrunner_host.delivery.store import DeliveryStore
+
+log = structlog.get_logger("agentrunner_host.delivery")
+
+Update = host_service_pb2.HostServiceRunResponse
+R = common_pb2
+
+
+@dataclasses.dataclass(slots=True)
+class AppendedResult:
+    """A result another caller appended to this open run (`AppendRunResult`): the run's own read loop
+    validates, numbers and stores it like a runner result, then resolves `future` (None: dropped)."""
+
+    result: Any
+    future: asyncio.Future[Any]
+
+
+@dataclasses.dataclass(slots=True)
+class ReplyState:
+    """One reply of a run: opened by UPDATE (or closed at once by FULL), closed by FINISH / ABORT."""
+
+    closed: bool = False
+    last: common_pb2.AssistantMessage = dataclasses.field(default_factory=common_pb2.AssistantMessage)
+    quote_origin: bool = False
+    #: an item of this reply reached the surface (a streaming surface got an UPDATE)
+    shown: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class ReplyStep:
+    """What one `SendReply` call does: the item to push now (None: buffered) and the final content."""
+
+    push: host_service_pb2.Reply | None
+    final: common_pb2.AssistantMessage | None
+
+
+class ReplyBook:
+    """The reply state machine of one run (see `ProxyService.SendReply`)."""
+
+    def __init__(self, run_id: str, streaming: bool) -> None:
+        self.run_id = run_id
+        self.streaming = streaming
+        self.replies: dict[str, ReplyState] = {}
+
+    def _item(
+        self, reply_id: str, mode: int, message: common_pb2.AssistantMessage | None, quote: bool
+    ) -> host_service_pb2.Reply:
+        item = host_service_pb2.Reply(run_id=self.run_id, reply_id=reply_id, mode=mode, quote_origin=quote)  # type: ignore[arg-type]
+        if message is not None:
+            item.message.CopyFrom(message)
+        item.create_time.GetCurrentTime()
+        return item
+
+    def apply(
+        self, reply_id: str, mode: int, message: common_pb2.AssistantMessage, quote_origin: bool
+    ) -> ReplyStep:
+        state = self.replies.get(reply_id)
+        if mode == R.REPLY_MODE_FULL and state is not None:
+            raise AlreadyExistsError(f"reply id {reply_id!r} is already used", metadata={"replyId": reply_id})
+        if state is not None and state.closed:
+            raise FailedPreconditionError(
+                f"reply {reply_id!r} is already finished or aborted", metadata={"replyId": reply_id}
+            )
+        if mode == R.REPLY_MODE_FULL:
+            self.replies[reply_id] = ReplyState(
+                closed=True, last=message, quote_origin=quote_origin, shown=True
+            )
+            return ReplyStep(self._item(reply_id, mode, message, quote_origin), message)
+        if mode == R.REPLY_MODE_UPDATE:
+            state = self.replies.setdefault(reply_id, ReplyState(quote_origin=quote_origin))
+            state.last = message
+            if not self.streaming:
+                return ReplyStep(None, None)  # buffered until FINISH
+            state.shown = True
+            return ReplyStep(self._item(reply_id, mode, message, state.quote_origin), None)
+        if mode == R.REPLY_MODE_FINISH:
+            if state is None:  # FINISH without UPDATE behaves like FULL
+                self.replies[reply_id] = ReplyState(
+                    closed=True, last=message, quote_origin=quote_origin, shown=True
+                )
+                return ReplyStep(self._item(reply_id, mode, message, quote_origin), message)
+            final = message if (message.content or message.contents or message.artifacts) else state.last
+            state.closed, state.last, state.shown = True, final, True
+            return ReplyStep(self._item(reply_id, mode, final, state.quote_origin), final)
+        # ABORT
+        state = state or self.replies.setdefault(reply_id, ReplyState())
+        state.closed = True
+        if not state.shown:
+            return ReplyStep(None, None)  # nothing reached the surface: nothing to withdraw
+        return ReplyStep(self._item(reply_id, R.REPLY_MODE_ABORT, None, state.quote_origin), None)
+
+    def open_ids(self) -> list[str]:
+        return [rid for rid, st in self.replies.items() if not st.closed]
+
+
+class RunChannel:
+    """Delivery state of one open run (see the module docstring)."""
+
+    def __init__(self, hub: DeliveryHub, live: Any, delivery: context_pb2.DeliveryContext) -> None:
+        self.hub = hub
+        self.live = live
+        self.run_id: str = live.run_id
+        self.delivery = delivery
+        self.outbox: asyncio.Queue[Update] = asyncio.Queue()
+        self.book = ReplyBook(self.run_id, delivery.supports_streaming)
+        self.lock = asyncio.Lock()
+        self.closed = False
+
+    @property
+    def interactions(self) -> common_pb2.InteractionCapabilities | None:
+        return self.delivery.interactions if self.delivery.HasField("interactions") else None
+
+    def after_sequence(self) -> int:
+        validator = getattr(self.live, "validator", None)
+        return int(validator.host_sequence) if validator is not None else 0
+
+    def mark_output(self) -> None:
+        """A delivered reply is the run's output (grammar rule 7)."""
+        validator = getattr(self.live, "validator", None)
+        if validator is not None:
+            validator.saw_message = True
+
+    async def deliver(self, update: Update) -> None:
+        """Stores the item, then hands it to the run's caller and its followers."""
+        if self.closed:
+            raise FailedPreconditionError("the run has ended", metadata={"runId": self.run_id})
+        await self.hub.store.add(self.run_id, self.after_sequence(), update)
+        self.outbox.put_nowait(update)
+        self.live.publish(update)
+
+    def drain(self) -> list[Update]:
+        out: list[Update] = []
+        while not self.outbox.empty():
+            item = self.outbox.get_nowait()
+            if isinstance(item, AppendedResult):  # the run ended first: nothing was stored
+                if not item.future.done():
+                    item.future.set_result(None)
+                continue
+            out.append(item)
+        return out
+
+    async def append(self, result: Any, wait_seconds: float = 10.0) -> Any:
+        """Hands an appended result to the run's read loop; the stored result, or None when dropped."""
+        if self.closed:
+            return None
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.outbox.put_nowait(AppendedResult(result, future))  # type: ignore[arg-type]
+        return await asyncio.wait_for(future, wait_seconds)
+
+
+class DeliveryHub:
+    """The open runs' channels of this process."""
+
+    def __init__(self, store: DeliveryStore) -> None:
+        self.store = store
+        self._channels: dict[str, RunChannel] = {}
+
+    def open(self, live: Any, delivery: context_pb2.DeliveryContext) -> RunChannel:
+        channel = RunChannel(self, live, delivery)
+        self._channels[channel.run_id] = channel
+        return channel
+
+    def get(self, run_id: str) -> RunChannel | None:
+        channel = self._channels.get(run_id)
+        return channel if channel is not None and not channel.closed else None
+
+    def for_conversation(self, conversation_id: str) -> list[RunChannel]:
+        return [
+            c
+            for c in self._channels.values()
+            if not c.closed and getattr(c.live.record, "conversation_id", "") == conversation_id
+        ]
+
+    async def close(self, run_id: str) -> list[Update]:
+        """Ends a run's channel: open replies are closed as ABORT (and delivered); returns the items its
+        caller has not read yet, in order."""
+        channel = self._channels.get(run_id)
+        if channel is None:
+            return []
+        async with channel.lock:
+            for reply_id in channel.book.open_ids():
+                step = channel.book.apply(reply_id, R.REPLY_MODE_ABORT, R.AssistantMessage(), False)
+                if step.push is not None:
+                    try:
+                        await channel.deliver(Update(reply=step.push))
+                    except Exception:
+                        log.warning("delivery.abort_failed", run_id=run_id, reply_id=reply_id, exc_info=True)
+            channel.closed = True
+        self._channels.pop(run_id, None)
+        return channel.drain()
+
+    def discard(self, run_id: str) -> None:
+        channel = self._channels.pop(run_id, None)
+        if channel is not None:
+            channel.closed = True
+
+    async def replayer(self, run_id: str, after_sequence: int = 0) -> Replayer:
+        return Replayer(self.store, run_id, after_sequence, await self.store.list(run_id))
+
+
+class Replayer:
+    """Interleaves a run's stored delivered items with its stored results (`AttachRun`)."""
+
+    def __init__(
+        self, store: DeliveryStore, run_id: str, after_sequence: int, items: list[tuple[int, Update]]
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.after_sequence = after_sequence
+        self._items = items
+        self._seen: set[bytes] = set()
+
+    @staticmethod
+    def _key(update: Update) -> bytes:
+        return update.SerializeToString(deterministic=True)
+
+    async def refresh(self) -> None:
+        self._items = await self.store.list(self.run_id)
+
+    def _take(self, limit: int | None) -> Iterator[Update]:
+        for after, update in self._items:
+            if after < self.after_sequence or (limit is not None and after >= limit):
+                continue
+            key = self._key(update)
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            yield update
+
+    def before(self, sequence: int) -> list[Update]:
+        """Stored items delivered before the result with this sequence."""
+        return list(self._take(sequence))
+
+    def rest(self) -> list[Update]:
+        return list(self._take(None))
+
+    def seen(self, update: Update) -> bool:
+        """For live items: True when already replayed (skip), else remembers it."""
+        key = self._key(update)
+        if key in self._seen:
+            return True
+        self._seen.add(key)
+        return False

@@ -1,0 +1,140 @@
+"""Proxy handlers of the delivery layer: `SendReply`, `SendMessage`, `RequestPlatformAction`.
+
+Authorization comes from the frozen snapshot only: `snapshot.reply` for `SendReply`; the granted
+platform actions (manifest `platform_api` ∩ the agent's `resource_policy.platform_actions`) for
+`SendMessage` (`send_message`) and `RequestPlatformAction`, checked BEFORE looking for an adapter, so an
+ungranted action is UNAUTHORIZED and a granted one no adapter implements is NOT_IMPLEMENTED. Acting as
+another bot needs that bot in the agent's `resource_policy.platform_bots`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format
+
+from agentrunner.errors import FailedPreconditionError, InvalidArgumentError, PayloadTooLargeError
+from agentrunner.protocol import REPLY_MAX_CHARS
+from agentrunner.v1 import common_pb2, proxy_service_pb2
+from agentrunner_host.delivery.adapters import SEND_MESSAGE, AdapterRegistry, message_text
+from agentrunner_host.delivery.channel import DeliveryHub
+from agentrunner_host.delivery.store import DeliveryStore
+from agentrunner_host.proxy.api import HandlerTable, ProxyCall
+from agentrunner_host.store.transcript import Transcript
+
+pb = proxy_service_pb2
+_MODES = {
+    common_pb2.REPLY_MODE_FULL: "full",
+    common_pb2.REPLY_MODE_UPDATE: "update",
+    common_pb2.REPLY_MODE_FINISH: "finish",
+    common_pb2.REPLY_MODE_ABORT: "abort",
+}
+
+
+def _check_size(message: common_pb2.AssistantMessage, field: str = "message.content") -> None:
+    size = len(message.content) + sum(len(c.text) for c in message.contents)
+    if size > REPLY_MAX_CHARS:
+        raise PayloadTooLargeError(
+            f"a reply has at most {REPLY_MAX_CHARS} characters (got {size})",
+            metadata={"field": field, "size": size, "cap": REPLY_MAX_CHARS},
+        )
+
+
+def _bot(call: ProxyCall, bot_id: str) -> str:
+    """The bot to act as: the run's unless another one is granted."""
+    snap = call.snapshot
+    if not bot_id or bot_id == snap.bot_id:
+        return snap.bot_id
+    call.require(bot_id in snap.platform_bots, f"acting as bot {bot_id!r}", f"bot:{bot_id}")
+    return bot_id
+
+
+def delivery_handlers(
+    hub: DeliveryHub, adapters: AdapterRegistry, transcript: Transcript, store: DeliveryStore
+) -> HandlerTable:
+    async def send_reply(call: ProxyCall, request: pb.SendReplyRequest) -> pb.SendReplyResponse:
+        snap = call.snapshot
+        call.require(snap.reply, "reply", f"reply:{request.reply_id or '?'}")
+        if not request.reply_id:
+            raise InvalidArgumentError("reply_id is required", field="reply_id")
+        if request.mode not in _MODES:
+            raise InvalidArgumentError("mode must be FULL, UPDATE, FINISH or ABORT", field="mode")
+        _check_size(request.message)
+        call.audit["mode"] = _MODES[request.mode]
+        channel = hub.get(call.run_id)
+        if channel is None:
+            raise FailedPreconditionError("the run is not open on this host", metadata={"runId": call.run_id})
+        adapter = adapters.for_surface(channel.delivery.surface)
+        async with channel.lock:
+            step = channel.book.apply(request.reply_id, request.mode, request.message, request.quote_origin)
+            if step.push is None:
+                response = pb.SendReplyResponse(reply_id=request.reply_id, delivered=False)
+            else:
+                response = await adapter.reply(call.session, step.push)
+            if step.final is not None:
+                channel.mark_output()
+                if snap.conversation_id:
+                    await transcript.append(
+                        conversation_id=snap.conversation_id,
+                        thread_id=snap.thread_id,
+                        role="assistant",
+                        content=message_text(step.final),
+                        contents=list(step.final.contents),
+                        artifacts=list(step.final.artifacts),
+                        event_id=snap.event_id,
+                        run_id=snap.run_id,
+                        metadata={"reply_id": request.reply_id, "source": "reply"},
+                    )
+        call.audit["delivered"] = response.delivered
+        return response
+
+    async def send_message(call: ProxyCall, request: pb.SendMessageRequest) -> pb.SendMessageResponse:
+        snap = call.snapshot
+        target = f"{request.target_type}:{request.target_id}"
+        call.require(SEND_MESSAGE in snap.platform_actions, "platform action 'send_message'", target)
+        if not request.target_type or not request.target_id:
+            raise InvalidArgumentError("target_type and target_id are required", field="target_type")
+        _check_size(request.message)
+        bot = _bot(call, request.bot_id)
+        if request.idempotency_key:
+            first = await store.sent(snap.binding_id, request.idempotency_key)
+            if first is not None:
+                call.audit["replayed"] = True
+                return pb.SendMessageResponse.FromString(first)
+        adapter = adapters.for_action(SEND_MESSAGE)
+        sent = pb.SendMessageRequest()
+        sent.CopyFrom(request)
+        sent.bot_id = bot
+        response = await adapter.send_message(call.session, sent)
+        if request.idempotency_key:
+            stored = await store.remember_send(
+                snap.binding_id, request.idempotency_key, call.run_id, target, response.SerializeToString()
+            )
+            response = pb.SendMessageResponse.FromString(stored)
+        return response
+
+    async def request_platform_action(
+        call: ProxyCall, request: pb.RequestPlatformActionRequest
+    ) -> pb.RequestPlatformActionResponse:
+        if not request.action:
+            raise InvalidArgumentError("action is required", field="action")
+        call.require(
+            request.action in call.snapshot.platform_actions,
+            f"platform action {request.action!r}",
+            request.action,
+        )
+        bot = _bot(call, request.bot_id)
+        adapter = adapters.for_action(request.action)  # NOT_IMPLEMENTED when none implements it
+        payload: dict[str, Any] = (
+            json_format.MessageToDict(request.payload) if request.HasField("payload") else {}
+        )
+        result = await adapter.call(call.session, request.action, payload, bot)
+        response = pb.RequestPlatformActionResponse()
+        response.result.update(result)
+        return response
+
+    return {
+        "SendReply": send_reply,
+        "SendMessage": send_message,
+        "RequestPlatformAction": request_platform_action,
+    }

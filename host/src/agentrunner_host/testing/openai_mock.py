@@ -1,0 +1,381 @@
+"""A local OpenAI-compatible HTTP server for tests and the offline demo (real sockets, the real wire format).
+
+Tests script replies through `MockState.script(...)` (in process) or `POST /_admin/script` (subprocess)
+and read what reached the "model" from `MockState.requests` / `GET /_admin/requests`. Without a script,
+chat replies echo the last user text; a scripted `template` reply is filled from the request it answers
+(so a reply can only quote history, a tool result or the prompt when they really reached the model).
+Run standalone with `python -m agentrunner_host.testing.openai_mock --port 0` (or the re-export
+`python -m tests.mocks.openai_server`); it prints `MOCK_OPENAI_LISTENING <port>` once it accepts
+connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import re
+import socket
+import sys
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+EMBED_DIM = 256
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+_STOPWORDS = frozenset(
+    "a an and are as at be by can do does for from how i in is it my of on or our the this to we what "
+    "when where which with you your".split()
+)
+
+
+def hashed_embedding(text: str, dim: int = EMBED_DIM) -> list[float]:
+    """Deterministic bag-of-words vector: each non-stopword adds ±1 to a hashed bucket; L2-normalised."""
+    vec = [0.0] * dim
+    for word in (w for w in words(text) if w not in _STOPWORDS):
+        digest = hashlib.sha1(word.encode()).digest()
+        vec[int.from_bytes(digest[:4], "big") % dim] += 1.0 if digest[4] & 1 else -1.0
+    norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+    return [v / norm for v in vec]
+
+
+@dataclasses.dataclass
+class StreamRecord:
+    """One streamed response as the server saw it: whether the client went away before the end."""
+
+    request_index: int
+    chunks_sent: int = 0
+    completed: bool = False
+    client_disconnected: bool = False
+    closed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+
+@dataclasses.dataclass
+class MockState:
+    """Scripted replies (a FIFO queue) and everything received."""
+
+    replies: deque[dict[str, Any]] = dataclasses.field(default_factory=deque)
+    requests: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    streams: list[StreamRecord] = dataclasses.field(default_factory=list)
+
+    def script(self, *replies: dict[str, Any]) -> None:
+        """Queue replies. Keys: content, chunks (list[str]), tool_calls ([{id,name,arguments}]),
+        status (429/500/...), error_message, delay (s before answering), chunk_delay (s between
+        chunks), usage ({prompt_tokens, completion_tokens}), finish_reason, template (content from the
+        request: `{last_user}`, `{first_user}`, `{previous_user}`, `{last_tool}`, `{system}`,
+        `{images}`, `{messages}`; see `template_fields`)."""
+        self.replies.extend(replies)
+
+    def reset(self) -> None:
+        self.replies.clear()
+        self.requests.clear()
+        self.streams.clear()
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    kinds = {429: ("rate_limit_exceeded", "requests"), 500: ("server_error", "server_error")}
+    code, typ = kinds.get(status, ("invalid_request_error", "invalid_request_error"))
+    body = {"error": {"message": message, "type": typ, "param": None, "code": code}}
+    headers = {"retry-after": "1"} if status == 429 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _last_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(p.get("text", "") for p in content if p.get("type") == "text")
+    return ""
+
+
+def _texts(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def template_fields(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """What a `template` reply may quote from the request: the first, previous and last user texts, the
+    last tool result, the system prompt, how many images the last user message has, the message count."""
+    users = [m for m in messages if m.get("role") == "user"]
+    tools = [m for m in messages if m.get("role") == "tool"]
+    last = users[-1].get("content") if users else None
+    images = sum(1 for p in last if p.get("type") == "image_url") if isinstance(last, list) else 0
+    return {
+        "first_user": _texts(users[0].get("content")) if users else "",
+        "previous_user": _texts(users[-2].get("content")) if len(users) > 1 else "",
+        "last_user": _texts(last),
+        "last_tool": _texts(tools[-1].get("content")) if tools else "",
+        "system": " ".join(_texts(m.get("content")) for m in messages if m.get("role") == "system"),
+        "images": str(images),
+        "messages": str(len(messages)),
+    }
+
+
+def _usage(reply: dict[str, Any], body: dict[str, Any], content: str) -> dict[str, Any]:
+    if "usage" in reply:
+        usage = dict(reply["usage"])
+    else:
+        prompt = sum(len(words(json.dumps(m.get("content")))) for m in body.get("messages", []))
+        usage = {"prompt_tokens": prompt, "completion_tokens": len(words(content))}
+    usage.setdefault("total_tokens", usage["prompt_tokens"] + usage["completion_tokens"])
+    return usage
+
+
+def build_app(state: MockState) -> Starlette:
+    async def chat(request: Request) -> Response:
+        body = await request.json()
+        index = len(state.requests)
+        state.requests.append(
+            {"path": "/v1/chat/completions", "body": body, "headers": dict(request.headers)}
+        )
+        reply = state.replies.popleft() if state.replies else {}
+        if reply.get("delay"):
+            await asyncio.sleep(reply["delay"])
+        if reply.get("status", 200) != 200:
+            return _error(reply["status"], reply.get("error_message", "scripted failure"))
+        content = reply.get("content", f"echo: {_last_user_text(body.get('messages', []))}")
+        if "template" in reply:
+            content = reply["template"].format_map(template_fields(body.get("messages", [])))
+        tool_calls = reply.get("tool_calls", [])
+        finish = reply.get("finish_reason", "tool_calls" if tool_calls else "stop")
+        usage = _usage(reply, body, content)
+        cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        model = body.get("model", "mock")
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": content or None}
+            if tool_calls:
+                message["tool_calls"] = [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for c in tool_calls
+                ]
+            return JSONResponse(
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                    "usage": usage,
+                }
+            )
+        record = StreamRecord(request_index=index)
+        state.streams.append(record)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        chunks = reply.get("chunks") or (
+            [content[i : i + 4] for i in range(0, len(content), 4)] if content else []
+        )
+
+        def frame(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+            obj = {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            }
+            return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
+
+        async def events() -> AsyncIterator[bytes]:
+            delay = reply.get("chunk_delay", 0.0)
+            try:
+                yield frame({"role": "assistant", "content": ""})
+                for piece in chunks:
+                    if delay:
+                        await asyncio.sleep(delay)
+                    record.chunks_sent += 1
+                    yield frame({"content": piece})
+                for i, call in enumerate(tool_calls):
+                    args = call["arguments"]
+                    yield frame(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": i,
+                                    "id": call["id"],
+                                    "type": "function",
+                                    "function": {"name": call["name"], "arguments": ""},
+                                }
+                            ]
+                        }
+                    )
+                    for j in range(0, len(args), 5):
+                        yield frame(
+                            {"tool_calls": [{"index": i, "function": {"arguments": args[j : j + 5]}}]}
+                        )
+                yield frame({}, finish)
+                if include_usage:
+                    obj = {
+                        "id": cid,
+                        "object": "chat.completion.chunk",
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": usage,
+                    }
+                    yield f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
+                yield b"data: [DONE]\n\n"
+                record.completed = True
+            finally:
+                record.client_disconnected = not record.completed
+                record.closed.set()
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def embeddings(request: Request) -> Response:
+        body = await request.json()
+        state.requests.append({"path": "/v1/embeddings", "body": body, "headers": dict(request.headers)})
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        tokens = sum(len(words(t)) for t in inputs)
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"object": "embedding", "index": i, "embedding": hashed_embedding(t)}
+                    for i, t in enumerate(inputs)
+                ],
+                "model": body.get("model", "mock-embedding"),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
+    async def rerank(request: Request) -> Response:
+        body = await request.json()
+        state.requests.append({"path": "/v1/rerank", "body": body, "headers": dict(request.headers)})
+        reply = state.replies.popleft() if state.replies else {}
+        if reply.get("status", 200) != 200:
+            return _error(reply["status"], reply.get("error_message", "scripted failure"))
+        query = set(words(body["query"]))
+        scored = []
+        for i, doc in enumerate(body["documents"]):
+            doc_words = set(words(doc))
+            score = len(query & doc_words) / math.sqrt(len(doc_words) or 1)
+            scored.append({"index": i, "relevance_score": round(score, 6)})
+        scored.sort(key=lambda r: -r["relevance_score"])
+        top_n = body.get("top_n") or len(scored)
+        return JSONResponse(
+            {"id": uuid.uuid4().hex, "model": body.get("model"), "results": scored[:top_n], "usage": {}}
+        )
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{"id": "mock-chat", "object": "model"}]})
+
+    async def admin_script(request: Request) -> Response:
+        body = await request.json()
+        state.script(*(body if isinstance(body, list) else [body]))
+        return JSONResponse({"queued": len(state.replies)})
+
+    async def admin_requests(_: Request) -> Response:
+        return JSONResponse(state.requests)
+
+    async def admin_streams(_: Request) -> Response:
+        return JSONResponse([dataclasses.asdict(s) | {"closed": s.closed.is_set()} for s in state.streams])
+
+    async def admin_reset(_: Request) -> Response:
+        state.reset()
+        return JSONResponse({})
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
+            Route("/v1/rerank", rerank, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/_admin/script", admin_script, methods=["POST"]),
+            Route("/_admin/requests", admin_requests, methods=["GET"]),
+            Route("/_admin/streams", admin_streams, methods=["GET"]),
+            Route("/_admin/reset", admin_reset, methods=["POST"]),
+        ]
+    )
+
+
+class MockOpenAIServer:
+    """The mock served by uvicorn inside the current event loop (`async with MockOpenAIServer() as m`)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.state = MockState()
+        self._host, self._port = host, port
+        self._server: uvicorn.Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self._host}:{self.port}/v1"
+
+    async def start(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind((self._host, self._port))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            build_app(self.state), log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+        )
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        if self._server and self._task:
+            self._server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(self._task, 5)
+
+    async def __aenter__(self) -> MockOpenAIServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def _main(port: int) -> None:
+    server = MockOpenAIServer(port=port)
+    await server.start()
+    print(f"MOCK_OPENAI_LISTENING {server.port}", flush=True)
+    assert server._task is not None
+    await server._task
+
+
+def main() -> None:
+    """`python -m ... --port 0`: serve until killed."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_main(args.port))
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

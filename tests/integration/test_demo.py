@@ -1,0 +1,36 @@
+"""`make demo` as a user runs it: a subprocess with no model endpoint configured (the bundled mock)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from agentrunner_host import demo
+from tests.integration.conftest import ROOT
+
+
+def test_demo_runs_both_conversations_offline() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUNNER_DEMO_")}
+    env["COLUMNS"] = "200"  # keep rich from wrapping the lines asserted below
+    done = subprocess.run(
+        [sys.executable, "-m", "agentrunner_host.demo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    # the reference runner's conversation, streamed, including its controlled failure
+    assert "bot > echo: Hello, host!" in out and "tick 0 tick 1 tick 2" in out
+    assert "[runner.error] controlled failure requested" in out
+    # the local agent against the mock, said so; a tool call; a turn that quotes the first one
+    assert f"{demo.ENV_BASE_URL} is not set" in out and "bundled mock model server" in out
+    assert "bot > Hello Ada, nice to meet you! I'll remember that." in out
+    assert 'tool current_time({"timezone": "Asia/Tokyo"})' in out
+    assert "+09:00 in Tokyo." in out
+    assert 'bot > You told me earlier: "Hi! I\'m Ada, and my favourite fruit is the tangerine."' in out
+    assert "4 earlier message(s) via the history API" in out
+    assert out.rstrip().endswith("demo finished")
