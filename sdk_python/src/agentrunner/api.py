@@ -12,9 +12,12 @@ remains the enforcer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import os
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -69,13 +72,62 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
 _channels: dict[tuple[int, str], grpc.aio.Channel] = {}
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class HostTls:
+    """TLS towards the host's ProxyService (needed when the host listens with TLS).
+
+    `ca_file` verifies the host; `cert_file` + `key_file` present a client certificate (mutual TLS);
+    `server_name` overrides the name checked against the host's certificate.
+    """
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    server_name: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> HostTls | None:
+        """`AGENTRUNNER_HOST_CA_FILE`, `..._CERT_FILE`, `..._KEY_FILE`, `..._SERVER_NAME`; None when unset."""
+        values = {
+            field: environ.get(f"AGENTRUNNER_HOST_{field.upper()}") or None
+            for field in ("ca_file", "cert_file", "key_file", "server_name")
+        }
+        if not any(values.values()):
+            return None
+        paths = {k: Path(v) for k, v in values.items() if v and k != "server_name"}
+        return cls(**paths, server_name=values["server_name"])
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        read = lambda p: p.read_bytes() if p else None  # noqa: E731
+        return grpc.ssl_channel_credentials(
+            root_certificates=read(self.ca_file),
+            private_key=read(self.key_file),
+            certificate_chain=read(self.cert_file),
+        )
+
+
+_host_tls: HostTls | None = HostTls.from_env()
+
+
+def configure_host_tls(tls: HostTls | None) -> None:
+    """Sets the TLS used for channels to the host opened from now on (None = plaintext)."""
+    global _host_tls
+    _host_tls = tls
+
+
 def host_channel(endpoint: str) -> grpc.aio.Channel:
     """The one channel per host endpoint (per event loop) in this process."""
     loop = asyncio.get_running_loop()
     key = (id(loop), endpoint)
     channel = _channels.get(key)
     if channel is None:
-        channel = grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+        if _host_tls is None:
+            channel = grpc.aio.insecure_channel(endpoint, options=CHANNEL_OPTIONS)
+        else:
+            options = list(CHANNEL_OPTIONS)
+            if _host_tls.server_name:
+                options.append(("grpc.ssl_target_name_override", _host_tls.server_name))
+            channel = grpc.aio.secure_channel(endpoint, _host_tls.credentials(), options=options)
         _channels[key] = channel
     return channel
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agentrunner.api import HostTls, configure_host_tls
 from agentrunner.manifest import ManifestError
 from agentrunner.runner import Runner
 from agentrunner.server import PortInUseError, serve
@@ -40,10 +41,22 @@ def serve_command(
     tls_cert: Annotated[Path | None, typer.Option(help="PEM certificate chain for TLS.")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="PEM private key for TLS.")] = None,
     grace: Annotated[float, typer.Option(help="Seconds in-flight runs get on SIGTERM.")] = 5.0,
+    host_ca: Annotated[
+        Path | None,
+        typer.Option(
+            help="CA bundle verifying the host's TLS proxy endpoint [env AGENTRUNNER_HOST_CA_FILE]."
+        ),
+    ] = None,
+    host_cert: Annotated[
+        Path | None, typer.Option(help="Client certificate for mutual TLS to the host.")
+    ] = None,
+    host_key: Annotated[Path | None, typer.Option(help="Client key for mutual TLS to the host.")] = None,
 ) -> None:
     """Serve runners; prints `AGENTRUNNER_LISTENING host:port` when ready."""
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
+    if host_ca or host_cert or host_key:
+        configure_host_tls(HostTls(ca_file=host_ca, cert_file=host_cert, key_file=host_key))
     runners: list[Runner | type[Runner]] = []
     try:
         for target in targets:
