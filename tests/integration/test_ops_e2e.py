@@ -43,7 +43,9 @@ def _metric(text: str, name: str, labels: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def metrics_host(tmp_path_factory: pytest.TempPathFactory, reference_runner: Proc) -> Iterator[tuple[str, str]]:
+def metrics_host(
+    tmp_path_factory: pytest.TempPathFactory, reference_runner: Proc
+) -> Iterator[tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("metrics")
     metrics_address = f"127.0.0.1:{_free_port()}"
     config = write_config(
@@ -59,12 +61,16 @@ def metrics_host(tmp_path_factory: pytest.TempPathFactory, reference_runner: Pro
         },
     )
     assert cli("db", "upgrade", "--config", str(config)).returncode == 0
-    host = Proc([*CLI, "serve", "--config", str(config), "--log-level", "WARNING"], "AGENTRUNNER_HOST_LISTENING")
+    host = Proc(
+        [*CLI, "serve", "--config", str(config), "--log-level", "WARNING"], "AGENTRUNNER_HOST_LISTENING"
+    )
     yield host.value, metrics_address
     host.kill()
 
 
-async def test_metrics_endpoint_counts_runs_results_and_first_result_time(metrics_host: tuple[str, str]) -> None:
+async def test_metrics_endpoint_counts_runs_results_and_first_result_time(
+    metrics_host: tuple[str, str],
+) -> None:
     address, metrics_address = metrics_host
 
     def scrape() -> str:
@@ -117,14 +123,19 @@ async def test_tls_between_client_host_and_runner(tmp_path: Path) -> None:
         {
             "instance_id": "tls-host",
             "listen": {"address": "127.0.0.1:0", "tls": {"cert_file": str(cert), "key_file": str(key)}},
-            "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'host.db'}", "artifact_dir": str(tmp_path / "a")},
+            "database": {
+                "url": f"sqlite+aiosqlite:///{tmp_path / 'host.db'}",
+                "artifact_dir": str(tmp_path / "a"),
+            },
             "runners": [{"id": "ref", "address": runner.value, "tls": {"ca_file": str(cert)}}],
             "agents": [{"id": "ref", "runner_id": REFERENCE_ID}],
             "bindings": [{"id": "ref", "event": "message.*", "target": {"agent": "ref"}}],
         },
     )
     assert cli("db", "upgrade", "--config", str(config)).returncode == 0
-    host = Proc([*CLI, "serve", "--config", str(config), "--log-level", "WARNING"], "AGENTRUNNER_HOST_LISTENING")
+    host = Proc(
+        [*CLI, "serve", "--config", str(config), "--log-level", "WARNING"], "AGENTRUNNER_HOST_LISTENING"
+    )
     try:
         port = host.value.rsplit(":", 1)[1]
         creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())

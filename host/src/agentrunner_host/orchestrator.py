@@ -93,6 +93,8 @@ Update = host_service_pb2.HostServiceRunResponse
 DELTA_BATCH = 64
 #: a pending delta batch older than this is flushed with the next delta
 DELTA_BATCH_SECONDS = 0.25
+#: runner messages read ahead of the run loop (at most)
+READ_AHEAD = 32
 
 STATUS_NAMES = {
     v: common_pb2.RunStatus.Name(v).removeprefix("RUN_STATUS_").lower() for v in common_pb2.RunStatus.values()
@@ -137,7 +139,10 @@ class LiveRun:
     revoked: bool = False
     #: delivery channel (replies, interactions) once the context is built; the pending runner read
     channel: Any = None
-    read_task: asyncio.Future[Any] | None = None
+    read_task: asyncio.Task[None] | None = None
+    read_room: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(READ_AHEAD))
+    #: monotonic time of the runner's last message (host stop cancels runs idle for a while first)
+    last_activity: float = dataclasses.field(default_factory=time.monotonic)
 
     @property
     def run_id(self) -> str:
@@ -151,10 +156,34 @@ class LiveRun:
         return self.validator.next_sequence() if self.validator else 1
 
 
-def _consume(task: asyncio.Future[Any]) -> None:
-    """Retrieves a background read's outcome so an unread failure is not logged as lost."""
-    if not task.cancelled():
-        task.exception()
+@dataclasses.dataclass(slots=True)
+class _ReadFailed:
+    """The runner read ended with an error (or our own `call.cancel()`); re-raised by the run loop."""
+
+    error: BaseException
+
+
+async def _read_runner(call: Any, outbox: asyncio.Queue[Any], room: asyncio.Semaphore) -> None:
+    """The run's one reader: runner messages go into the run's outbox, the same queue SendReply and
+    AppendRunResult use, so the run loop waits on one queue and items keep their arrival order. At most
+    `READ_AHEAD` messages wait there unread (gRPC flow control pushes back on the runner beyond that).
+    A gRPC read is never cancelled midway except when the run is released."""
+    while True:
+        await room.acquire()
+        try:
+            message = await call.read()
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the run was released
+            outbox.put_nowait(_ReadFailed(exc))  # the call was cancelled (CancelRun grace, client gone)
+            return
+        except Exception as exc:
+            outbox.put_nowait(_ReadFailed(exc))
+            return
+        outbox.put_nowait(message)
+        if message is grpc.aio.EOF:
+            return
 
 
 def _now_ts() -> timestamp_pb2.Timestamp:
@@ -503,6 +532,10 @@ class Orchestrator:
                 metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(span)))
                 timeout = max(0.001, (deadline_at - utcnow()).total_seconds())
                 call = live.call = endpoint.stub.Run(request, timeout=timeout, metadata=metadata)
+                live.last_activity = time.monotonic()
+                live.read_task = asyncio.create_task(
+                    _read_runner(call, live.channel.outbox, live.read_room), name=f"read-{run_id}"
+                )
                 del request, ctx
                 drain_until: float | None = None
                 try:
@@ -639,30 +672,19 @@ class Orchestrator:
 
     @staticmethod
     async def _next_item(live: LiveRun, call: Any) -> Any:
-        """The runner's next message, or a reply / interaction delivered meanwhile, whichever comes
-        first. The runner read stays pending across calls (a gRPC read is never cancelled midway)."""
+        """The next item of the run in arrival order: a runner message (read by the run's one reader task,
+        `_read_runner`) or a reply / interaction / appended result delivered meanwhile."""
         channel = live.channel
         if channel is None:
             return await call.read()
-        if not channel.outbox.empty():
-            return channel.outbox.get_nowait()
-        if live.read_task is None:
-            live.read_task = asyncio.ensure_future(call.read())
-            live.read_task.add_done_callback(_consume)
-        getter = asyncio.ensure_future(channel.outbox.get())
-        try:
-            await asyncio.wait({live.read_task, getter}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            if getter.done() and not getter.cancelled():
-                channel.outbox.put_nowait(getter.result())
-            raise
-        finally:
-            if not getter.done():
-                getter.cancel()
-        if getter.done() and not getter.cancelled():
-            return getter.result()
-        task, live.read_task = live.read_task, None
-        return task.result()
+        item = await channel.outbox.get()
+        if isinstance(item, (Update, AppendedResult)):
+            return item
+        live.read_room.release()
+        live.last_activity = time.monotonic()
+        if isinstance(item, _ReadFailed):
+            raise item.error
+        return item
 
     @staticmethod
     def _empty_output(result: result_pb2.RunResult) -> result_pb2.RunResult:
@@ -969,6 +991,23 @@ class Orchestrator:
             live.cancel_task = asyncio.create_task(self._cancel_after(live, grace), name=f"cancel-{run_id}")
             log.info("run.cancel_requested", run_id=run_id, grace_seconds=grace)
         return updated
+
+    def cancel_idle(self, idle_seconds: float, reason: str = "host.shutdown") -> int:
+        """Host stop: cancels the runner call of every open run whose runner has sent nothing for
+        `idle_seconds` (stalled or waiting runs), so stopping does not wait the whole drain grace for
+        them; runs producing results keep draining. Each cancelled run ends through its own loop as
+        `run.failed` (`cancelled`), written in one transaction. Returns how many were cancelled."""
+        now = time.monotonic()
+        cancelled = 0
+        for live in list(self._live.values()):
+            call = live.call
+            if live.done or call is None or call.done() or now - live.last_activity < idle_seconds:
+                continue
+            live.cancel_reason = live.cancel_reason or reason
+            self.hub.send_cancel(live.run_id, live.cancel_reason, 0)
+            call.cancel()
+            cancelled += 1
+        return cancelled
 
     @staticmethod
     async def _cancel_after(live: LiveRun, grace: float) -> None:

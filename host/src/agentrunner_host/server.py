@@ -40,6 +40,8 @@ from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 
 log = structlog.get_logger("agentrunner_host.server")
 
+#: on stop, a run whose runner has been silent this long is cancelled instead of drained
+IDLE_CANCEL_SECONDS = 0.5
 HOST_SERVICE_NAME = host_service_pb2.DESCRIPTOR.services_by_name["HostService"].full_name
 SERVER_OPTIONS = [
     ("grpc.so_reuseport", 0),
@@ -259,11 +261,15 @@ class HostApp:
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stops accepting work, lets open runs finish for up to `grace`, cancels the rest, then closes
-        the backends and the database."""
+        the backends and the database. Stop time follows the work left: runs whose runner has been
+        silent for `IDLE_CANCEL_SECONDS` (stalled, waiting on a user) are cancelled at once; only runs
+        still producing results get the whole grace."""
         await self.health.enter_graceful_shutdown()
         loop = asyncio.get_running_loop()
         until = loop.time() + grace
-        while self.orchestrator.open_runs and loop.time() < until:  # noqa: ASYNC110 - a counter, not an event
+        idle = min(grace, IDLE_CANCEL_SECONDS)
+        while self.orchestrator.open_runs and loop.time() < until:
+            self.orchestrator.cancel_idle(idle)
             await asyncio.sleep(0.05)
         if self.server is not None:
             await self.server.stop(0.5)

@@ -29,6 +29,9 @@ from agentrunner_host.ports import AuthorizationSnapshot
 
 log = structlog.get_logger("agentrunner_host.validation")
 
+#: the per-type counter children, resolved once (`labels()` costs more than the rest of `accept`)
+_RESULT_COUNTERS = {kind: RESULTS.labels(name) for kind, name in RESULT_TYPES.items()}
+
 
 @dataclasses.dataclass(slots=True)
 class Limits:
@@ -112,7 +115,7 @@ class ResultValidator:
         if kind in TERMINAL_PAYLOADS:
             self.terminal = result
         result.sequence = self.next_sequence()
-        RESULTS.labels(RESULT_TYPES[kind]).inc()
+        _RESULT_COUNTERS[kind].inc()
         return result
 
     def _check_payload(self, kind: str, result: result_pb2.RunResult) -> str | None:

@@ -5,8 +5,8 @@ orchestrator opens a `RunChannel` once the run context is built; an item deliver
 
 - stored (`run_deliveries`, with the last result sequence handed out, so `AttachRun` replays it in
   order with the results),
-- queued for the run's own `Run` / `SubmitInteraction` caller (the orchestrator's read loop waits on the
-  runner stream and this queue together, so items go out in the order they happen), and
+- queued for the run's own `Run` / `SubmitInteraction` caller (the orchestrator's reader task puts the
+  runner's messages into this same queue, so items go out in the order they happen), and
 - published to followers (`AttachRun`, duplicate events, steering callers).
 
 Replies are a per-run state machine keyed by `reply_id` (`ReplyBook`). Channels live in this process:
@@ -163,7 +163,8 @@ class RunChannel:
                 if not item.future.done():
                     item.future.set_result(None)
                 continue
-            out.append(item)
+            if isinstance(item, Update):  # runner messages read after the loop ended are not the caller's
+                out.append(item)
         return out
 
     async def append(self, result: Any, wait_seconds: float = 10.0) -> Any:

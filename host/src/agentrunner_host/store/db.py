@@ -27,7 +27,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, pool
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from agentrunner.errors import RuntimeFailureError
 
@@ -115,6 +121,7 @@ class Database:
             if self.dialect == "sqlite"
             else self.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
+        self._read_engine = read_engine
         self._read_sessions = async_sessionmaker(read_engine, expire_on_commit=False)
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._sync_engine: Engine | None = None
@@ -140,6 +147,15 @@ class Database:
         try:
             async with self._read_sessions() as session:
                 yield session
+        except DBAPIError as exc:
+            raise StoreError(f"database read failed: {type(exc.orig).__name__}", retryable=True) from exc
+
+    @contextlib.asynccontextmanager
+    async def read_connection(self) -> AsyncIterator[AsyncConnection]:
+        """Like `read()`, on a bare connection (Core statements only: no ORM session to set up)."""
+        try:
+            async with self._read_engine.connect() as conn:
+                yield conn
         except DBAPIError as exc:
             raise StoreError(f"database read failed: {type(exc.orig).__name__}", retryable=True) from exc
 

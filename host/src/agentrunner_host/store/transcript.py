@@ -149,6 +149,32 @@ def latest_seq_sync(conn: Connection, conversation_id: str) -> int:
     return int(conn.execute(stmt, {"b_conversation": conversation_id}).scalar_one_or_none() or 0)
 
 
+_LAST_SEQ = select(_CONVERSATIONS.c.last_seq).where(_CONVERSATIONS.c.conversation_id == bindparam("p_conv"))
+_THREAD_COUNT = (
+    select(func.count())
+    .select_from(_ITEMS)
+    .where(_ITEMS.c.conversation_id == bindparam("p_conv"), _ITEMS.c.thread_id == bindparam("p_thread"))
+)
+
+
+@functools.cache
+def _page_statement(thread: bool, after: bool, before: bool, forward: bool, with_total: bool) -> Any:
+    """The history page select for one shape of request, built once and run with bound parameters
+    (building and cache-keying a select per call cost about as much as the query's round trip)."""
+    items = _ITEMS.c
+    stmt = select(*_PAGE_COLUMNS).where(items.conversation_id == bindparam("p_conv"))
+    if thread:
+        stmt = stmt.where(items.thread_id == bindparam("p_thread"))
+    if after:
+        stmt = stmt.where(items.seq > bindparam("p_after"))
+    if before:
+        stmt = stmt.where(items.seq < bindparam("p_before"))
+    stmt = stmt.order_by(items.seq.asc() if forward else items.seq.desc()).limit(bindparam("p_limit"))
+    if with_total:
+        stmt = stmt.add_columns(_LAST_SEQ.scalar_subquery().label("_total"))
+    return stmt
+
+
 class _JsonText(TypeDecorator[Any]):
     """JSON read as text and parsed here: empty lists / objects (most items) skip the JSON parser,
     which psycopg's JSONB loader would otherwise run three times per row."""
@@ -258,37 +284,26 @@ class Transcript:
         """Items strictly between the bounds, oldest first; whether more exist in the paging direction;
         and the item count of the conversation (thread) when asked. One round trip: a Core select over
         the `(conversation_id, seq)` unique index (rows, not ORM objects: no identity-map work)."""
-        items = _ITEMS.c
-        stmt = select(*_PAGE_COLUMNS).where(items.conversation_id == conversation_id)
+        params: dict[str, Any] = {"p_conv": conversation_id, "p_limit": limit + 1}
         if thread_id is not None:
-            stmt = stmt.where(items.thread_id == thread_id)
+            params["p_thread"] = thread_id
         if after_seq is not None:
-            stmt = stmt.where(items.seq > after_seq)
+            params["p_after"] = after_seq
         if before_seq is not None:
-            stmt = stmt.where(items.seq < before_seq)
-        order = items.seq.asc() if forward else items.seq.desc()
-        stmt = stmt.order_by(order).limit(limit + 1)
-        total: int | None = None
-        counter = (
-            select(_CONVERSATIONS.c.last_seq)
-            .where(_CONVERSATIONS.c.conversation_id == conversation_id)
-            .scalar_subquery()
+            params["p_before"] = before_seq
+        joined_total = with_count and thread_id is None
+        stmt = _page_statement(
+            thread_id is not None, after_seq is not None, before_seq is not None, forward, joined_total
         )
-        async with self.db.read() as s:
-            if with_count and thread_id is None:
+        total: int | None = None
+        async with self.db.read_connection() as conn:
+            rows = list((await conn.execute(stmt, params)).all())
+            if joined_total:
                 # Sequences are dense per conversation and items are never rewritten: the counter is
                 # the count. Fetched with the page, in the same round trip.
-                rows = list((await s.execute(stmt.add_columns(counter.label("_total")))).all())
-                total = int(rows[0][-1] or 0) if rows else int(await s.scalar(select(counter)) or 0)
-            else:
-                rows = list((await s.execute(stmt)).all())
-                if with_count:
-                    count = (
-                        select(func.count())
-                        .select_from(_ITEMS)
-                        .where(items.conversation_id == conversation_id, items.thread_id == thread_id)
-                    )
-                    total = int(await s.scalar(count) or 0)
+                total = int(rows[0][-1] or 0) if rows else int(await conn.scalar(_LAST_SEQ, params) or 0)
+            elif with_count:
+                total = int(await conn.scalar(_THREAD_COUNT, params) or 0)
         has_more = len(rows) > limit
         rows = rows[:limit]
         if not forward:
