@@ -158,3 +158,26 @@ async def test_tls_between_client_host_and_runner(tmp_path: Path) -> None:
     finally:
         host.kill()
         runner.kill()
+
+
+async def test_health_and_reflection_on_the_host(metrics_host: tuple[str, str]) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    address, _ = metrics_host
+    async with grpc.aio.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "agentrunner.v1.HostService", "agentrunner.v1.ProxyService"):
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING, service
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        call = reflection.ServerReflectionInfo(timeout=5)
+        await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+        response = await call.read()
+        await call.done_writing()
+        names = {s.name for s in response.list_services_response.service}
+        assert {"agentrunner.v1.HostService", "agentrunner.v1.ProxyService", "grpc.health.v1.Health"} <= names

@@ -17,6 +17,7 @@ from agentrunner_host.store.db import (
     ensure_current,
     head_revisions,
     migrate_cli,
+    upgrade,
 )
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 
@@ -71,3 +72,35 @@ def test_downgrade_to_base_and_upgrade_again(empty_url: str) -> None:
         ensure_current(empty_url)
     migrate_cli(empty_url, echo=lambda _: None)
     ensure_current(empty_url)
+
+
+def test_upgrade_from_the_previous_revision_keeps_existing_data(empty_url: str, tmp_path: Path) -> None:
+    """A database at the previous release's revision upgrades to head without losing what it holds."""
+    heads = sorted(head_revisions())
+    assert heads == ["0003_interactions"], "update this test's previous revision when adding a migration"
+    upgrade(empty_url, "0002_knowledge")
+    with pytest.raises(DatabaseNotMigratedError):
+        ensure_current(empty_url)  # serving refuses a database one revision behind
+
+    async def write_then_read(step: str) -> list[tuple[int, str]]:
+        db = Database(empty_url)
+        try:
+            stores = await FactStores.open(db, FactStoreSettings(artifact_dir=tmp_path / "a"))
+            if step == "write":
+                for text in ("before upgrade 1", "before upgrade 2"):
+                    await stores.transcript.append(conversation_id="c-old", role="user", content=text)
+            async with db.engine.connect() as conn:
+                rows = await conn.exec_driver_sql(
+                    "SELECT seq, content FROM transcript_items WHERE conversation_id = 'c-old' ORDER BY seq"
+                )
+                return [(int(r[0]), str(r[1])) for r in rows]
+        finally:
+            await db.dispose()
+
+    before = asyncio.run(write_then_read("write"))
+    migrate_cli(empty_url, echo=lambda _: None)
+    ensure_current(empty_url)
+    assert current_revisions(empty_url) == head_revisions()
+    assert (
+        asyncio.run(write_then_read("read")) == before == [(1, "before upgrade 1"), (2, "before upgrade 2")]
+    )
