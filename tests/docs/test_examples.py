@@ -43,3 +43,10 @@ def test_binding_tie_is_a_config_error(tmp_path: pathlib.Path) -> None:
     # `ignore-recalls` at priority 0 ties with `default` (message.*) for message.recalled.
     message = _broken(tmp_path, lambda d: d["bindings"][2].update(priority=0))
     assert "bindings.2" in message and "ties with bindings.0" in message
+
+
+def test_a_typo_in_a_capability_section_is_refused(tmp_path: pathlib.Path) -> None:
+    message = _broken(tmp_path, lambda d: d["models"][0].update(api_key_envv="OPENAI_API_KEY"))
+    assert "models.0.api_key_envv" in message
+    message = _broken(tmp_path, lambda d: d["tools"]["native"].update(fetch_url_alow=["https://x/"]))
+    assert "tools.native.fetch_url_alow" in message

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Protocol
 
 import structlog
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import (
     JSON,
     DateTime,
@@ -56,6 +56,8 @@ MAX_TOP_K = 50
 
 class KnowledgeBaseConfig(BaseModel):
     """One knowledge base of the host config."""
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str
     name: str = ""

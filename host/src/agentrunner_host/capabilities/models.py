@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 import httpx
 import structlog
 from google.protobuf import json_format, struct_pb2
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentrunner.errors import (
     AgentRunnerError,
@@ -48,6 +48,8 @@ MODEL_OPERATIONS: dict[str, frozenset[str]] = {
 
 class ModelConfig(BaseModel):
     """One provider entry of the host config."""
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str
     kind: ModelKind = "openai-chat"

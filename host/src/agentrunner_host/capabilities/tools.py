@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 
 import httpx
 import structlog
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentrunner.errors import (
     AgentRunnerError,
@@ -37,6 +37,8 @@ log = structlog.get_logger(__name__)
 
 class McpServerConfig(BaseModel):
     """One MCP server. `stdio`: command/args/env/cwd; `streamable-http`: url/headers."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str
     transport: Literal["stdio", "streamable-http"]
@@ -57,6 +59,8 @@ class McpServerConfig(BaseModel):
 class NativeToolsConfig(BaseModel):
     """Host-native tools. `fetch_url` exists only when `fetch_url_allow` lists URL prefixes."""
 
+    model_config = ConfigDict(extra="forbid")
+
     current_time: bool = True
     fetch_url_allow: list[str] = Field(default_factory=list)
     fetch_url_timeout: float = 15.0
@@ -64,6 +68,8 @@ class NativeToolsConfig(BaseModel):
 
 
 class ToolsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     mcp_servers: list[McpServerConfig] = Field(default_factory=list)
     native: NativeToolsConfig = Field(default_factory=NativeToolsConfig)
     #: result text beyond this many characters is cut (and stored as an artifact when a sink exists)
