@@ -279,6 +279,8 @@ async def render_stream(
             elif kind == "finished":
                 finished = update.finished
             live.update(view())
+    if not console.is_terminal and view().plain:
+        console.print()  # a Live display leaves no line break when output is piped
     return finished
 
 
