@@ -26,7 +26,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, pool
 from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -96,7 +96,114 @@ def _install_sqlite_pragmas(sync_engine: Any) -> None:
     @event.listens_for(sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        if conn.dialect.driver == "pysqlite":  # the writer thread: straight to the driver
+            conn.connection.dbapi_connection.execute(f"BEGIN {mode}")
+        else:
+            conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+class _Plan:
+    """A Core statement compiled once for pysqlite: the SQL and, per positional parameter, where its
+    value comes from (the caller's key or a constant) and its bind conversion."""
+
+    __slots__ = ("has_rows", "sources", "sql", "stmt")
+
+    def __init__(self, stmt: Any, sql: str, sources: tuple[tuple[str | None, Any, Any], ...], rows: bool):
+        self.stmt = stmt  # keeps id(stmt) from being reused while the plan is cached
+        self.sql = sql
+        self.sources = sources
+        self.has_rows = rows
+
+
+_PLANS: dict[tuple[int, tuple[str, ...]], _Plan | None] = {}
+_MAX_PLANS = 256
+
+
+def _plan(conn: Connection, stmt: Any, keys: tuple[str, ...]) -> _Plan | None:
+    """None when the statement needs SQLAlchemy's execution context (Python-side defaults, expanding
+    IN lists, typed result columns): those run through `conn.execute`."""
+    dialect = conn.dialect
+    compiled: Any = stmt.compile(dialect=dialect, column_keys=list(keys))
+    if (
+        compiled.insert_prefetch
+        or compiled.update_prefetch
+        or "POSTCOMPILE" in compiled.string
+        or compiled.positiontup is None
+    ):
+        return None
+    for entry in compiled._result_columns:
+        if entry[3]._cached_result_processor(dialect, None) is not None:
+            return None
+    sources = []
+    for name in compiled.positiontup:
+        bind = compiled.binds[name]
+        processor = bind.type._cached_bind_processor(dialect)
+        if name in keys:
+            sources.append((name, None, processor))
+        elif bind.callable is None and not bind.required:
+            value = bind.effective_value
+            sources.append((None, processor(value) if processor else value, None))
+        else:
+            return None
+    return _Plan(stmt, compiled.string, tuple(sources), bool(compiled._result_columns))
+
+
+class FastResult:
+    """The rows of a `fast_execute` call, with the few `Result` accessors the hot paths use."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: list[Any]) -> None:
+        self.rows = rows
+
+    def first(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+    def scalar_one_or_none(self) -> Any:
+        if len(self.rows) > 1:
+            raise MultipleResultsFound("more than one row")
+        return self.rows[0][0] if self.rows else None
+
+    def scalar_one(self) -> Any:
+        if len(self.rows) != 1:
+            raise NoResultFound("no row") if not self.rows else MultipleResultsFound("more than one row")
+        return self.rows[0][0]
+
+
+def fast_execute(conn: Connection, stmt: Any, params: dict[str, Any]) -> Any:
+    """`conn.execute(stmt, params)` for the hot sync writes. On the SQLite writer thread (pysqlite) the
+    statement is compiled once and run on the driver's cursor with the same bind conversions (SQLAlchemy's
+    per-execute bookkeeping cost more than SQLite's own insert); elsewhere it is `conn.execute`.
+    Driver errors are raised as SQLAlchemy's `DBAPIError` subclasses, as `conn.execute` would."""
+    if conn.dialect.driver != "pysqlite":
+        return conn.execute(stmt, params)
+    key = (id(stmt), tuple(params))
+    try:
+        plan = _PLANS[key]
+    except KeyError:
+        if len(_PLANS) >= _MAX_PLANS:  # meant for statements built once; anything else runs as usual
+            return conn.execute(stmt, params)
+        plan = _PLANS[key] = _plan(conn, stmt, key[1])
+    if plan is None:
+        return conn.execute(stmt, params)
+    values = tuple(
+        (proc(params[name]) if proc else params[name]) if name is not None else const
+        for name, const, proc in plan.sources
+    )
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    try:
+        cursor = dbapi.cursor()
+        try:
+            cursor.execute(plan.sql, values)
+            rows = cursor.fetchall() if plan.has_rows else []
+        finally:
+            cursor.close()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            plan.sql, values, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
+        ) from exc
+    return FastResult(rows)
 
 
 class Database:
@@ -182,15 +289,19 @@ class Database:
                     return await conn.run_sync(fn)
             assert self._write_lock is not None
             async with self._write_lock:
-                future = asyncio.get_running_loop().run_in_executor(self._writer, self._write_sync, fn)
-                try:
-                    return await asyncio.shield(future)
-                except asyncio.CancelledError:
-                    with contextlib.suppress(BaseException):
-                        await future
-                    raise
+                return await self._submit(fn)
         except DBAPIError as exc:
             raise StoreError(f"database write failed: {type(exc.orig).__name__}", retryable=True) from exc
+
+    async def _submit(self, fn: Callable[[Connection], T]) -> T:
+        assert self._writer is not None
+        future = asyncio.get_running_loop().run_in_executor(self._writer, self._write_sync, fn)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                await future
+            raise
 
     def _write_sync(self, fn: Callable[[Connection], T]) -> T:
         assert self._sync_engine is not None

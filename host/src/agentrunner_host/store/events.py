@@ -32,7 +32,7 @@ from agentrunner_host.store.common import (
     to_timestamp,
     utcnow,
 )
-from agentrunner_host.store.db import Database
+from agentrunner_host.store.db import Database, fast_execute
 from agentrunner_host.store.models import EventLogRow
 
 KINDS = frozenset({"event", "result", "tool", "action", "error", "audit"})
@@ -131,7 +131,7 @@ def _insert_returning_seq(dialect: str) -> Any:
 def append_sync(conn: Connection, values: Mapping[str, Any]) -> int | None:
     """`EventLog.append` in a caller's sync transaction (`Database.run_write`); `values` from
     `log_values`. The statement is built once and executed with parameters."""
-    return conn.execute(_insert_returning_seq(conn.dialect.name), dict(values)).scalar_one_or_none()
+    return fast_execute(conn, _insert_returning_seq(conn.dialect.name), dict(values)).scalar_one_or_none()
 
 
 class EventLog:

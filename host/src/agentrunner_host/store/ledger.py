@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import and_, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -26,7 +26,7 @@ from agentrunner_host.store.common import (
     message_to_json,
     to_timestamp,
 )
-from agentrunner_host.store.db import Database, StoreError
+from agentrunner_host.store.db import Database, StoreError, fast_execute
 from agentrunner_host.store.models import RunResultRow, RunRow
 
 _RECORD_FIELDS = (
@@ -97,7 +97,9 @@ _RECORD_COLUMNS = (*(_RUNS.c[name] for name in _RECORD_FIELDS), _RUNS.c["metadat
 @functools.cache
 def _statements(dialect: str) -> dict[str, Any]:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    terminal = list(TERMINAL_STATUSES)
+    # `status <> a AND status <> b ...` rather than NOT IN (list): plain binds, so `fast_execute` can
+    # run it without SQLAlchemy's expanding-parameter step
+    not_terminal = and_(*(_RUNS.c.status != status for status in sorted(TERMINAL_STATUSES)))
     finish = {
         "status": bindparam("b_status"),
         "status_reason": bindparam("b_reason"),
@@ -111,18 +113,23 @@ def _statements(dialect: str) -> dict[str, Any]:
         "last_sequence": update(_RUNS)
         .where(_RUNS.c.run_id == bindparam("b_run"), _RUNS.c.last_sequence < bindparam("b_last"))
         .values(last_sequence=bindparam("b_last")),
-        "finish": update(_RUNS)
-        .where(_RUNS.c.run_id == bindparam("b_run"), _RUNS.c.status.not_in(terminal))
-        .values(**finish),
+        "finish": update(_RUNS).where(_RUNS.c.run_id == bindparam("b_run"), not_terminal).values(**finish),
         "finish_usage": update(_RUNS)
-        .where(_RUNS.c.run_id == bindparam("b_run"), _RUNS.c.status.not_in(terminal))
+        .where(_RUNS.c.run_id == bindparam("b_run"), not_terminal)
         .values(**finish, usage=bindparam("b_usage", type_=_RUNS.c.usage.type)),
     }
 
 
-_SQLITE_INSERT_RESULTS = (
-    "INSERT INTO run_results (run_id, sequence, result_type, payload, created_at) VALUES (?, ?, ?, ?, ?)"
-)
+#: rows per multi-row insert (5 parameters a row: far below SQLite's bound-parameter limit)
+_SQLITE_ROWS_PER_INSERT = 200
+
+
+@functools.cache
+def _sqlite_insert_results(rows: int) -> str:
+    """A multi-row insert of `rows` results."""
+    return "INSERT INTO run_results (run_id, sequence, result_type, payload, created_at) VALUES " + ", ".join(
+        ["(?, ?, ?, ?, ?)"] * rows
+    )
 
 
 @functools.cache
@@ -142,11 +149,14 @@ def insert_run_sync(conn: Connection, values: Mapping[str, Any]) -> bool:
     id (or run id) is already in the ledger."""
     params = dict(values)
     params["metadata"] = params.pop("meta")
-    return conn.execute(_statements(conn.dialect.name)["insert_run"], params).scalar_one_or_none() is not None
+    return (
+        fast_execute(conn, _statements(conn.dialect.name)["insert_run"], params).scalar_one_or_none()
+        is not None
+    )
 
 
 def get_run_by_event_sync(conn: Connection, event_id: str) -> RunRecord | None:
-    row = conn.execute(_statements(conn.dialect.name)["by_event"], {"b_event": event_id}).first()
+    row = fast_execute(conn, _statements(conn.dialect.name)["by_event"], {"b_event": event_id}).first()
     return None if row is None else _row_to_record(row)
 
 
@@ -156,21 +166,24 @@ def insert_results_sync(conn: Connection, run_id: str, results: Sequence[result_
         return
     stmts = _statements(conn.dialect.name)
     if conn.dialect.name == "sqlite":
-        # The delta-batch hot path: plain DBAPI executemany with the bind values converted once per
-        # batch (SQLAlchemy's per-row parameter processing cost more than SQLite's insert itself).
+        # The delta-batch hot path: plain DBAPI with the bind values converted once per batch
+        # (SQLAlchemy's per-row parameter processing cost more than SQLite's insert itself), and
+        # multi-row INSERTs rather than executemany: executemany steps SQLite once per row, and every
+        # step hands the GIL back and forth with the busy event loop (a hand-off can wait a switch
+        # interval, 5 ms, while the loop runs).
         if any(r.sequence <= 0 for r in results):
             raise InvalidArgumentError("result sequence must start at 1", field="sequence")
         created = _created_at_bind(conn.dialect)(utcnow())
-        conn.exec_driver_sql(
-            _SQLITE_INSERT_RESULTS,
-            [
-                (run_id, r.sequence, result_type(r) or "", r.SerializeToString(deterministic=True), created)
-                for r in results
-            ],
-        )
+        for start in range(0, len(results), _SQLITE_ROWS_PER_INSERT):
+            chunk = results[start : start + _SQLITE_ROWS_PER_INSERT]
+            values: list[Any] = []
+            for r in chunk:
+                values += (run_id, r.sequence, result_type(r) or "", r.SerializeToString(deterministic=True))
+                values.append(created)
+            conn.exec_driver_sql(_sqlite_insert_results(len(chunk)), tuple(values))
     else:
         conn.execute(stmts["insert_results"], result_rows(run_id, results))
-    conn.execute(stmts["last_sequence"], {"b_run": run_id, "b_last": max(r.sequence for r in results)})
+    fast_execute(conn, stmts["last_sequence"], {"b_run": run_id, "b_last": max(r.sequence for r in results)})
 
 
 def finish_run_sync(
@@ -183,8 +196,8 @@ def finish_run_sync(
     params: dict[str, Any] = {"b_run": run_id, "b_status": status, "b_reason": reason, "b_at": utcnow()}
     if usage is not None:
         params["b_usage"] = dict(usage)
-    conn.execute(stmts["finish" if usage is None else "finish_usage"], params)
-    row = conn.execute(stmts["by_run"], {"b_run": run_id}).first()
+    fast_execute(conn, stmts["finish" if usage is None else "finish_usage"], params)
+    row = fast_execute(conn, stmts["by_run"], {"b_run": run_id}).first()
     return None if row is None else _row_to_record(row)
 
 

@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token, utcnow
-from agentrunner_host.store.db import Database
+from agentrunner_host.store.db import Database, fast_execute
 from agentrunner_host.store.models import RunSessionRow
 
 _SESSIONS = RunSessionRow.__table__
@@ -48,12 +48,12 @@ def register_stmt(dialect: str) -> Any:
 
 
 def register_sync(conn: Connection, session: RunSession) -> None:
-    conn.execute(register_stmt(conn.dialect.name), session_params(session))
+    fast_execute(conn, register_stmt(conn.dialect.name), session_params(session))
 
 
 def revoke_sync(conn: Connection, run_id: str) -> None:
     """`unregister` in a caller's sync transaction: the token is dead from its commit on."""
-    conn.execute(_statements(conn.dialect.name)["revoke"], {"b_run": run_id})
+    fast_execute(conn, _statements(conn.dialect.name)["revoke"], {"b_run": run_id})
 
 
 class SqlSessionRegistry:

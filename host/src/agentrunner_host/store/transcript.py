@@ -40,7 +40,7 @@ from agentrunner_host.store.common import (
     new_id,
     utcnow,
 )
-from agentrunner_host.store.db import Database
+from agentrunner_host.store.db import Database, fast_execute
 from agentrunner_host.store.models import ConversationRow, TranscriptRow
 
 ROLES = frozenset({"user", "assistant"})
@@ -120,12 +120,12 @@ def _statements(dialect: str) -> dict[str, Any]:
 def next_seq_sync(conn: Connection, conversation_id: str) -> int:
     """The conversation's next transcript sequence, in the caller's sync transaction."""
     stmts = _statements(conn.dialect.name)
-    seq = conn.execute(stmts["bump"], {"b_conversation": conversation_id}).scalar_one_or_none()
+    seq = fast_execute(conn, stmts["bump"], {"b_conversation": conversation_id}).scalar_one_or_none()
     if seq is None:
-        conn.execute(
-            stmts["create"], {"conversation_id": conversation_id, "last_seq": 0, "created_at": utcnow()}
+        fast_execute(
+            conn, stmts["create"], {"conversation_id": conversation_id, "last_seq": 0, "created_at": utcnow()}
         )
-        seq = conn.execute(stmts["bump"], {"b_conversation": conversation_id}).scalar_one()
+        seq = fast_execute(conn, stmts["bump"], {"b_conversation": conversation_id}).scalar_one()
     return int(seq)
 
 
@@ -135,18 +135,18 @@ def append_sync(conn: Connection, **fields: Any) -> int:
     seq = next_seq_sync(conn, fields["conversation_id"])
     params = item_values(seq=seq, **fields)
     params["metadata"] = params.pop("meta")
-    conn.execute(_statements(conn.dialect.name)["insert"], params)
+    fast_execute(conn, _statements(conn.dialect.name)["insert"], params)
     return seq
 
 
 def has_assistant_item_sync(conn: Connection, run_id: str) -> bool:
     stmt = _statements(conn.dialect.name)["assistant"]
-    return conn.execute(stmt, {"b_run": run_id}).first() is not None
+    return fast_execute(conn, stmt, {"b_run": run_id}).first() is not None
 
 
 def latest_seq_sync(conn: Connection, conversation_id: str) -> int:
     stmt = _statements(conn.dialect.name)["latest"]
-    return int(conn.execute(stmt, {"b_conversation": conversation_id}).scalar_one_or_none() or 0)
+    return int(fast_execute(conn, stmt, {"b_conversation": conversation_id}).scalar_one_or_none() or 0)
 
 
 _LAST_SEQ = select(_CONVERSATIONS.c.last_seq).where(_CONVERSATIONS.c.conversation_id == bindparam("p_conv"))
