@@ -19,6 +19,7 @@ from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.config import parse_config
 from agentrunner_host.server import HostApp
 from agentrunner_host.store.db import upgrade
+from tests.helpers import audit_outcomes
 
 HERE = pathlib.Path(__file__).parent
 FAKE_ID = "plugin:test/fake/default"
@@ -208,23 +209,7 @@ async def host(make_host: HostFactory, fake_runner: FakeRunner) -> Host:
 
 async def audited(host: Host, run_id: str, method: str) -> list[str]:
     """Outcomes of the proxy calls of `run_id` to `method`, from the host's event log (audit records)."""
-    from sqlalchemy import select
-
-    from agentrunner_host.store.models import EventLogRow
-
-    async with host.app.db.read() as s:
-        rows = (
-            await s.scalars(
-                select(EventLogRow)
-                .where(
-                    EventLogRow.kind == "audit",
-                    EventLogRow.run_id == run_id,
-                    EventLogRow.event_type == method,
-                )
-                .order_by(EventLogRow.seq)
-            )
-        ).all()
-    return [str(r.data.get("outcome", "")) for r in rows]
+    return await audit_outcomes(host.app.db, run_id, method)
 
 
 def results(updates: list[host_service_pb2.HostServiceRunResponse]) -> list[Any]:

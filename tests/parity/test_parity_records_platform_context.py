@@ -12,25 +12,14 @@ from sqlalchemy import select
 from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import common_pb2, host_service_pb2
 from agentrunner_host.store.models import EventLogRow
+from tests.helpers import audit_outcomes
 from tests.parity.support import Host, completed_text, run_request
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 async def audit(host: Host, run_id: str, method: str) -> list[str]:
-    async with host.app.db.read() as s:
-        rows = (
-            await s.scalars(
-                select(EventLogRow)
-                .where(
-                    EventLogRow.kind == "audit",
-                    EventLogRow.run_id == run_id,
-                    EventLogRow.event_type == method,
-                )
-                .order_by(EventLogRow.seq)
-            )
-        ).all()
-    return [str(r.data.get("outcome", "")) for r in rows]
+    return await audit_outcomes(host.app.db, run_id, method)
 
 
 async def test_run_records_default_policy_refuses_append_and_finalize(host: Host) -> None:
