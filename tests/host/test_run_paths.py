@@ -376,3 +376,22 @@ async def test_endpoint_coming_back_is_picked_up(make_host, tmp_path) -> None:
             stop_process(proc)
     finally:
         runner.stop()
+
+
+async def test_concurrent_runs_share_delta_writes_and_every_delta_is_stored(host: Host) -> None:
+    # deltas of concurrent runs are committed in shared (host-wide) batches; after each run ends, a
+    # replay from the store has every one of its deltas, in order, before its terminal result
+    runs = await asyncio.gather(*(host.run("slow 30") for _ in range(4)))
+    for updates in runs:
+        run_id = updates[0].accepted.run_id
+        assert updates[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED
+        replay = [
+            u
+            async for u in host.stub.AttachRun(
+                host_service_pb2.AttachRunRequest(run_id=run_id, after_sequence=0), timeout=10
+            )
+        ]
+        stored = [u.result for u in replay if u.HasField("result")]
+        assert [r.sequence for r in stored] == list(range(1, 32))
+        assert "".join(r.message_delta.text for r in stored[:-1]) == "".join(f"{i} " for i in range(1, 31))
+        assert stored[-1].HasField("run_completed")

@@ -20,10 +20,12 @@ input is claimed by the run when it ends, so a later run never receives stale st
 Facts: the incoming event is recorded first (`FactStores.record_event`: event log, attachments as
 artifacts -> `ctx.input.attachments` refs, transcript position -> `ctx.context`); the state snapshot
 comes from the state store; every validated result is written with `FactStores.record_results`
-(`message.delta` results are batched: they reach the client at once and are written with the next
-non-delta result or every `DELTA_BATCH` deltas, so one transaction carries many deltas). A database
-error while running fails the run with `run.failed` code `host.store_error` (retryable); the failed
-batch is rolled back whole and the host keeps serving.
+(`message.delta` results are batched host-wide: they reach the client at once and are written with
+the run's next non-delta result, or by the shared `_DeltaWriter` together with the pending deltas of
+every other run once `DELTA_BATCH` rows are pending or `DELTA_BATCH_SECONDS` passed, so concurrent runs
+share one transaction). A database error while running fails the run with `run.failed` code
+`host.store_error` (retryable), also for every run whose deltas were in a failed shared batch; the
+failed batch is rolled back whole and the host keeps serving.
 """
 
 from __future__ import annotations
@@ -89,10 +91,10 @@ log = structlog.get_logger("agentrunner_host.orchestrator")
 
 Update = host_service_pb2.HostServiceRunResponse
 
-#: deltas written per transaction (at most); a non-delta result flushes at once
-DELTA_BATCH = 64
-#: a pending delta batch older than this is flushed with the next delta
-DELTA_BATCH_SECONDS = 0.25
+#: pending deltas (of all runs) that start a shared write; a non-delta result flushes its run at once
+DELTA_BATCH = 256
+#: pending deltas are written at the latest this long after the oldest of them arrived
+DELTA_BATCH_SECONDS = 0.05
 #: runner messages read ahead of the run loop (at most)
 READ_AHEAD = 32
 
@@ -131,7 +133,10 @@ class LiveRun:
     snapshot: AuthorizationSnapshot | None = None
     #: validated results handed to the client but not yet committed (a delta batch)
     pending: list[result_pb2.RunResult] = dataclasses.field(default_factory=list)
-    pending_since: float = 0.0
+    #: the shared delta write holding this run's earlier deltas (awaited before the run's next write)
+    inflight: asyncio.Future[None] | None = None
+    #: a shared delta write holding this run's deltas failed: the run fails with `host.store_error`
+    store_failed: bool = False
     #: what `_start_run` prepared and wrote (runner, snapshot, token, recorded event)
     start: RunStart | None = None
     #: the ledger record committed with the terminal result; the token was revoked in that transaction
@@ -154,6 +159,78 @@ class LiveRun:
 
     def next_sequence(self) -> int:
         return self.validator.next_sequence() if self.validator else 1
+
+
+class _DeltaWriter:
+    """Host-wide `message.delta` batching: runs queue their pending deltas here and one transaction
+    writes the deltas of every queued run (when `DELTA_BATCH` rows are pending or `DELTA_BATCH_SECONDS`
+    passed), so the fixed cost of a commit is shared by concurrent runs. Writes run as their own tasks,
+    one after another (a run's cancellation never leaves a write's outcome unknown); a failed write
+    marks each of its runs `store_failed`."""
+
+    def __init__(self, stores: FactStores) -> None:
+        self.stores = stores
+        #: runs with deltas in `live.pending` not yet taken by a write -> how many
+        self.queued: dict[LiveRun, int] = {}
+        self.rows = 0
+        self.timer: asyncio.TimerHandle | None = None
+        self.last: asyncio.Task[None] | None = None
+
+    def add(self, live: LiveRun) -> bool:
+        """Queues one more pending delta of `live`; True when a write is due now."""
+        self.queued[live] = self.queued.get(live, 0) + 1
+        self.rows += 1
+        if self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(DELTA_BATCH_SECONDS, self._on_timer)
+        return self.rows >= DELTA_BATCH
+
+    def discard(self, live: LiveRun) -> None:
+        """`live`'s pending deltas are written (or dropped) by the run itself."""
+        self.rows -= self.queued.pop(live, 0)
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        if self.queued:
+            self.flush()
+
+    def flush(self) -> asyncio.Task[None]:
+        """Takes every queued run's pending deltas into one write; returns its task."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        runs = list(self.queued)
+        self.queued.clear()
+        self.rows = 0
+        batches: list[tuple[str, list[result_pb2.RunResult]]] = []
+        for live in runs:
+            batches.append((live.run_id, live.pending))
+            live.pending = []
+        task = asyncio.get_running_loop().create_task(self._write(self.last, runs, batches))
+        for live in runs:
+            live.inflight = task
+        self.last = task
+        return task
+
+    async def _write(
+        self,
+        previous: asyncio.Task[None] | None,
+        runs: list[LiveRun],
+        batches: list[tuple[str, list[result_pb2.RunResult]]],
+    ) -> None:
+        if previous is not None:  # in order: a run's later deltas never commit before its earlier ones
+            await asyncio.wait([previous])
+        try:
+            await self.stores.record_deltas(batches)
+        except Exception as exc:
+            log.error("run.delta_batch_failed", runs=len(runs), error=repr(exc))
+            for live in runs:
+                live.store_failed = True
+        finally:
+            for live in runs:
+                if live.inflight is asyncio.current_task():
+                    live.inflight = None
+            if self.last is asyncio.current_task():
+                self.last = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -290,6 +367,7 @@ class Orchestrator:
         )
         self._proxy_endpoint = proxy_endpoint
         self._live: dict[str, LiveRun] = {}
+        self._deltas = _DeltaWriter(stores)
 
     @property
     def open_runs(self) -> int:
@@ -624,7 +702,7 @@ class Orchestrator:
             raise
         except HostStoreError as exc:
             log.error("run.store_error", error=str(exc), cause=repr(exc.__cause__))
-            live.pending.clear()  # the failed batch was rolled back whole
+            self._drop_pending(live)  # the failed batch was rolled back whole
             failure = _failure(
                 run_id, 0, "host.store_error", "the host could not record this run's facts", True
             )
@@ -644,7 +722,7 @@ class Orchestrator:
             try:
                 await self._store(live, failure)
             except HostStoreError as exc:
-                live.pending.clear()
+                self._drop_pending(live)
                 log.error("run.store_error", error=str(exc), stage="terminal")
                 live.publish(Update(result=failure))
             yield Update(result=failure)
@@ -738,31 +816,51 @@ class Orchestrator:
         """Records a validated result (batched for `message.delta`) and tells followers. Raises
         `HostStoreError` when the write fails (the batch is rolled back whole).
 
-        Durability: a delta reaches the client before it is committed (at most `DELTA_BATCH` deltas or
-        `DELTA_BATCH_SECONDS` of them are only in memory); every other result is committed first. A
+        Durability: a delta reaches the client before it is committed (host-wide, at most `DELTA_BATCH`
+        queued deltas, or `DELTA_BATCH_SECONDS` of them, plus the shared write in progress are only in
+        memory); every other result is committed first, together with the run's earlier deltas: the
+        shared write holding some of them is awaited first (its failure fails this run too, so nothing of
+        a run commits after a lost delta), the rest go into the result's own transaction, in order. A
         terminal result is committed together with the pending deltas, the run's final status
         (`finish`, else the one the terminal implies) and the revoked token, in one transaction, so the
         client never sees a terminal result (nor `finished`) that is not stored."""
+        if live.store_failed:  # a shared delta write with this run's deltas failed
+            live.store_failed = False
+            raise HostStoreError("recording results failed: an earlier delta batch was rolled back")
         kind = result.WhichOneof("payload")
-        if not live.pending:
-            live.pending_since = time.monotonic()
         live.pending.append(result)
         if kind == "message_delta":
             if live.subscribers:
                 live.publish(Update(result=result))
-            if (
-                len(live.pending) < DELTA_BATCH
-                and time.monotonic() - live.pending_since < DELTA_BATCH_SECONDS
-            ):
-                return
-            await self._flush(live)
+            if self._deltas.add(live):
+                await asyncio.shield(self._deltas.flush())  # back-pressure on the busiest producer
+                if live.store_failed:
+                    live.store_failed = False
+                    raise HostStoreError("recording results failed: the delta batch was rolled back")
             return
+        self._deltas.discard(live)  # this run's pending deltas go with this result, in order
+        await self._settle(live)
         if kind in ("run_completed", "run_failed"):
             await self._flush_terminal(live, result, finish)
         else:
             await self._flush(live)
         if live.subscribers:
             live.publish(Update(result=result))
+
+    @staticmethod
+    async def _settle(live: LiveRun) -> None:
+        """Waits for the shared delta write holding this run's earlier deltas; raises `HostStoreError`
+        when it failed (so nothing of the run commits after a lost delta)."""
+        inflight = live.inflight
+        if inflight is not None:
+            await asyncio.wait([inflight])
+        if live.store_failed:
+            live.store_failed = False
+            raise HostStoreError("recording results failed: an earlier delta batch was rolled back")
+
+    def _drop_pending(self, live: LiveRun) -> None:
+        self._deltas.discard(live)
+        live.pending.clear()
 
     async def _flush_terminal(
         self, live: LiveRun, terminal: result_pb2.RunResult, finish: tuple[int, str] | None
@@ -847,6 +945,7 @@ class Orchestrator:
 
     async def _release(self, live: LiveRun) -> None:
         self._live.pop(live.run_id, None)
+        self._deltas.discard(live)
         self.deliveries.discard(live.run_id)
         if live.read_task is not None and not live.read_task.done():
             live.read_task.cancel()
@@ -875,7 +974,7 @@ class Orchestrator:
                 try:
                     await self._store(live, terminal, (common_pb2.RUN_STATUS_CANCELLED, reason))
                 except HostStoreError:
-                    live.pending.clear()
+                    self._drop_pending(live)
                     log.error("run.store_error", stage="abandon")
             await self._finish(live, common_pb2.RUN_STATUS_CANCELLED, reason, terminal)
         except Exception:

@@ -478,6 +478,20 @@ class FactStores:
             for result in known:
                 await self._apply(s, snapshot, result)
 
+    async def record_deltas(self, batches: Sequence[tuple[str, Sequence[result_pb2.RunResult]]]) -> None:
+        """`message.delta` results of SEVERAL runs in ONE transaction (the orchestrator's host-wide delta
+        batch: concurrent runs share the fixed cost of a commit). All or nothing; deltas have no effect
+        beyond their ledger rows."""
+        batches = [(run_id, results) for run_id, results in batches if results]
+        if not batches:
+            return
+
+        def write(conn: Connection) -> None:
+            for run_id, results in batches:
+                insert_results_sync(conn, run_id, results)
+
+        await self.db.run_write(write)
+
     async def _apply(self, s: Any, snapshot: AuthorizationSnapshot, result: result_pb2.RunResult) -> None:
         kind = result.WhichOneof("payload")
         if kind == "message_delta":
