@@ -62,6 +62,7 @@ async def test_happy_path_streams_accepted_results_and_finished(host: Host) -> N
     assert updates[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED
     run = (await host.stub.GetRun(host_service_pb2.GetRunRequest(run_id=accepted.run_id), timeout=5)).run
     assert run.status == common_pb2.RUN_STATUS_COMPLETED and run.last_sequence == 4
+    assert "event_digest" not in run.metadata  # host-private ledger metadata never leaves the host
     # the token is dead once the run ended
     assert await host.app.stores.sessions.lookup("x") is None
     from sqlalchemy import select

@@ -269,48 +269,6 @@ def _now_ts() -> timestamp_pb2.Timestamp:
     return ts
 
 
-def _ts(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
-    if value is None:
-        return None
-    ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(value)
-    return ts
-
-
-def record_to_proto(record: RunRecord) -> host_service_pb2.Run:
-    run = host_service_pb2.Run(
-        run_id=record.run_id,
-        event_id=record.event_id,
-        agent_id=record.agent_id,
-        binding_id=record.binding_id,
-        runner_id=record.runner_id,
-        conversation_id=record.conversation_id,
-        thread_id=record.thread_id,
-        status=record.status,  # type: ignore[arg-type]
-        status_reason=record.status_reason,
-        last_sequence=record.last_sequence,
-        trace_id=record.trace_id,
-        bot_id=record.bot_id,
-        workspace_id=record.workspace_id,
-    )
-    for field, value in (
-        ("create_time", record.created_at),
-        ("start_time", record.started_at),
-        ("finish_time", record.finished_at),
-        ("deadline_time", record.deadline_at),
-        ("cancel_request_time", record.cancel_requested_at),
-    ):
-        ts = _ts(value)
-        if ts is not None:
-            getattr(run, field).CopyFrom(ts)
-    if record.usage:
-        json_format.ParseDict(record.usage, run.usage, ignore_unknown_fields=True)
-    public_meta = {k: v for k, v in record.metadata.items() if k != "event_digest"}
-    if public_meta:
-        run.metadata.update(public_meta)
-    return run
-
-
 def _status_for_terminal(result: result_pb2.RunResult) -> tuple[int, str]:
     if result.HasField("run_completed"):
         return common_pb2.RUN_STATUS_COMPLETED, result.run_completed.finish_reason or "stop"

@@ -14,8 +14,9 @@ from agentrunner.protocol import INTERACTION_SUBMITTED_EVENT
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.context_parity import check_envelope
 from agentrunner_host.delivery.interactions import InteractionService
-from agentrunner_host.orchestrator import Orchestrator, Update, record_to_proto
+from agentrunner_host.orchestrator import Orchestrator, Update
 from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.store.ledger import run_to_proto
 
 log = structlog.get_logger("agentrunner_host.host_service")
 
@@ -90,7 +91,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
             record = await self.orchestrator.get_run(request.run_id)
         except AgentRunnerError as err:
             await abort_with(context, err)
-        return host_service_pb2.GetRunResponse(run=record_to_proto(record))
+        return host_service_pb2.GetRunResponse(run=run_to_proto(record))
 
     async def CancelRun(
         self, request: host_service_pb2.CancelRunRequest, context: grpc.aio.ServicerContext
@@ -99,7 +100,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
             record = await self.orchestrator.cancel_run(request.run_id, request.reason)
         except AgentRunnerError as err:
             await abort_with(context, err)
-        return host_service_pb2.CancelRunResponse(run=record_to_proto(record))
+        return host_service_pb2.CancelRunResponse(run=run_to_proto(record))
 
     async def ListRunners(
         self, request: host_service_pb2.HostServiceListRunnersRequest, context: grpc.aio.ServicerContext

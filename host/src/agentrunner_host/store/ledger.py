@@ -201,8 +201,13 @@ def finish_run_sync(
     return None if row is None else _row_to_record(row)
 
 
+#: ledger metadata the host keeps for itself (e.g. the digest that tells a duplicate event from a conflicting
+#: one): never sent to clients or runners
+PRIVATE_METADATA_KEYS = frozenset({"event_digest"})
+
+
 def run_to_proto(record: RunRecord) -> host_service_pb2.Run:
-    """The wire form of a ledger record (`agentrunner.v1.Run`)."""
+    """The wire form of a ledger record (`agentrunner.v1.Run`), for clients and runners alike."""
     run = host_service_pb2.Run(
         run_id=record.run_id,
         event_id=record.event_id,
@@ -217,7 +222,7 @@ def run_to_proto(record: RunRecord) -> host_service_pb2.Run:
         trace_id=record.trace_id,
         bot_id=record.bot_id,
         workspace_id=record.workspace_id,
-        metadata=dict_to_struct(record.metadata),
+        metadata=dict_to_struct({k: v for k, v in record.metadata.items() if k not in PRIVATE_METADATA_KEYS}),
     )
     for field, value in (
         ("create_time", record.created_at),
