@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from agentrunner.errors import RuntimeFailureError
+from agentrunner_host.store import sqlite_driver
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 DEFAULT_URL = "sqlite+aiosqlite:///var/agentrunner-host.db"
@@ -214,7 +215,10 @@ class Database:
         self.dialect = "sqlite" if self.url.drivername.startswith("sqlite") else "postgresql"
         kwargs: dict[str, Any] = {"echo": echo}
         if self.dialect == "sqlite":
-            kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+            kwargs["connect_args"] = {
+                "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
+                "async_creator_fn": sqlite_driver.connect,  # cancel-safe close (see sqlite_driver)
+            }
         else:
             # No pre-ping (a round trip per checkout); stale connections are recycled instead.
             kwargs.update(pool_size=pool_size, max_overflow=pool_size * 2, pool_recycle=1800)

@@ -1,0 +1,63 @@
+"""A write cancelled mid-statement must not leave its SQLite connection holding the write lock.
+
+Regression: a proxy call cancelled by its client while its audit `INSERT … RETURNING` was in flight
+left a zombie pysqlite connection (closed, but still owning the write lock through the unfinished
+statement of a cursor kept alive by the cancellation's traceback); the next run's writes then waited
+out the whole 30 s busy timeout and the run hung with no error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import aiosqlite
+import pytest
+from sqlalchemy import text
+
+from agentrunner_host.store.db import Database
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_a_write_cancelled_mid_statement_releases_the_database(
+    sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "host.db"
+    shutil.copy(sqlite_template, target)
+    db = Database(f"sqlite+aiosqlite:///{target}")
+    submit = aiosqlite.Connection._execute
+
+    async def cancel_on_submit(
+        self: aiosqlite.Connection, fn: object, *args: object, **kwargs: object
+    ) -> object:
+        # the statement is queued to the connection's thread, then the awaiting task is cancelled
+        if any("'cancel-me'" in str(arg) for arg in args):
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+        return await submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(aiosqlite.Connection, "_execute", cancel_on_submit)
+
+    async def insert(name: str) -> None:
+        async with db.write() as session:
+            await session.execute(
+                text("INSERT INTO host_secrets (name, value) VALUES (:n, x'00') RETURNING name"), {"n": name}
+            )
+
+    kept: list[BaseException] = []  # whoever awaited the task keeps its exception (and its frames)
+    try:
+        await insert("cancel-me")
+    except asyncio.CancelledError as exc:
+        kept.append(exc)
+    assert kept, "the write was not cancelled"
+    try:
+        # before the fix this waited for the 30 s busy timeout ("database is locked")
+        await asyncio.wait_for(insert("next"), timeout=10)
+        async with db.read() as session:
+            names = set((await session.execute(text("SELECT name FROM host_secrets"))).scalars())
+        assert "next" in names and "cancel-me" not in names  # the cancelled write rolled back whole
+    finally:
+        await db.dispose()
