@@ -471,7 +471,8 @@ class Orchestrator:
             start.snapshot, start.deadline_at = snapshot, deadline_at
             record.status = common_pb2.RUN_STATUS_RUNNING
             record.started_at = utcnow()
-        start.record, start.recorded = await self.stores.start_run(record, event, session)
+        state_of = start.snapshot if start.snapshot is not None and start.snapshot.state_scopes else None
+        start.record, start.recorded = await self.stores.start_run(record, event, session, state_of)
         return start
 
     async def _execute(
@@ -532,10 +533,7 @@ class Orchestrator:
             if failure is None:
                 assert runner is not None and start.snapshot is not None and start.deadline_at is not None
                 snapshot, token, deadline_at = start.snapshot, start.token, start.deadline_at
-                try:
-                    state = await self.stores.state.snapshot(snapshot) if snapshot.state_scopes else {}
-                except AgentRunnerError as exc:
-                    raise HostStoreError(f"preparing the run failed: {exc.message}") from exc
+                state = recorded.state or {}  # read in the run-start transaction
                 validator = live.validator = ResultValidator(snapshot, self.limits)
                 ctx = await self.contexts.build(
                     event=event,

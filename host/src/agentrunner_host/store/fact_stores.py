@@ -126,6 +126,8 @@ class RecordedEvent:
     attachments: list[common_pb2.ArtifactRef]
     #: False when the event id was already recorded (a duplicate delivery): nothing was written
     created: bool
+    #: the run context's state snapshot, when `start_run` was asked to read it in its transaction
+    state: dict[str, dict[str, Any]] | None = None
 
 
 class FactStores:
@@ -214,13 +216,18 @@ class FactStores:
         record: RunRecord,
         envelope: host_service_pb2.EventEnvelope,
         session: RunSession | None = None,
+        state_of: AuthorizationSnapshot | None = None,
     ) -> tuple[RunRecord, RecordedEvent | None]:
         """Everything a run needs before the runner is called, in ONE transaction: the run row (status
         as given, e.g. already `running`), the incoming event (event log + user transcript message, as
-        `record_event`) and the run session. When the event id already has a run, nothing is written and
-        `(that run, None)` is returned. Events with attachments take the per-store path (artifacts)."""
+        `record_event`), the run session and, for `state_of`, the state snapshot it grants. When the
+        event id already has a run, nothing is written and `(that run, None)` is returned. Events with
+        attachments take the per-store path (artifacts)."""
         if envelope.input.attachments:
-            return await self._start_run_stepwise(record, envelope, session)
+            stored, recorded = await self._start_run_stepwise(record, envelope, session)
+            if recorded is not None and state_of is not None:
+                recorded.state = await self.state.snapshot(state_of)
+            return stored, recorded
         values = run_values(record, self.ledger.owner)
         incoming = incoming_fields(envelope, run_id=record.run_id, runner_id=record.runner_id)
         conversation_id = envelope.conversation.conversation_id
@@ -238,9 +245,9 @@ class FactStores:
                 "metadata": {"actor_id": envelope.actor.actor_id} if envelope.actor.actor_id else None,
             }
 
-        def write(conn: Connection) -> tuple[bool, RunRecord | None, int | None, int | None, int, bool]:
+        def write(conn: Connection) -> tuple[bool, RunRecord | None, int | None, int | None, int, bool, Any]:
             if not insert_run_sync(conn, values):
-                return True, get_run_by_event_sync(conn, record.event_id), None, None, 0, False
+                return True, get_run_by_event_sync(conn, record.event_id), None, None, 0, False, None
             seq = append_event_sync(conn, log_values(**incoming))
             transcript_seq: int | None = None
             created = seq is not None
@@ -260,9 +267,10 @@ class FactStores:
                 latest = latest_seq_sync(conn, conversation_id)
             if session is not None:
                 register_sync(conn, session)
-            return False, None, seq, transcript_seq, latest, created
+            state = self.state.snapshot_sync(conn, state_of) if state_of is not None else None
+            return False, None, seq, transcript_seq, latest, created, state
 
-        duplicate, existing, seq, transcript_seq, latest, created = await self.db.run_write(write)
+        duplicate, existing, seq, transcript_seq, latest, created, state = await self.db.run_write(write)
         if duplicate:
             if existing is None:
                 raise AlreadyExistsError(f"run id {record.run_id} already exists")
@@ -275,6 +283,7 @@ class FactStores:
             has_history_before=position > 1,
             attachments=[],
             created=created,
+            state=state,
         )
 
     async def _start_run_stepwise(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import Connection, Select, delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.errors import (
@@ -172,25 +172,38 @@ class StateStore:
             keys = list((await s.scalars(stmt)).all())
         return keys[:limit], len(keys) > limit
 
+    def _snapshot_queries(self, snapshot: AuthorizationSnapshot) -> list[tuple[str, Select[Any]]]:
+        queries: list[tuple[str, Select[Any]]] = []
+        for name in SCOPE_NAMES.values():
+            if name not in snapshot.state_scopes:
+                continue
+            try:
+                _, owner = self.owner_key(snapshot, name)
+            except FailedPreconditionError:
+                continue
+            queries.append(
+                (
+                    name,
+                    select(StateRow.key, StateRow.value)
+                    .where(StateRow.scope == name, StateRow.owner_key == owner)
+                    .order_by(StateRow.key)
+                    .limit(SNAPSHOT_KEYS_PER_SCOPE),
+                )
+            )
+        return queries
+
     async def snapshot(self, snapshot: AuthorizationSnapshot) -> dict[str, dict[str, Any]]:
         """The run context's state snapshot: every granted scope with an identity -> {key: value}
         (at most `SNAPSHOT_KEYS_PER_SCOPE` keys per scope, in key order)."""
         out: dict[str, dict[str, Any]] = {}
         async with self.db.read() as s:
-            for name in SCOPE_NAMES.values():
-                if name not in snapshot.state_scopes:
-                    continue
-                try:
-                    _, owner = self.owner_key(snapshot, name)
-                except FailedPreconditionError:
-                    continue
-                rows = (
-                    await s.execute(
-                        select(StateRow.key, StateRow.value)
-                        .where(StateRow.scope == name, StateRow.owner_key == owner)
-                        .order_by(StateRow.key)
-                        .limit(SNAPSHOT_KEYS_PER_SCOPE)
-                    )
-                ).all()
-                out[name] = {k: v for k, v in rows}
+            for name, query in self._snapshot_queries(snapshot):
+                out[name] = {k: v for k, v in (await s.execute(query)).all()}
         return out
+
+    def snapshot_sync(self, conn: Connection, snapshot: AuthorizationSnapshot) -> dict[str, dict[str, Any]]:
+        """`snapshot` inside a `run_write` transaction (run start reads it in the same hop)."""
+        return {
+            name: {k: v for k, v in conn.execute(query).all()}
+            for name, query in self._snapshot_queries(snapshot)
+        }
