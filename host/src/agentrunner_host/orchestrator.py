@@ -504,23 +504,22 @@ class Orchestrator:
         failure: result_pb2.RunResult | None = None
         received_any = False
         first = True
-        try:
-            yield Update(
-                accepted=host_service_pb2.RunAccepted(
-                    run_id=run_id,
-                    runner_id=record.runner_id,
-                    binding_id=record.binding_id,
-                    agent_id=record.agent_id,
-                    trace_id=record.trace_id,
-                    event_id=record.event_id,
-                )
-            )
-            log.info(
-                "run.accepted",
+        # `accepted` goes out once the runner call is on its way (the runner starts while the client
+        # receives it), or before the failure when the run fails before that.
+        accepted: Update | None = Update(
+            accepted=host_service_pb2.RunAccepted(
+                run_id=run_id,
                 runner_id=record.runner_id,
                 binding_id=record.binding_id,
+                agent_id=record.agent_id,
+                trace_id=record.trace_id,
                 event_id=record.event_id,
             )
+        )
+        log.info(
+            "run.accepted", runner_id=record.runner_id, binding_id=record.binding_id, event_id=record.event_id
+        )
+        try:
             # run row, event, transcript message and session were written by `_start_run`
             start = live.start
             assert start is not None and start.recorded is not None
@@ -571,6 +570,8 @@ class Orchestrator:
                     _read_runner(call, live.channel.outbox, live.read_room), name=f"read-{run_id}"
                 )
                 del request, ctx
+                yield accepted
+                accepted = None
                 drain_until: float | None = None
                 try:
                     while True:
@@ -671,6 +672,8 @@ class Orchestrator:
         finally:
             if call is not None and not call.done():
                 call.cancel()
+        if accepted is not None:
+            yield accepted
         if failure is not None:
             failure.sequence = live.next_sequence()
             if live.validator is not None:

@@ -270,7 +270,9 @@ class FactStores:
             state = self.state.snapshot_sync(conn, state_of) if state_of is not None else None
             return False, None, seq, transcript_seq, latest, created, state
 
-        duplicate, existing, seq, transcript_seq, latest, created, state = await self.db.run_write(write)
+        duplicate, existing, seq, transcript_seq, latest, created, state = await self.db.run_write(
+            write, inline=True
+        )
         if duplicate:
             if existing is None:
                 raise AlreadyExistsError(f"run id {record.run_id} already exists")

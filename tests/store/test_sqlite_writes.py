@@ -1,6 +1,6 @@
-"""A write cancelled mid-statement must not leave its SQLite connection holding the write lock.
+"""SQLite write paths: nothing a caller or another process does may leave the host waiting on a lock.
 
-Regression: a proxy call cancelled by its client while its audit `INSERT … RETURNING` was in flight
+A write cancelled mid-statement must not leave its SQLite connection holding the write lock. Regression: a proxy call cancelled by its client while its audit `INSERT … RETURNING` was in flight
 left a zombie pysqlite connection (closed, but still owning the write lock through the unfinished
 statement of a cursor kept alive by the cancellation's traceback); the next run's writes then waited
 out the whole 30 s busy timeout and the run hung with no error.
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sqlite3
 from pathlib import Path
 
 import aiosqlite
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from agentrunner_host.store.db import Database
 
@@ -60,4 +61,33 @@ async def test_a_write_cancelled_mid_statement_releases_the_database(
             names = set((await session.execute(text("SELECT name FROM host_secrets"))).scalars())
         assert "next" in names and "cancel-me" not in names  # the cancelled write rolled back whole
     finally:
+        await db.dispose()
+
+
+async def test_an_inline_write_never_blocks_the_event_loop_on_another_process_lock(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """Run start writes inline on the event loop; if another process (e.g. `kb ingest`) holds the write
+    lock, the write moves to the writer thread and waits there, while the loop keeps serving."""
+    target = tmp_path / "host.db"
+    shutil.copy(sqlite_template, target)
+    db = Database(f"sqlite+aiosqlite:///{target}")
+    other = sqlite3.connect(target, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # the write lock, held by someone else
+    try:
+
+        def insert(conn: Connection) -> int:
+            conn.execute(text("INSERT INTO host_secrets (name, value) VALUES ('inline', x'00')"))
+            return 1
+
+        write = asyncio.create_task(db.run_write(insert, inline=True))
+        await asyncio.sleep(0.3)  # a loop blocked inside the write would not get here before the lock frees
+        assert not write.done()
+        other.execute("COMMIT")
+        assert await asyncio.wait_for(write, timeout=10) == 1
+        async with db.read() as session:
+            names = set((await session.execute(text("SELECT name FROM host_secrets"))).scalars())
+        assert "inline" in names
+    finally:
+        other.close()
         await db.dispose()
