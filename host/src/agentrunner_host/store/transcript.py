@@ -7,12 +7,14 @@ under the conversation row's lock, so concurrent writers never lose or duplicate
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from google.protobuf import timestamp_pb2
 from sqlalchemy import (
     Text,
     TypeDecorator,
@@ -171,7 +173,7 @@ def _page_statement(thread: bool, after: bool, before: bool, forward: bool, with
         stmt = stmt.where(items.seq < bindparam("p_before"))
     stmt = stmt.order_by(items.seq.asc() if forward else items.seq.desc()).limit(bindparam("p_limit"))
     if with_total:
-        stmt = stmt.add_columns(_LAST_SEQ.scalar_subquery().label("_total"))
+        stmt = stmt.add_columns(_LAST_SEQ.scalar_subquery().label("conversation_total"))
     return stmt
 
 
@@ -204,6 +206,11 @@ _PAGE_COLUMNS = (
     _json_column(_ITEMS.c.artifacts, "artifacts"),
     _json_column(_ITEMS.c["metadata"], "meta"),
 )
+
+#: page rows as plain named tuples: attribute access on SQLAlchemy's `Row` costs ~0.5 µs per field, a
+#: third of the whole page's Python time (`to_proto` reads 13 fields of 50 rows)
+PageRow = collections.namedtuple("PageRow", [c.key for c in _PAGE_COLUMNS])  # type: ignore[misc]
+PageRowWithTotal = collections.namedtuple("PageRowWithTotal", [*PageRow._fields, "conversation_total"])  # type: ignore[misc]
 
 
 class Transcript:
@@ -296,8 +303,9 @@ class Transcript:
             thread_id is not None, after_seq is not None, before_seq is not None, forward, joined_total
         )
         total: int | None = None
+        make = (PageRowWithTotal if joined_total else PageRow)._make
         async with self.db.read_connection() as conn:
-            rows = list((await conn.execute(stmt, params)).all())
+            rows = [make(row) for row in await conn.execute(stmt, params)]
             if joined_total:
                 # Sequences are dense per conversation and items are never rewritten: the counter is
                 # the count. Fetched with the page, in the same round trip.
@@ -367,6 +375,7 @@ class Transcript:
     def to_proto(
         self, row: TranscriptRow, *, include_artifacts: bool = True
     ) -> proxy_service_pb2.TranscriptItem:
+        created = row.created_at
         item = proxy_service_pb2.TranscriptItem(
             transcript_id=row.transcript_id,
             event_id=row.event_id,
@@ -378,6 +387,10 @@ class Transcript:
             content=row.content,
             seq=row.seq,
             cursor=self.cursor(row.conversation_id, row.seq),
+            # aware UTC (UTCDateTime); cheaper than Timestamp.FromDatetime
+            create_time=None
+            if created is None
+            else timestamp_pb2.Timestamp(seconds=int(created.timestamp()), nanos=created.microsecond * 1000),
         )
         if row.meta:
             item.metadata.CopyFrom(dict_to_struct(row.meta))
@@ -389,8 +402,4 @@ class Transcript:
         if include_artifacts:
             for ref in row.artifacts:
                 item.artifacts.append(json_to_message(ref, common_pb2.ArtifactRef()))
-        created = row.created_at
-        if created is not None:  # aware UTC (UTCDateTime); cheaper than Timestamp.FromDatetime
-            item.create_time.seconds = int(created.timestamp())
-            item.create_time.nanos = created.microsecond * 1000
         return item
