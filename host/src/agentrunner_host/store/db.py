@@ -294,9 +294,9 @@ class Database:
         the transaction to end, so its outcome is never unknown to the code that cleans up.
 
         `inline=True` is for short transactions on a latency path (run start): when no other write is
-        queued, `fn` runs right here on the event loop with a zero busy timeout, which saves the thread
-        hand-off (~0.5 ms, more than the transaction itself); if another process holds the database lock
-        it falls back to the writer thread, so the loop never waits on a lock."""
+        queued, `fn` runs right here on the event loop with a zero busy timeout, which saves the hand-off
+        to the writer thread and back; if another process holds the database lock it falls back to the
+        writer thread, so the loop never waits on a lock."""
         try:
             if self._writer is None:
                 async with self.engine.begin() as conn:
