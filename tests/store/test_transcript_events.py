@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
+import time
+from collections.abc import Iterator
 
 import pytest
 from google.protobuf import struct_pb2
@@ -225,3 +228,52 @@ async def test_cursors_are_tamper_evident_and_bound_to_their_conversation(stores
     with pytest.raises(InvalidArgumentError):  # an events cursor is not a history cursor
         stores.codec.decode(stores.codec.encode("event", "c1", 5), kind="history", scope="c1", field="x")
     _ = dt
+
+
+@pytest.fixture
+def non_utc_local_zone() -> Iterator[None]:
+    """A local zone nine hours off UTC, so a naive UTC time read as local time shows."""
+    saved = os.environ.get("TZ")
+    os.environ["TZ"] = "Asia/Tokyo"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = saved
+        time.tzset()
+
+
+@pytest.mark.usefixtures("non_utc_local_zone")
+async def test_page_items_carry_every_stored_field_on_both_backends(stores: FactStores) -> None:
+    """The page read (straight from the driver on PostgreSQL) converts like the ORM does: aware UTC
+    times (checked in a non-UTC local zone), JSON contents / artifacts / metadata, empty ones included."""
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    image = common_pb2.ContentElement(image=common_pb2.ImageContent(uri="https://example.test/a.png"))
+    ref = common_pb2.ArtifactRef(artifact_id="art_1", name="a.png", mime_type="image/png")
+    await stores.transcript.append(
+        conversation_id="fields",
+        role="user",
+        content="look",
+        contents=[image],
+        artifacts=[ref],
+        metadata={"actor_id": "u1", "n": 2},
+        event_id="evt_fields",
+    )
+    await stores.transcript.append(conversation_id="fields", role="assistant", content="nice")
+    rows, has_more, total = await stores.transcript.page(conversation_id="fields", with_count=True)
+    assert (has_more, total) == (False, 2)
+    first, second = (stores.transcript.to_proto(r) for r in rows)
+    assert (first.role, first.content, first.event_id, first.seq) == ("user", "look", "evt_fields", 1)
+    assert list(first.contents) == [image] and list(first.artifacts) == [ref]
+    assert dict(first.metadata) == {"actor_id": "u1", "n": 2}
+    created = first.create_time.ToDatetime(dt.UTC)
+    assert before <= created <= dt.datetime.now(dt.UTC)  # UTC, not shifted by a local zone
+    assert (second.content, list(second.contents), list(second.artifacts), dict(second.metadata)) == (
+        "nice",
+        [],
+        [],
+        {},
+    )

@@ -8,6 +8,7 @@ under the conversation row's lock, so concurrent writers never lose or duplicate
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import functools
 import json
 import re
@@ -212,6 +213,22 @@ _PAGE_COLUMNS = (
 PageRow = collections.namedtuple("PageRow", [c.key for c in _PAGE_COLUMNS])  # type: ignore[misc]
 PageRowWithTotal = collections.namedtuple("PageRowWithTotal", [*PageRow._fields, "conversation_total"])  # type: ignore[misc]
 
+_CREATED_AT = PageRow._fields.index("created_at")
+_JSON_AT = tuple(PageRow._fields.index(name) for name in ("contents", "artifacts", "meta"))
+_JSON_TEXT = _JsonText()
+
+
+def _from_driver(row: tuple[Any, ...]) -> list[Any]:
+    """A page row from psycopg, converted as SQLAlchemy's column types would (`UTCDateTime`: naive UTC
+    -> aware; `_JsonText`: JSON text -> value)."""
+    out = list(row)
+    created = out[_CREATED_AT]
+    if created is not None:
+        out[_CREATED_AT] = created.replace(tzinfo=dt.UTC)
+    for index in _JSON_AT:
+        out[index] = _JSON_TEXT.process_result_value(out[index], None)
+    return out
+
 
 class Transcript:
     def __init__(self, db: Database, codec: CursorCodec) -> None:
@@ -304,14 +321,18 @@ class Transcript:
         )
         total: int | None = None
         make = (PageRowWithTotal if joined_total else PageRow)._make
-        async with self.db.read_connection() as conn:
-            rows = [make(row) for row in await conn.execute(stmt, params)]
-            if joined_total:
-                # Sequences are dense per conversation and items are never rewritten: the counter is
-                # the count. Fetched with the page, in the same round trip.
-                total = int(rows[0][-1] or 0) if rows else int(await conn.scalar(_LAST_SEQ, params) or 0)
-            elif with_count:
-                total = int(await conn.scalar(_THREAD_COUNT, params) or 0)
+        if self.db.is_sqlite:
+            async with self.db.read_connection() as conn:
+                rows = [make(row) for row in await conn.execute(stmt, params)]
+        else:  # the hottest pull read: straight from the driver, converted here
+            rows = [make(_from_driver(row)) for row in await self.db.driver_rows(stmt, params)]
+        if joined_total and rows:
+            # Sequences are dense per conversation and items are never rewritten: the counter is the
+            # count. Fetched with the page, in the same round trip.
+            total = int(rows[0][-1] or 0)
+        elif with_count:
+            async with self.db.read_connection() as conn:
+                total = int(await conn.scalar(_LAST_SEQ if joined_total else _THREAD_COUNT, params) or 0)
         has_more = len(rows) > limit
         rows = rows[:limit]
         if not forward:
