@@ -43,12 +43,13 @@ class FinalizingConnection(aiosqlite.Connection):
         self._cursors.clear()
 
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        connection = self._connection
-        if connection is not None and getattr(fn, "__self__", None) is connection and fn.__name__ == "close":
-            # `close()` submits the pysqlite connection's own close: finalize the statements just before it
-            await super()._execute(self._close_cursors)
-            return await super()._execute(fn, *args, **kwargs)
         return await super()._execute(self._tracked, fn, *args, **kwargs)
+
+    async def close(self) -> None:
+        """Finalizes the statements (queued after every one already submitted), then closes."""
+        if self._connection is not None:
+            await super()._execute(self._close_cursors)
+        await super().close()
 
     def stop(self) -> Any:
         """The forced close (SQLAlchemy's terminate fallback) also finalizes the statements first."""
