@@ -1,11 +1,15 @@
 """Host path vs a bare grpc.aio relay of the same messages (issue 4 benchmark; not a test).
 
-Three processes per path, all on loopback: this client, the relay under test (the host via its CLI, or
-the bare relay below), and the reference runner via the SDK CLI. Measured in one run:
+Four processes, all on loopback: this client, the two paths under test (the host via its CLI, and the
+bare relay below), and the bench runner (`bench_runner.py`) via the SDK CLI, which both paths call.
+Both paths are up for the whole run and measured interleaved, so that a change in the machine's load
+(client, paths and runner share two cores) affects both alike. Measured in one run:
 
-- ttfb_p50_ratio: p50 time from starting `Run` to the first result, host / relay (sequential runs);
+- ttfb_p50_ratio: p50 time from starting `Run` to the first result, host / relay (sequential runs,
+  alternating path run by run);
 - throughput_ratio: `message.delta` results per second received with 100 concurrent runs, each streaming
-  `BENCH_DELTAS` deltas as fast as the bench runner (`bench_runner.py`, SDK) can send them, host / relay;
+  `BENCH_DELTAS` deltas as fast as the bench runner can send them, host / relay (pooled over
+  `BENCH_TPUT_ROUNDS` alternating windows per path);
 - rss_kib_per_open_run: host RSS growth per open run with 1,000 `stall` runs open.
 
 Writes bench/results.json and prints one summary line.
@@ -39,7 +43,8 @@ REF_ID = "plugin:bench/burst/default"
 DELTAS = int(os.environ.get("BENCH_DELTAS", "200"))
 TTFB_RUNS = int(os.environ.get("BENCH_TTFB_RUNS", "300"))
 CONCURRENCY = 100
-TPUT_SECONDS = float(os.environ.get("BENCH_TPUT_SECONDS", "5"))
+TPUT_SECONDS = float(os.environ.get("BENCH_TPUT_SECONDS", "4"))
+TPUT_ROUNDS = int(os.environ.get("BENCH_TPUT_ROUNDS", "4"))
 OPEN_RUNS = int(os.environ.get("BENCH_OPEN_RUNS", "1000"))
 
 
@@ -95,20 +100,32 @@ def request(text: str) -> host_service_pb2.HostServiceRunRequest:
     return req
 
 
-async def ttfb(stub: host_service_pb2_grpc.HostServiceStub, n: int) -> list[float]:
-    out = []
+async def first_result(stub: host_service_pb2_grpc.HostServiceStub) -> float:
+    """Seconds from starting one `Run` to its first result (the stream is read to its end)."""
+    started = time.perf_counter()
+    first = None
+    async for update in stub.Run(request("hello"), timeout=30):
+        if first is None and update.HasField("result"):
+            first = time.perf_counter() - started
+    return first or 0.0
+
+
+async def ttfb(stubs: dict[str, host_service_pb2_grpc.HostServiceStub], n: int) -> dict[str, list[float]]:
+    """Sequential runs, alternating the paths run by run (ABBA order), so that drift in the machine's
+    load (a shared 2-core VM) hits both paths alike instead of whichever was measured second."""
+    out: dict[str, list[float]] = {name: [] for name in stubs}
+    names = list(stubs)
     for i in range(n + 20):
-        started = time.perf_counter()
-        first = None
-        async for update in stub.Run(request("hello"), timeout=30):
-            if first is None and update.HasField("result"):
-                first = time.perf_counter() - started
-        if i >= 20:  # warm-up
-            out.append(first or 0.0)
+        for name in names if i % 2 == 0 else reversed(names):
+            t = await first_result(stubs[name])
+            if i >= 20:  # warm-up
+                out[name].append(t)
     return out
 
 
-async def throughput(stub: host_service_pb2_grpc.HostServiceStub) -> float:
+async def throughput(stub: host_service_pb2_grpc.HostServiceStub) -> tuple[int, float]:
+    """`message.delta` results received and seconds taken: CONCURRENCY workers start `burst` runs for
+    TPUT_SECONDS, then the runs in flight finish (their deltas count, and so does their time)."""
     deltas = 0
     stop_at = time.perf_counter() + TPUT_SECONDS
 
@@ -121,7 +138,7 @@ async def throughput(stub: host_service_pb2_grpc.HostServiceStub) -> float:
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    return deltas / (time.perf_counter() - started)
+    return deltas, time.perf_counter() - started
 
 
 async def rss_per_open_run(stub: host_service_pb2_grpc.HostServiceStub, pid: int) -> float:
@@ -138,18 +155,33 @@ async def rss_per_open_run(stub: host_service_pb2_grpc.HostServiceStub, pid: int
     return (after - before) / 1024 / OPEN_RUNS
 
 
-async def measure(address: str, pid: int, with_rss: bool) -> dict[str, float]:
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = host_service_pb2_grpc.HostServiceStub(channel)
-        t = await ttfb(stub, TTFB_RUNS)
-        out = {
-            "ttfb_p50_ms": statistics.median(t) * 1000,
-            "ttfb_p95_ms": statistics.quantiles(t, n=20)[18] * 1000,
-        }
-        out["delta_per_s"] = await throughput(stub)
-        if with_rss:
-            out["rss_kib_per_open_run"] = await rss_per_open_run(stub, pid)
+async def measure(addresses: dict[str, str], pids: dict[str, int]) -> dict[str, dict[str, object]]:
+    """Both paths, interleaved: ttfb run by run, throughput in TPUT_ROUNDS alternating windows (ABBA);
+    each path's rate is its deltas over its time, pooled over its windows."""
+    channels = {name: grpc.aio.insecure_channel(address) for name, address in addresses.items()}
+    try:
+        stubs = {name: host_service_pb2_grpc.HostServiceStub(ch) for name, ch in channels.items()}
+        out: dict[str, dict[str, object]] = {name: {} for name in stubs}
+        times = await ttfb(stubs, TTFB_RUNS)
+        for name, t in times.items():
+            out[name]["ttfb_p50_ms"] = statistics.median(t) * 1000
+            out[name]["ttfb_p95_ms"] = statistics.quantiles(t, n=20)[18] * 1000
+        totals = {name: [0, 0.0] for name in stubs}
+        names = list(stubs)
+        for round_ in range(TPUT_ROUNDS):
+            for name in names if round_ % 2 == 0 else reversed(names):
+                deltas, seconds = await throughput(stubs[name])
+                totals[name][0] += deltas
+                totals[name][1] += seconds
+                out[name].setdefault("delta_per_s_windows", []).append(round(deltas / seconds))  # type: ignore[union-attr]
+        for name, (deltas, seconds) in totals.items():
+            out[name]["delta_per_s"] = deltas / seconds
+        for name in names:
+            out[name]["rss_kib_per_open_run"] = await rss_per_open_run(stubs[name], pids[name])
         return out
+    finally:
+        for ch in channels.values():
+            await ch.close()
 
 
 async def main() -> int:
@@ -170,13 +202,10 @@ async def main() -> int:
         "AGENTRUNNER_LISTENING",
     )
     results: dict[str, object] = {}
+    procs: list[subprocess.Popen[str]] = [runner]
     try:
         relay, relay_addr = start([py, __file__, "--relay", "0", runner_addr], "AGENTRUNNER_HOST_LISTENING")
-        try:
-            results["relay"] = await measure(relay_addr, relay.pid, with_rss=True)
-        finally:
-            relay.kill()
-            relay.wait()
+        procs.append(relay)
         with tempfile.TemporaryDirectory() as tmp:
             config = pathlib.Path(tmp) / "host.yaml"
             config.write_text(
@@ -206,18 +235,24 @@ async def main() -> int:
                 [py, "-m", "agentrunner_host", "serve", "--config", str(config), "--log-level", "WARNING"],
                 "AGENTRUNNER_HOST_LISTENING",
             )
+            procs.append(host)
             try:
-                results["host"] = await measure(host_addr, host.pid, with_rss=True)
+                results.update(
+                    await measure(
+                        {"relay": relay_addr, "host": host_addr}, {"relay": relay.pid, "host": host.pid}
+                    )
+                )
             finally:
                 host.terminate()
                 try:
                     host.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     host.kill()
-                    host.wait()
     finally:
-        runner.kill()
-        runner.wait()
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
     h, r = results["host"], results["relay"]  # type: ignore[assignment]
     summary = {
         "ttfb_p50_ratio": round(h["ttfb_p50_ms"] / r["ttfb_p50_ms"], 3),  # type: ignore[index]
@@ -233,7 +268,9 @@ async def main() -> int:
     results["setup"] = {
         "ttfb_runs": TTFB_RUNS,
         "concurrency": CONCURRENCY,
-        "throughput_seconds": TPUT_SECONDS,
+        "throughput_seconds_per_window": TPUT_SECONDS,
+        "throughput_windows_per_path": TPUT_ROUNDS,
+        "interleaved": "ttfb run by run, throughput window by window (ABBA)",
         "open_runs": OPEN_RUNS,
         "cpus": os.cpu_count(),
         "stores": "SQLite (WAL) fact stores, every result recorded (deltas in batches)",

@@ -45,6 +45,34 @@ async def test_duplicate_event_attaches_to_the_existing_run_even_when_racing(sto
     assert await stores.ledger.count_runs("c1") == 1
 
 
+async def test_delta_batches_read_back_one_result_at_a_time_from_any_point(stores: FactStores) -> None:
+    """Consecutive deltas share a ledger row (`packed_rows`); every read still sees single results in
+    order, from any sequence (also one inside a packed row), and a result appended with a sequence a
+    packed row already holds is refused."""
+    ledger = stores.ledger
+    await ledger.create_run(_record("run_p", "evt_p"))
+    await stores.record_deltas([("run_p", [_delta(s, f"d{s}") for s in range(1, 5)])])
+    await stores.record_deltas([("run_p", [_delta(5, "d5")])])  # a lone delta: a plain row
+    done = result_pb2.RunResult(sequence=6)
+    done.run_completed.finish_reason = "stop"
+    await stores.record_deltas([("run_p", [_delta(7, "d7"), _delta(8, "d8")])])
+    await ledger.append_result("run_p", done)
+
+    everything = await ledger.list_results("run_p")
+    assert [r.sequence for r in everything] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [r.message_delta.text for r in everything if r.HasField("message_delta")] == [
+        f"d{s}" for s in (1, 2, 3, 4, 5, 7, 8)
+    ]
+    assert [r.sequence for r in await ledger.list_results("run_p", after_sequence=2)] == [3, 4, 5, 6, 7, 8]
+    assert [r.sequence for r in await ledger.list_results("run_p", after_sequence=2, limit=1)] == [3]
+    assert [r.sequence for r in await ledger.list_results("run_p", after_sequence=6, limit=5)] == [7, 8]
+    for held in (2, 4, 8):
+        with pytest.raises(AlreadyExistsError):
+            await ledger.append_result("run_p", _delta(held, "again"))
+    run = await ledger.get_run("run_p")
+    assert run is not None and run.last_sequence == 8
+
+
 async def test_results_are_unique_and_ordered_and_finish_is_set_once(stores: FactStores) -> None:
     ledger = stores.ledger
     await ledger.create_run(_record("run_1", "evt_1"))

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect
 
+from agentrunner.v1 import result_pb2
+from agentrunner_host.ports import RunRecord
 from agentrunner_host.store.db import (
     Database,
     DatabaseNotMigratedError,
@@ -77,8 +79,8 @@ def test_downgrade_to_base_and_upgrade_again(empty_url: str) -> None:
 def test_upgrade_from_the_previous_revision_keeps_existing_data(empty_url: str, tmp_path: Path) -> None:
     """A database at the previous release's revision upgrades to head without losing what it holds."""
     heads = sorted(head_revisions())
-    assert heads == ["0003_interactions"], "update this test's previous revision when adding a migration"
-    upgrade(empty_url, "0002_knowledge")
+    assert heads == ["0004_packed_deltas"], "update this test's previous revision when adding a migration"
+    upgrade(empty_url, "0003_interactions")
     with pytest.raises(DatabaseNotMigratedError):
         ensure_current(empty_url)  # serving refuses a database one revision behind
 
@@ -104,3 +106,55 @@ def test_upgrade_from_the_previous_revision_keeps_existing_data(empty_url: str, 
     assert (
         asyncio.run(write_then_read("read")) == before == [(1, "before upgrade 1"), (2, "before upgrade 2")]
     )
+
+
+def test_downgrade_unpacks_packed_delta_rows_without_losing_a_result(empty_url: str, tmp_path: Path) -> None:
+    """0004 packs consecutive deltas into one ledger row; going back to 0003 gives every result its own
+    row again (same sequences, same bytes), and upgrading once more reads them all back."""
+    migrate_cli(empty_url, echo=lambda _: None)
+    run_id = "run_packed"
+
+    def delta(seq: int) -> result_pb2.RunResult:
+        result = result_pb2.RunResult(run_id=run_id, sequence=seq)
+        result.message_delta.text = f"part {seq} "
+        return result
+
+    async def write() -> list[bytes]:
+        db = Database(empty_url)
+        try:
+            stores = await FactStores.open(db, FactStoreSettings(artifact_dir=tmp_path / "a"))
+            await stores.ledger.create_run(
+                RunRecord(run_id=run_id, event_id="evt_packed", agent_id="a", binding_id="b", runner_id="r")
+            )
+            await stores.record_deltas([(run_id, [delta(s) for s in range(1, 6)])])
+            await stores.record_deltas([(run_id, [delta(s) for s in range(6, 8)])])
+            return [r.SerializeToString() for r in await stores.ledger.list_results(run_id)]
+        finally:
+            await db.dispose()
+
+    async def rows() -> list[tuple[int, str]]:
+        db = Database(empty_url)
+        try:
+            async with db.engine.connect() as conn:
+                found = await conn.exec_driver_sql(
+                    f"SELECT sequence, result_type FROM run_results WHERE run_id = '{run_id}' ORDER BY sequence"
+                )
+                return [(int(r[0]), str(r[1])) for r in found]
+        finally:
+            await db.dispose()
+
+    async def read() -> list[bytes]:
+        db = Database(empty_url)
+        try:
+            stores = await FactStores.open(db, FactStoreSettings(artifact_dir=tmp_path / "a"))
+            return [r.SerializeToString() for r in await stores.ledger.list_results(run_id)]
+        finally:
+            await db.dispose()
+
+    stored = asyncio.run(write())
+    assert [result_pb2.RunResult.FromString(b).sequence for b in stored] == [1, 2, 3, 4, 5, 6, 7]
+    assert asyncio.run(rows()) == [(5, "message.delta"), (7, "message.delta")]  # two packed rows
+    downgrade(empty_url, "0003_interactions")
+    assert asyncio.run(rows()) == [(s, "message.delta") for s in range(1, 8)]
+    migrate_cli(empty_url, echo=lambda _: None)
+    assert asyncio.run(read()) == stored

@@ -91,10 +91,15 @@ log = structlog.get_logger("agentrunner_host.orchestrator")
 
 Update = host_service_pb2.HostServiceRunResponse
 
-#: pending deltas (of all runs) that start a shared write; a non-delta result flushes its run at once
-DELTA_BATCH = 256
-#: pending deltas are written at the latest this long after the oldest of them arrived
-DELTA_BATCH_SECONDS = 0.05
+#: pending deltas (of all runs) that start a shared write; a non-delta result flushes its run at once.
+#: Large on purpose: each run's deltas in a batch share one ledger row (`ledger.packed_rows`), and with
+#: many runs streaming, a batch writes about one index page per run whatever its size, so bigger
+#: batches write far less per delta (measured with 100 streaming runs: 2,000-delta batches cost the
+#: writer about a third of what 300-delta batches did).
+DELTA_BATCH = 2048
+#: pending deltas are written at the latest this long after the oldest of them arrived (the window in
+#: which a delta already streamed to the client is not yet durable)
+DELTA_BATCH_SECONDS = 0.25
 #: runner messages read ahead of the run loop (at most)
 READ_AHEAD = 32
 

@@ -129,7 +129,8 @@ class RunRow(Base):
 
 
 class RunResultRow(Base):
-    """One validated result of a run (serialized `RunResult`), unique by `(run_id, sequence)`."""
+    """Validated results of a run (serialized `RunResult`s), unique by `(run_id, sequence)`: one result, or
+    a run of consecutive deltas keyed by its last sequence."""
 
     __tablename__ = "run_results"
     __table_args__ = (UniqueConstraint("run_id", "sequence", name="uq_run_results_run_id_sequence"),)
@@ -142,6 +143,9 @@ class RunResultRow(Base):
     result_type: Mapped[str] = mapped_column(String(64), nullable=False, default="")
     payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    #: results held: 1 = `payload` is one serialized result; more = consecutive `message.delta` results
+    #: ending at `sequence`, each framed with its length (`ledger.packed_rows`)
+    result_count: Mapped[int] = mapped_column(Integer, nullable=False, default=1, server_default="1")
 
 
 class ConversationRow(Base):
