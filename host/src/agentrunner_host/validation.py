@@ -50,7 +50,9 @@ class ResultValidator:
         self.host_sequence = 0
         self._seen: set[int] = set()
         self._max_runner_seq = 0
-        self._buffers: dict[str, str] = {}
+        #: text streamed so far per message id, as parts (joined only when a delta carries
+        #: `cumulative_text`: appending to one string per delta would copy the whole text every time)
+        self._buffers: dict[str, list[str]] = {}
         self._open_tools: set[str] = set()
         self.dropped = 0
         #: the run's `delivery.interactions` (None: the surface renders none); set once the context is built
@@ -121,8 +123,9 @@ class ResultValidator:
     def _check_payload(self, kind: str, result: result_pb2.RunResult) -> str | None:
         if kind == "message_delta":
             delta = result.message_delta
-            buf = self._buffers.get(delta.message_id, "")
+            parts = self._buffers.setdefault(delta.message_id, [])
             if delta.HasField("cumulative_text"):
+                buf = "".join(parts)
                 cumulative = delta.cumulative_text
                 if not delta.text and cumulative.startswith(buf):
                     delta.text = cumulative[len(buf) :]
@@ -130,9 +133,9 @@ class ResultValidator:
                     log.warning(
                         "result.delta_cumulative_mismatch", run_id=self.run_id, message_id=delta.message_id
                     )
-                self._buffers[delta.message_id] = cumulative
-            else:
-                self._buffers[delta.message_id] = buf + delta.text
+                parts[:] = [cumulative]
+            elif delta.text:
+                parts.append(delta.text)
             if delta.text or delta.contents or delta.cumulative_text:
                 self.saw_message = True
             return None

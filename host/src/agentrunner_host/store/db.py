@@ -253,6 +253,8 @@ class Database:
         self._read_sessions = async_sessionmaker(read_engine, expire_on_commit=False)
         self._write_lock = asyncio.Lock() if self.dialect == "sqlite" else None
         self._sync_engine: Engine | None = None
+        self._write_conn: Connection | None = None
+        self._busy_ms: int | None = None
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
         if self.dialect == "sqlite":
             # One connection, used only by the one writer thread (StaticPool: no checkout overhead).
@@ -354,28 +356,33 @@ class Database:
                 await future
             raise
 
-    def _write_sync(self, fn: Callable[[Connection], T], busy_timeout_ms: int | None = None) -> T:
-        assert self._sync_engine is not None
-        with self._sync_engine.connect() as conn:
-            if busy_timeout_ms is None:
-                return self._transaction(conn, fn)
-            driver = conn.connection.dbapi_connection
-            assert driver is not None
-            driver.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-            try:
-                return self._transaction(conn, fn)
-            finally:
-                driver.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-
-    @staticmethod
-    def _transaction(conn: Connection, fn: Callable[[Connection], T]) -> T:
-        conn.execution_options(sqlite_begin="IMMEDIATE")
-        with conn.begin():
-            return fn(conn)
+    def _write_sync(self, fn: Callable[[Connection], T], busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> T:
+        """One IMMEDIATE transaction on the one write connection, kept open between transactions (a
+        checkout, options and close per transaction cost more than a short transaction's statements).
+        Callers are serialized by `_write_lock`; the busy timeout is only switched when it changes."""
+        conn = self._write_conn
+        if conn is None or conn.closed or conn.invalidated:
+            assert self._sync_engine is not None
+            conn = self._write_conn = self._sync_engine.connect().execution_options(sqlite_begin="IMMEDIATE")
+            self._busy_ms = None
+        try:
+            if self._busy_ms != busy_timeout_ms:
+                driver = conn.connection.dbapi_connection
+                assert driver is not None
+                driver.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+                self._busy_ms = busy_timeout_ms
+            with conn.begin():
+                return fn(conn)
+        except BaseException:
+            self._busy_ms = None  # the connection may have been replaced: set it again next time
+            raise
 
     async def dispose(self) -> None:
         if self._writer is not None:
             self._writer.shutdown(wait=True)
+        if self._write_conn is not None:
+            self._write_conn.close()
+            self._write_conn = None
         if self._sync_engine is not None:
             self._sync_engine.dispose()
         if self._read_engine is not self.engine:

@@ -1,0 +1,63 @@
+"""Result validation of `message.delta`: what the client receives when a runner streams increments,
+cumulative text, or both (the validator keeps each message's text so far)."""
+
+from __future__ import annotations
+
+from agentrunner.v1 import result_pb2
+from agentrunner_host.validation import Limits, ResultValidator
+from tests.store.conftest import make_snapshot
+
+
+def _validator() -> ResultValidator:
+    return ResultValidator(
+        make_snapshot(run_id="run_v"),
+        Limits(result_max_bytes=1 << 20, state_key_max_chars=256, state_value_max_bytes=65536),
+    )
+
+
+def _delta(
+    seq: int, text: str = "", cumulative: str | None = None, message: str = "m1"
+) -> result_pb2.RunResult:
+    result = result_pb2.RunResult(run_id="run_v", sequence=seq)
+    result.message_delta.message_id = message
+    result.message_delta.text = text
+    if cumulative is not None:
+        result.message_delta.cumulative_text = cumulative
+    return result
+
+
+def test_cumulative_only_deltas_reach_the_client_as_increments() -> None:
+    v = _validator()
+    texts = []
+    for seq, cumulative in enumerate(["Ahoy", "Ahoy there", "Ahoy there, sailor!"], start=1):
+        accepted = v.accept(_delta(seq, cumulative=cumulative))
+        assert accepted is not None
+        texts.append(accepted.message_delta.text)
+    assert texts == ["Ahoy", " there", ", sailor!"]
+
+
+def test_increments_then_cumulative_continue_from_the_text_so_far_per_message() -> None:
+    v = _validator()
+    seq = 0
+    for i in range(500):  # a long stream of plain increments
+        seq += 1
+        assert v.accept(_delta(seq, text=f"w{i} ")) is not None
+    so_far = "".join(f"w{i} " for i in range(500))
+    seq += 1
+    other = v.accept(_delta(seq, text="other message", message="m2"))  # its own text, not m1's
+    assert other is not None and other.message_delta.text == "other message"
+    seq += 1
+    accepted = v.accept(_delta(seq, cumulative=so_far + "end"))
+    assert accepted is not None and accepted.message_delta.text == "end"
+    seq += 1
+    accepted = v.accept(_delta(seq, text="!", cumulative=so_far + "end!"))  # both, consistent
+    assert accepted is not None and accepted.message_delta.text == "!"
+
+
+def test_a_cumulative_text_that_disagrees_is_passed_on_and_becomes_the_new_base() -> None:
+    v = _validator()
+    assert v.accept(_delta(1, text="Hello")) is not None
+    mismatch = v.accept(_delta(2, text=" world", cumulative="Goodbye world"))
+    assert mismatch is not None and mismatch.message_delta.text == " world"
+    follow = v.accept(_delta(3, cumulative="Goodbye world!"))
+    assert follow is not None and follow.message_delta.text == "!"
