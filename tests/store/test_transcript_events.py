@@ -214,6 +214,33 @@ async def test_full_text_search_finds_messages_in_this_conversation_only(stores:
     assert await stores.transcript.search(conversation_id="c1", query="nothingmatches") == []
 
 
+async def test_search_index_stays_whole_across_batched_indexing_and_deletes(stores: FactStores) -> None:
+    """SQLite indexes transcript rows in batches (`index_pending`, also run before every search). Rows
+    deleted before or after they were indexed, and a new row that reuses a deleted row's id, leave the
+    index consistent: FTS5's integrity check passes and search returns exactly the rows that exist."""
+    if not stores.db.is_sqlite:
+        pytest.skip("PostgreSQL searches an expression index, nothing is batched")
+    transcript = stores.transcript
+    for word in ("alpha", "bravo", "charlie"):
+        await transcript.append(conversation_id="c1", role="user", content=f"{word} kilo")
+    assert await transcript.index_pending() is True
+    assert await transcript.index_pending() is False  # nothing left
+    await transcript.append(conversation_id="c1", role="user", content="delta kilo")  # not indexed yet
+
+    async def execute(sql: str) -> None:
+        async with stores.db.engine.begin() as conn:
+            await conn.exec_driver_sql(sql)
+
+    await execute("DELETE FROM transcript_items WHERE content = 'delta kilo'")  # pending: no index entry
+    await execute("DELETE FROM transcript_items WHERE content = 'charlie kilo'")  # the highest indexed row
+    await transcript.append(conversation_id="c1", role="user", content="echo kilo")  # may reuse its id
+    hits = await transcript.search(conversation_id="c1", query="kilo")
+    assert sorted(h.content for h in hits) == ["alpha kilo", "bravo kilo", "echo kilo"]
+    assert [h.content for h in await transcript.search(conversation_id="c1", query="echo")] == ["echo kilo"]
+    assert await transcript.search(conversation_id="c1", query="charlie") == []
+    await execute("INSERT INTO transcript_fts(transcript_fts) VALUES ('integrity-check')")
+
+
 async def test_cursors_are_tamper_evident_and_bound_to_their_conversation(stores: FactStores) -> None:
     token = stores.transcript.cursor("c1", 5)
     assert stores.transcript.decode_cursor("c1", token, "before_cursor") == 5

@@ -217,6 +217,9 @@ class HostApp:
         if interrupted:
             log.warning("host.interrupted_runs", count=interrupted)
         self._tasks.append(asyncio.create_task(self.stores.run_maintenance(), name="fact-maintenance"))
+        self._tasks.append(
+            asyncio.create_task(self.stores.transcript.run_indexer(), name="transcript-indexer")
+        )
         self._tasks.append(asyncio.create_task(self.interactions.sweep(), name="interaction-expiry"))
         await self.tools.start()
         address = address or self.config.listen.address

@@ -7,10 +7,12 @@ under the conversation row's lock, so concurrent writers never lose or duplicate
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import datetime as dt
 import functools
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -47,6 +49,8 @@ from agentrunner_host.store.db import Database, fast_execute
 from agentrunner_host.store.models import ConversationRow, TranscriptRow
 
 ROLES = frozenset({"user", "assistant"})
+log = logging.getLogger(__name__)
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -230,11 +234,62 @@ def _from_driver(row: tuple[Any, ...]) -> list[Any]:
     return out
 
 
+#: SQLite: indexes the transcript rows the full-text index does not hold yet, up to the high-water mark
+#: in `transcript_fts_state` (migration 0005; kept identical there)
+INDEX_PENDING_SQLITE = (
+    "INSERT INTO transcript_fts(rowid, content) SELECT id, content FROM transcript_items "
+    "WHERE id > (SELECT indexed_through FROM transcript_fts_state WHERE id = 1) ORDER BY id",
+    "UPDATE transcript_fts_state SET indexed_through = "
+    "(SELECT COALESCE(MAX(id), indexed_through) FROM transcript_items) WHERE id = 1",
+)
+_FTS_PENDING = text(
+    "SELECT (SELECT MAX(id) FROM transcript_items) > "
+    "(SELECT indexed_through FROM transcript_fts_state WHERE id = 1)"
+)
+#: how often the host's indexer (`Transcript.run_indexer`) looks for rows to index (seconds)
+FTS_INDEX_INTERVAL = 1.0
+
+
+def index_pending_sync(conn: Connection) -> None:
+    """`INDEX_PENDING_SQLITE` in a caller's sync write transaction."""
+    driver = conn.connection.dbapi_connection
+    assert driver is not None
+    for statement in INDEX_PENDING_SQLITE:
+        driver.execute(statement)
+
+
 class Transcript:
+    """The conversation transcript. On SQLite its full-text index (FTS5) is written in batches rather
+    than by a trigger per row (a new index segment per committed insert was a third of a run start's
+    transaction): `index_pending` runs before every search, so searches see every committed row, and
+    the host's indexer loop (`run_indexer`) keeps the backlog short."""
+
     def __init__(self, db: Database, codec: CursorCodec) -> None:
         self.db = db
         self.uow = UnitOfWork(db)
         self.codec = codec
+
+    async def index_pending(self) -> bool:
+        """SQLite: brings the full-text index up to date with the committed rows (one write transaction,
+        only when rows are pending). True when it indexed something; always False on PostgreSQL."""
+        if not self.db.is_sqlite:
+            return False
+        async with self.db.read_connection() as conn:
+            if not await conn.scalar(_FTS_PENDING):
+                return False
+        await self.db.run_write(index_pending_sync)
+        return True
+
+    async def run_indexer(self, interval: float = FTS_INDEX_INTERVAL) -> None:
+        """`index_pending` every `interval` seconds until cancelled (SQLite; returns at once otherwise)."""
+        if not self.db.is_sqlite:
+            return
+        while True:
+            try:
+                await self.index_pending()
+            except Exception:
+                log.exception("transcript indexing failed; retrying in %.0fs", interval)
+            await asyncio.sleep(interval)
 
     async def _next_seq(self, s: AsyncSession, conversation_id: str) -> int:
         bump = _bump(conversation_id)
@@ -352,6 +407,7 @@ class Transcript:
         words = _WORD.findall(query)
         if not words:
             return []
+        await self.index_pending()
         async with self.db.read() as s:
             if self.db.is_sqlite:
                 match = " ".join('"' + w.replace('"', '""') + '"' for w in words)
