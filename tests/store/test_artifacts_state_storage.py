@@ -15,7 +15,8 @@ from agentrunner.errors import (
     PayloadTooLargeError,
     UnauthorizedError,
 )
-from agentrunner_host.ports import utcnow
+from agentrunner.v1 import host_service_pb2
+from agentrunner_host.ports import RunRecord, utcnow
 from agentrunner_host.store.artifacts import ArtifactLimits
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
@@ -162,6 +163,28 @@ async def test_state_scopes_are_namespaced_granted_and_capped(stores: FactStores
     assert full["actor"] == {"lang": "en"} and full["subject"] == {} and full["runner"] == {"counter": 1}
     await stores.state.set(snap, "actor", "lang", None)  # null deletes
     assert await stores.state.delete(snap, "actor", "lang") is False
+
+
+async def test_run_start_reads_the_same_state_snapshot_as_the_state_api(stores: FactStores) -> None:
+    """The snapshot a run's context carries is read inside the run-start transaction (on SQLite straight
+    from the driver); every kind of JSON value comes back as the state API returns it."""
+    snap = make_snapshot(run_id="run_s", event_id="evt_s")
+    values = {"obj": {"a": [1, 2.5, None], "b": "x"}, "list": [True, False], "text": "héllo", "n": 7}
+    for key, value in values.items():
+        await stores.state.set(snap, "conversation", key, value)
+    await stores.state.set(snap, "runner", "zero", 0)
+    record = RunRecord(
+        run_id="run_s", event_id="evt_s", agent_id="a", binding_id="bind_1", runner_id=snap.runner_id,
+        conversation_id="c1",
+    )  # fmt: skip
+    envelope = host_service_pb2.EventEnvelope(event_id="evt_s", event_type="message.received")
+    envelope.conversation.conversation_id = "c1"
+    envelope.input.text = "hi"
+    _, recorded = await stores.start_run(record, envelope, None, snap)
+    assert recorded is not None
+    assert recorded.state == await stores.state.snapshot(snap)
+    assert recorded.state["conversation"] == values and recorded.state["runner"] == {"zero": 0}
+    assert recorded.state["workspace"] == {}
 
 
 async def test_storage_areas_bytes_caps_and_prefix_listing(stores: FactStores) -> None:
