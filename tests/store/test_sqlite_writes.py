@@ -91,3 +91,63 @@ async def test_an_inline_write_never_blocks_the_event_loop_on_another_process_lo
     finally:
         other.close()
         await db.dispose()
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
+
+
+async def test_commits_never_checkpoint_and_background_checkpoints_keep_the_wal_short(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """Commits do not copy the WAL into the database file (that fsync stalled the committing write,
+    often inline on the event loop); the host's checkpointer does, off the write path, and the WAL file
+    then stops growing: the next commit after a complete checkpoint starts it from its beginning."""
+    target = tmp_path / "host.db"
+    shutil.copy(sqlite_template, target)
+    wal = Path(f"{target}-wal")
+    db = Database(f"sqlite+aiosqlite:///{target}")
+    payload = "x" * 3000  # about a page per row
+
+    def write(conn: Connection, n: int) -> None:
+        conn.execute(
+            text("INSERT INTO storage_entries (area, owner_key, key, value, size_bytes, updated_at) "
+                 "VALUES ('plugin', 'o', :k, :v, 3000, '2026-01-01 00:00:00')"),
+            {"k": f"k{n}", "v": payload.encode()},
+        )  # fmt: skip
+
+    try:
+        n = 0
+        for _ in range(400):  # 400 commits: SQLite's own checkpoint would have run at 1,000 pages
+            n += 1
+            await db.run_write(lambda c, n=n: write(c, n), inline=True)
+        grown = _size(wal)
+        assert grown > 400 * 4096  # every commit appended to the WAL, none checkpointed it
+        busy, burst, done = await db.checkpoint()
+        assert busy == 0 and burst == done > 400
+        for _round in range(3):
+            for _ in range(100):
+                n += 1
+                await db.run_write(lambda c, n=n: write(c, n))
+            busy, frames, done = await db.checkpoint()
+            assert busy == 0 and frames == done
+            assert frames < burst / 3  # the WAL was restarted: only this round's 100 commits are in it
+        assert _size(wal) <= grown  # reused from its beginning, never grown past the first burst
+        with sqlite3.connect(target) as check:
+            assert check.execute("SELECT count(*) FROM storage_entries").fetchone()[0] == n
+    finally:
+        await db.dispose()
+
+
+async def test_the_host_runs_the_checkpointer_and_stops_it_cleanly(tmp_path: Path) -> None:
+    db_path = tmp_path / "c.db"
+    db = Database(f"sqlite+aiosqlite:///{db_path}")
+    try:
+        task = asyncio.create_task(db.run_checkpointer(interval=0.01))
+        await asyncio.sleep(0.1)
+        assert not task.done()  # checkpoints on an empty database are harmless
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await db.dispose()

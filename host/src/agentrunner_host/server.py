@@ -220,6 +220,7 @@ class HostApp:
         self._tasks.append(
             asyncio.create_task(self.stores.transcript.run_indexer(), name="transcript-indexer")
         )
+        self._tasks.append(asyncio.create_task(self.db.run_checkpointer(), name="wal-checkpointer"))
         self._tasks.append(asyncio.create_task(self.interactions.sweep(), name="interaction-expiry"))
         await self.tools.start()
         address = address or self.config.listen.address
