@@ -396,3 +396,40 @@ async def test_concurrent_runs_share_delta_writes_and_every_delta_is_stored(host
         assert [r.sequence for r in stored] == list(range(1, 32))
         assert "".join(r.message_delta.text for r in stored[:-1]) == "".join(f"{i} " for i in range(1, 31))
         assert stored[-1].HasField("run_completed")
+
+
+async def test_attach_while_a_delta_batch_is_being_written_misses_nothing(host: Host) -> None:
+    """Deltas reach the client before they are committed, in host-wide batches. A caller attaching
+    while a batch is being written gets those deltas too (they are neither in the store yet nor pending
+    any more): the replay is gap-free and in order."""
+    stores = host.app.stores
+    real = stores.record_deltas
+    writing = asyncio.Event()
+    release = asyncio.Event()
+
+    async def held(batches: object) -> None:
+        writing.set()
+        await release.wait()  # the batch stays in flight while the caller attaches
+        await real(batches)  # type: ignore[arg-type]
+
+    stores.record_deltas = held  # type: ignore[method-assign]
+    try:
+        call = host.stub.Run(run_request("slow 20"), timeout=30)
+        run_id = (await call.read()).accepted.run_id
+        await asyncio.wait_for(writing.wait(), 5)  # the batch timer took the first deltas
+        attach = host.stub.AttachRun(
+            host_service_pb2.AttachRunRequest(run_id=run_id, after_sequence=0), timeout=10
+        )
+        first = await attach.read()
+        assert first.accepted.run_id == run_id
+        second = await attach.read()  # the follower has read the store and subscribed
+        release.set()
+        attached = [first, second]
+        while (update := await attach.read()) is not grpc.aio.EOF:
+            attached.append(update)
+        await drain(call)
+    finally:
+        release.set()
+        stores.record_deltas = real  # type: ignore[method-assign]
+    assert [u.result.sequence for u in attached if u.HasField("result")] == list(range(1, 22))
+    assert attached[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED

@@ -138,6 +138,8 @@ class LiveRun:
     snapshot: AuthorizationSnapshot | None = None
     #: validated results handed to the client but not yet committed (a delta batch)
     pending: list[result_pb2.RunResult] = dataclasses.field(default_factory=list)
+    #: deltas taken from `pending` by shared writes not committed yet, oldest first (followers read them)
+    writing: list[result_pb2.RunResult] = dataclasses.field(default_factory=list)
     #: the shared delta write holding this run's earlier deltas (awaited before the run's next write)
     inflight: asyncio.Future[None] | None = None
     #: a shared delta write holding this run's deltas failed: the run fails with `host.store_error`
@@ -209,6 +211,7 @@ class _DeltaWriter:
         batches: list[tuple[str, list[result_pb2.RunResult]]] = []
         for live in runs:
             batches.append((live.run_id, live.pending))
+            live.writing.extend(live.pending)
             live.pending = []
         task = asyncio.get_running_loop().create_task(self._write(self.last, runs, batches))
         for live in runs:
@@ -231,7 +234,8 @@ class _DeltaWriter:
             for live in runs:
                 live.store_failed = True
         finally:
-            for live in runs:
+            for live, (_, results) in zip(runs, batches, strict=True):
+                del live.writing[: len(results)]  # writes end in order: this batch is the oldest
                 if live.inflight is asyncio.current_task():
                     live.inflight = None
             if self.last is asyncio.current_task():
@@ -977,14 +981,17 @@ class Orchestrator:
             # delivered replies / interactions, replayed in order with the results they followed
             replay = await self.deliveries.replayer(run_id, after_sequence)
             while True:
+                # Results handed out but not committed yet (delta batches, being written or pending)
+                # are only in memory. Taken BEFORE reading the store: a batch that commits meanwhile is
+                # then in one of the two, never in neither.
+                unstored = [*live.writing, *live.pending] if queue is not None and live is not None else []
                 for result in await self.ledger.list_results(run_id, last):
                     last = result.sequence
                     for item in replay.before(result.sequence):
                         yield item
                     yield Update(result=result)
                 if queue is not None:
-                    # results handed out but not yet committed (a delta batch) are only in memory
-                    for result in list(live.pending) if live is not None else ():
+                    for result in unstored:
                         if result.sequence > last:
                             last = result.sequence
                             yield Update(result=result)
