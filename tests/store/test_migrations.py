@@ -95,7 +95,16 @@ def test_upgrade_from_the_previous_revision_keeps_existing_data(empty_url: str, 
                 rows = await conn.exec_driver_sql(
                     "SELECT seq, content FROM transcript_items WHERE conversation_id = 'c-old' ORDER BY seq"
                 )
-                return [(int(r[0]), str(r[1])) for r in rows]
+                found = [(int(r[0]), str(r[1])) for r in rows]
+            if step == "read":  # full-text search finds each row once (indexed before, not again after)
+                hits = await stores.transcript.search(conversation_id="c-old", query="upgrade")
+                assert sorted(h.content for h in hits) == [text for _, text in found]
+                if db.is_sqlite:  # and the index holds exactly the rows (raises otherwise)
+                    async with db.engine.begin() as conn:
+                        await conn.exec_driver_sql(
+                            "INSERT INTO transcript_fts(transcript_fts, rank) VALUES ('integrity-check', 1)"
+                        )
+            return found
         finally:
             await db.dispose()
 

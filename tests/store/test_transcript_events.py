@@ -238,7 +238,7 @@ async def test_search_index_stays_whole_across_batched_indexing_and_deletes(stor
     assert sorted(h.content for h in hits) == ["alpha kilo", "bravo kilo", "echo kilo"]
     assert [h.content for h in await transcript.search(conversation_id="c1", query="echo")] == ["echo kilo"]
     assert await transcript.search(conversation_id="c1", query="charlie") == []
-    await execute("INSERT INTO transcript_fts(transcript_fts) VALUES ('integrity-check')")
+    await execute("INSERT INTO transcript_fts(transcript_fts, rank) VALUES ('integrity-check', 1)")
 
 
 async def test_cursors_are_tamper_evident_and_bound_to_their_conversation(stores: FactStores) -> None:
