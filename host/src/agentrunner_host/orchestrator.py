@@ -585,7 +585,13 @@ class Orchestrator:
                 try:
                     while True:
                         if drain_until is None:
-                            response = await self._next_item(live, call)
+                            outbox = live.channel.outbox
+                            # items waiting already (the usual case while streaming): no coroutine
+                            response = (
+                                self._unwrap(live, outbox.get_nowait())
+                                if outbox.qsize()
+                                else await self._next_item(live, call)
+                            )
                         else:
                             left = drain_until - loop.time()
                             if left <= 0:
@@ -629,7 +635,11 @@ class Orchestrator:
                         if result.HasField("run_completed") and not validator.saw_message:
                             result = self._empty_output(result)
                             validator.terminal = result
-                        await self._store(live, result)
+                        if result.HasField("message_delta") and not live.store_failed:
+                            if self._queue_delta(live, result):  # the common case, without a coroutine
+                                await self._write_deltas(live)
+                        else:
+                            await self._store(live, result)
                         if first:
                             first = False
                             TIME_TO_FIRST_RESULT.observe(time.monotonic() - started)
@@ -723,7 +733,11 @@ class Orchestrator:
         channel = live.channel
         if channel is None:
             return await call.read()
-        item = await channel.outbox.get()
+        return Orchestrator._unwrap(live, await channel.outbox.get())
+
+    @staticmethod
+    def _unwrap(live: LiveRun, item: Any) -> Any:
+        """An outbox item as the run loop handles it (a failed read raises its error)."""
         if isinstance(item, (Update, AppendedResult)):
             return item
         live.read_room.release()
@@ -796,16 +810,11 @@ class Orchestrator:
             live.store_failed = False
             raise HostStoreError("recording results failed: an earlier delta batch was rolled back")
         kind = result.WhichOneof("payload")
-        live.pending.append(result)
         if kind == "message_delta":
-            if live.subscribers:
-                live.publish(Update(result=result))
-            if self._deltas.add(live):
-                await asyncio.shield(self._deltas.flush())  # back-pressure on the busiest producer
-                if live.store_failed:
-                    live.store_failed = False
-                    raise HostStoreError("recording results failed: the delta batch was rolled back")
+            if self._queue_delta(live, result):
+                await self._write_deltas(live)
             return
+        live.pending.append(result)
         self._deltas.discard(live)  # this run's pending deltas go with this result, in order
         await self._settle(live)
         if kind in ("run_completed", "run_failed"):
@@ -814,6 +823,20 @@ class Orchestrator:
             await self._flush(live)
         if live.subscribers:
             live.publish(Update(result=result))
+
+    def _queue_delta(self, live: LiveRun, result: result_pb2.RunResult) -> bool:
+        """`_store` of a `message.delta` up to the shared write (no await: the per-delta path); True when
+        that write is due now (`_write_deltas`)."""
+        live.pending.append(result)
+        if live.subscribers:
+            live.publish(Update(result=result))
+        return self._deltas.add(live)
+
+    async def _write_deltas(self, live: LiveRun) -> None:
+        await asyncio.shield(self._deltas.flush())  # back-pressure on the busiest producer
+        if live.store_failed:
+            live.store_failed = False
+            raise HostStoreError("recording results failed: the delta batch was rolled back")
 
     @staticmethod
     async def _settle(live: LiveRun) -> None:
