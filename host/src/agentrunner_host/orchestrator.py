@@ -434,9 +434,20 @@ class Orchestrator:
         live.start = start
         self._live[run_id] = live
         self.hub.open(run_id)
-        async with contextlib.aclosing(self._execute(live, event, agent, span)) as updates:
-            async for update in updates:
-                yield update
+        structlog.contextvars.bind_contextvars(run_id=run_id, trace_id=live.record.trace_id)
+        try:  # (inline rather than a generator of its own: one level less for every result)
+            async with contextlib.aclosing(self._execute(live, event, agent, span)) as updates:
+                async for update in updates:
+                    yield update
+        finally:
+            if live.call is not None and not live.call.done():
+                live.call.cancel()
+            if not live.done:
+                # The caller went away (or a write failed) before the run ended: record the cancel for
+                # followers and the ledger, and release everything.
+                await self._abandon(live)
+            structlog.contextvars.unbind_contextvars("run_id", "trace_id")
+            span.end()
 
     async def _start_run(
         self, record: RunRecord, event: host_service_pb2.EventEnvelope, agent: AgentConfig
@@ -485,24 +496,6 @@ class Orchestrator:
         return start
 
     async def _execute(
-        self, live: LiveRun, event: host_service_pb2.EventEnvelope, agent: AgentConfig, span: trace.Span
-    ) -> AsyncIterator[Update]:
-        structlog.contextvars.bind_contextvars(run_id=live.run_id, trace_id=live.record.trace_id)
-        try:
-            async with contextlib.aclosing(self._execute_inner(live, event, agent, span)) as updates:
-                async for update in updates:
-                    yield update
-        finally:
-            if live.call is not None and not live.call.done():
-                live.call.cancel()
-            if not live.done:
-                # The caller went away (or a write failed) before the run ended: record the cancel for
-                # followers and the ledger, and release everything.
-                await self._abandon(live)
-            structlog.contextvars.unbind_contextvars("run_id", "trace_id")
-            span.end()
-
-    async def _execute_inner(
         self, live: LiveRun, event: host_service_pb2.EventEnvelope, agent: AgentConfig, span: trace.Span
     ) -> AsyncIterator[Update]:
         run_id = live.run_id
