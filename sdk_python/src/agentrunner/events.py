@@ -124,7 +124,7 @@ def parse_platform_event(
     if member is None:
         return None
     out = context_pb2.PlatformEvent()
-    data = json_format.MessageToDict(event.data)
+    data = json_format.MessageToDict(event.data) if event.data.fields else {}  # (no data: the usual case)
     out.bot_id = str(data.get("bot_id") or data.get("bot_uuid") or "")
     out.adapter_name = str(data.get("adapter_name") or "")
     target = getattr(out, member)
@@ -137,7 +137,8 @@ def parse_platform_event(
     if member == "interaction_submitted" and "submission" not in body:
         body = {"submission": body}
     try:
-        json_format.ParseDict(_coerce(body, target.DESCRIPTOR), target, ignore_unknown_fields=True)
+        if body:
+            json_format.ParseDict(_coerce(body, target.DESCRIPTOR), target, ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         log.warning("event data does not parse as a typed event", event_type=event.event_type, error=str(exc))
         target.Clear()
