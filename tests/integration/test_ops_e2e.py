@@ -155,6 +155,22 @@ async def test_tls_between_client_host_and_runner(tmp_path: Path) -> None:
                     timeout=5,
                 )
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        # The host CLI's client commands speak TLS too (same CA variable as the SDK), and say clearly
+        # when they cannot: a plaintext attempt, a CA file that does not exist.
+        target = f"localhost:{port}"
+        streamed = cli(
+            "run", "from the cli", "--host", target, "--ca-file", str(cert), "--conversation", "tls"
+        )
+        assert streamed.returncode == 0, streamed.stderr
+        assert "echo: from the cli" in streamed.stdout
+        listed = cli("runners", "--host", target, "--ca-file", str(cert))
+        assert listed.returncode == 0 and "plugin:langbot/" in listed.stdout and "yes" in listed.stdout
+        plain = cli("runners", "--host", target)
+        assert plain.returncode == 1 and "UNAVAILABLE" in plain.stderr and "Traceback" not in plain.stderr
+        missing = cli("runners", "--host", target, "--ca-file", str(tmp_path / "nope.pem"))
+        assert (
+            missing.returncode == 2 and "cannot read" in missing.stderr and "Traceback" not in missing.stderr
+        )
     finally:
         host.kill()
         runner.kill()

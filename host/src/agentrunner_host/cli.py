@@ -35,6 +35,46 @@ err_console = Console(stderr=True)
 HostOpt = Annotated[
     str, typer.Option("--host", "-H", help="Host address (host:port).", envvar="AGENTRUNNER_HOST")
 ]
+# TLS to the host (the same environment variables the SDK reads for a runner's calls to the host)
+CaOpt = Annotated[
+    pathlib.Path | None,
+    typer.Option(
+        help="CA bundle verifying the host's certificate (turns TLS on).", envvar="AGENTRUNNER_HOST_CA_FILE"
+    ),
+]
+CertOpt = Annotated[
+    pathlib.Path | None,
+    typer.Option(help="Client certificate for mutual TLS.", envvar="AGENTRUNNER_HOST_CERT_FILE"),
+]
+KeyOpt = Annotated[
+    pathlib.Path | None, typer.Option(help="Client key for mutual TLS.", envvar="AGENTRUNNER_HOST_KEY_FILE")
+]
+TlsOpt = Annotated[bool, typer.Option("--tls", help="TLS with the system's CAs.")]
+
+
+def host_channel(
+    address: str,
+    ca_file: pathlib.Path | None = None,
+    cert_file: pathlib.Path | None = None,
+    key_file: pathlib.Path | None = None,
+    tls: bool = False,
+) -> grpc.aio.Channel:
+    """A channel to the host: plaintext unless TLS is asked for (`--tls` or any of the files)."""
+    if not (tls or ca_file or cert_file or key_file):
+        return grpc.aio.insecure_channel(address)
+    if bool(cert_file) != bool(key_file):
+        err_console.print("[red]error[/red] --cert-file and --key-file go together (mutual TLS)")
+        raise typer.Exit(2)
+    try:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=ca_file.read_bytes() if ca_file else None,
+            private_key=key_file.read_bytes() if key_file else None,
+            certificate_chain=cert_file.read_bytes() if cert_file else None,
+        )
+    except OSError as exc:
+        err_console.print(f"[red]error[/red] cannot read {exc.filename}: {exc.strerror}")
+        raise typer.Exit(2) from None
+    return grpc.aio.secure_channel(address, creds)
 
 
 def _fail(err: AgentRunnerError) -> None:
@@ -285,15 +325,15 @@ async def render_stream(
 
 
 async def stream_reply(
-    address: str,
+    address: str | grpc.aio.Channel,
     request: host_service_pb2.HostServiceRunRequest,
     console: Console,
     deadline_seconds: float = 330,
     collect: list[Any] | None = None,
 ) -> host_service_pb2.RunFinished:
     """Sends one event and renders the reply as it arrives. Returns the final status (and appends
-    every result to `collect` when given)."""
-    async with grpc.aio.insecure_channel(address) as channel:
+    every result to `collect` when given). `address` may be a channel (`host_channel`)."""
+    async with grpc.aio.insecure_channel(address) if isinstance(address, str) else address as channel:
         stub = host_service_pb2_grpc.HostServiceStub(channel)
         return await render_stream(stub.Run(request, timeout=deadline_seconds), console, collect)
 
@@ -327,6 +367,10 @@ def interact(
     ] = None,
     host: HostOpt = "127.0.0.1:50051",
     event_id: Annotated[str, typer.Option(help="Event id of the answer; resubmitting it attaches.")] = "",
+    ca_file: CaOpt = None,
+    cert_file: CertOpt = None,
+    key_file: KeyOpt = None,
+    tls: TlsOpt = False,
 ) -> None:
     """Answer a structured interaction and stream the run it starts."""
     req = host_service_pb2.SubmitInteractionRequest(
@@ -342,7 +386,7 @@ def interact(
     req.delivery.interactions.CopyFrom(full_interaction_support())
 
     async def go() -> host_service_pb2.RunFinished:
-        async with grpc.aio.insecure_channel(host) as channel:
+        async with host_channel(host, ca_file, cert_file, key_file, tls) as channel:
             stub = host_service_pb2_grpc.HostServiceStub(channel)
             return await render_stream(stub.SubmitInteraction(req, timeout=330), console)
 
@@ -362,23 +406,36 @@ def run(
     conversation: Annotated[str, typer.Option(help="Conversation id.")] = "cli",
     bot: Annotated[str, typer.Option(help="Bot id.")] = "cli",
     stream: Annotated[bool, typer.Option(help="Ask for message.delta streaming.")] = True,
+    ca_file: CaOpt = None,
+    cert_file: CertOpt = None,
+    key_file: KeyOpt = None,
+    tls: TlsOpt = False,
 ) -> None:
     """Send one message and stream the reply to the terminal."""
+    request = _request(text, agent, event_id, conversation, bot, stream)
+
+    async def go() -> host_service_pb2.RunFinished:
+        return await stream_reply(host_channel(host, ca_file, cert_file, key_file, tls), request, console)
+
     try:
-        finished = asyncio.run(
-            stream_reply(host, _request(text, agent, event_id, conversation, bot, stream), console)
-        )
+        finished = asyncio.run(go())
     except grpc.RpcError as exc:
         _fail(from_rpc_error(exc))
     _print_finished(finished)
 
 
 @app.command()
-def runners(host: HostOpt = "127.0.0.1:50051") -> None:
+def runners(
+    host: HostOpt = "127.0.0.1:50051",
+    ca_file: CaOpt = None,
+    cert_file: CertOpt = None,
+    key_file: KeyOpt = None,
+    tls: TlsOpt = False,
+) -> None:
     """List the runners the host's registry serves."""
 
     async def go() -> host_service_pb2.HostServiceListRunnersResponse:
-        async with grpc.aio.insecure_channel(host) as channel:
+        async with host_channel(host, ca_file, cert_file, key_file, tls) as channel:
             return await host_service_pb2_grpc.HostServiceStub(channel).ListRunners(
                 host_service_pb2.HostServiceListRunnersRequest(), timeout=10
             )
@@ -388,6 +445,7 @@ def runners(host: HostOpt = "127.0.0.1:50051") -> None:
     except grpc.RpcError as exc:
         _fail(from_rpc_error(exc))
     table = Table("runner id", "endpoint", "address", "available", "protocol")
+    table.columns[0].overflow = "fold"  # ids are wrapped, never cropped, whatever the width
     for r in listed.runners:
         table.add_row(
             r.manifest.id,
@@ -405,12 +463,16 @@ def runs_show(
     host: HostOpt = "127.0.0.1:50051",
     results: Annotated[bool, typer.Option(help="Print the stored results.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    ca_file: CaOpt = None,
+    cert_file: CertOpt = None,
+    key_file: KeyOpt = None,
+    tls: TlsOpt = False,
 ) -> None:
     """Show a run record: status, timestamps, usage (runner-reported and per-model host usage) and its
     stored results in sequence order."""
 
     async def go() -> tuple[host_service_pb2.Run, list[Any]]:
-        async with grpc.aio.insecure_channel(host) as channel:
+        async with host_channel(host, ca_file, cert_file, key_file, tls) as channel:
             stub = host_service_pb2_grpc.HostServiceStub(channel)
             record = (await stub.GetRun(host_service_pb2.GetRunRequest(run_id=run_id), timeout=10)).run
             items: list[Any] = []
