@@ -19,7 +19,7 @@ import contextlib
 import logging
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -410,14 +410,8 @@ class Database:
         """SQLite: `checkpoint` every `interval` seconds until cancelled, so the WAL stays short without
         any commit paying for it (connections do not checkpoint on commit); returns at once elsewhere.
         Once a checkpoint caught up, the next commit starts the WAL file from its beginning again."""
-        if self.dialect != "sqlite":
-            return
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.checkpoint()
-            except Exception as exc:  # logged and retried: the WAL only grows meanwhile
-                _log.warning("WAL checkpoint failed (%s); retrying in %.0fs", exc, interval)
+        if self.dialect == "sqlite":
+            await repeat(self.checkpoint, interval, "WAL checkpoint")  # (the WAL only grows meanwhile)
 
     async def dispose(self) -> None:
         if self._writer is not None:
@@ -434,6 +428,17 @@ class Database:
         if self._read_engine is not self.engine:
             await self._read_engine.dispose()
         await self.engine.dispose()
+
+
+async def repeat(step: Callable[[], Awaitable[object]], interval: float, what: str) -> None:
+    """The stores' background loops: `step` every `interval` seconds until cancelled; a failed round is
+    logged and retried at the next one."""
+    while True:
+        try:
+            await step()
+        except Exception:
+            _log.exception("%s failed; retrying in %.0fs", what, interval)
+        await asyncio.sleep(interval)
 
 
 def _is_busy(exc: Exception) -> bool:

@@ -21,7 +21,6 @@ Typical host wiring::
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import secrets
@@ -44,7 +43,7 @@ from agentrunner_host.store.common import (
     struct_to_dict,
     value_to_python,
 )
-from agentrunner_host.store.db import Database
+from agentrunner_host.store.db import Database, repeat
 from agentrunner_host.store.events import EventLog, incoming_fields, log_values
 from agentrunner_host.store.events import append_sync as append_event_sync
 from agentrunner_host.store.ledger import (
@@ -592,13 +591,7 @@ class FactStores:
 
     async def run_maintenance(self, interval: float | None = None) -> None:
         """Runs `cleanup` every `interval` seconds until cancelled; a failed round is logged."""
-        interval = interval or self.settings.maintenance_interval
-        while True:
-            try:
-                await self.cleanup()
-            except Exception:
-                log.exception("fact store maintenance failed; retrying in %.0fs", interval)
-            await asyncio.sleep(interval)
+        await repeat(self.cleanup, interval or self.settings.maintenance_interval, "fact store maintenance")
 
 
 def _summary(result: result_pb2.RunResult) -> str:

@@ -7,12 +7,10 @@ under the conversation row's lock, so concurrent writers never lose or duplicate
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import datetime as dt
 import functools
 import json
-import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -45,11 +43,10 @@ from agentrunner_host.store.common import (
     new_id,
     utcnow,
 )
-from agentrunner_host.store.db import Database, fast_execute
+from agentrunner_host.store.db import Database, fast_execute, repeat
 from agentrunner_host.store.models import ConversationRow, TranscriptRow
 
 ROLES = frozenset({"user", "assistant"})
-log = logging.getLogger(__name__)
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -282,14 +279,8 @@ class Transcript:
 
     async def run_indexer(self, interval: float = FTS_INDEX_INTERVAL) -> None:
         """`index_pending` every `interval` seconds until cancelled (SQLite; returns at once otherwise)."""
-        if not self.db.is_sqlite:
-            return
-        while True:
-            try:
-                await self.index_pending()
-            except Exception:
-                log.exception("transcript indexing failed; retrying in %.0fs", interval)
-            await asyncio.sleep(interval)
+        if self.db.is_sqlite:
+            await repeat(self.index_pending, interval, "transcript indexing")
 
     async def _next_seq(self, s: AsyncSession, conversation_id: str) -> int:
         bump = _bump(conversation_id)
