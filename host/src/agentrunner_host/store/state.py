@@ -36,13 +36,21 @@ SCOPE_NAMES: dict[int, str] = {
 MAX_KEY_CHARS = 256
 LIST_CAP = 100
 SNAPSHOT_KEYS_PER_SCOPE = 100
-#: the state snapshot of one scope on SQLite, with the value as the driver returns it (`snapshot_sync`)
-_SQLITE_SNAPSHOT = (
-    select(StateRow.key, type_coerce(StateRow.value, Text))
-    .where(StateRow.scope == bindparam("b_scope"), StateRow.owner_key == bindparam("b_owner"))
-    .order_by(StateRow.key)
-    .limit(SNAPSHOT_KEYS_PER_SCOPE)
-)
+
+
+def _snapshot_statement(value: Any) -> Select[Any]:
+    """The state snapshot of one scope (`b_scope`, `b_owner`), built once."""
+    return (
+        select(StateRow.key, value)
+        .where(StateRow.scope == bindparam("b_scope"), StateRow.owner_key == bindparam("b_owner"))
+        .order_by(StateRow.key)
+        .limit(SNAPSHOT_KEYS_PER_SCOPE)
+    )
+
+
+_SNAPSHOT = _snapshot_statement(StateRow.value)
+#: on SQLite's driver path: the value as the driver returns it, decoded by `snapshot_sync`
+_SQLITE_SNAPSHOT = _snapshot_statement(type_coerce(StateRow.value, Text))
 
 
 def scope_name(scope: int | str) -> str:
@@ -192,36 +200,24 @@ class StateStore:
             owners.append((name, owner))
         return owners
 
-    def _snapshot_queries(self, snapshot: AuthorizationSnapshot) -> list[tuple[str, Select[Any]]]:
-        return [
-            (
-                name,
-                select(StateRow.key, StateRow.value)
-                .where(StateRow.scope == name, StateRow.owner_key == owner)
-                .order_by(StateRow.key)
-                .limit(SNAPSHOT_KEYS_PER_SCOPE),
-            )
-            for name, owner in self._scope_owners(snapshot)
-        ]
-
     async def snapshot(self, snapshot: AuthorizationSnapshot) -> dict[str, dict[str, Any]]:
         """The run context's state snapshot: every granted scope with an identity -> {key: value}
         (at most `SNAPSHOT_KEYS_PER_SCOPE` keys per scope, in key order)."""
         out: dict[str, dict[str, Any]] = {}
         async with self.db.read() as s:
-            for name, query in self._snapshot_queries(snapshot):
-                out[name] = {k: v for k, v in (await s.execute(query)).all()}
+            for name, owner in self._scope_owners(snapshot):
+                rows = (await s.execute(_SNAPSHOT, {"b_scope": name, "b_owner": owner})).all()
+                out[name] = {k: v for k, v in rows}
         return out
 
     def snapshot_sync(self, conn: Connection, snapshot: AuthorizationSnapshot) -> dict[str, dict[str, Any]]:
         """`snapshot` inside a `run_write` transaction (run start reads it in the same hop). On SQLite one
         statement, built once, runs per scope on the driver and the value is decoded here with the
-        column type's own conversion (a select built, cached and run through SQLAlchemy per scope cost
-        ~50 us each on every run start)."""
+        column type's own conversion (run through SQLAlchemy, a scope cost ~50 us on every run start)."""
         if conn.dialect.driver != "pysqlite":
             return {
-                name: {k: v for k, v in conn.execute(query).all()}
-                for name, query in self._snapshot_queries(snapshot)
+                name: {k: v for k, v in conn.execute(_SNAPSHOT, {"b_scope": name, "b_owner": owner}).all()}
+                for name, owner in self._scope_owners(snapshot)
             }
         value = StateRow.__table__.c.value.type._cached_result_processor(conn.dialect, None)
         assert value is not None

@@ -47,7 +47,6 @@ from agentrunner_host.store.db import Database, fast_execute, repeat
 from agentrunner_host.store.models import ConversationRow, TranscriptRow
 
 ROLES = frozenset({"user", "assistant"})
-
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
