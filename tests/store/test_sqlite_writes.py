@@ -9,15 +9,18 @@ out the whole 30 s busy timeout and the run hung with no error.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import shutil
 import sqlite3
 from pathlib import Path
 
 import aiosqlite
 import pytest
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, DateTime, text
+from sqlalchemy.dialects import sqlite
 
 from agentrunner_host.store.db import Database
+from agentrunner_host.store.models import UTCDateTime
 
 pytestmark = pytest.mark.asyncio
 
@@ -151,3 +154,30 @@ async def test_the_host_runs_the_checkpointer_and_stops_it_cleanly(tmp_path: Pat
             await task
     finally:
         await db.dispose()
+
+
+async def test_timestamps_are_stored_as_sqlalchemy_would_store_them() -> None:
+    """`UTCDateTime` formats SQLite timestamps itself (a fast path): the stored text must be exactly
+    SQLAlchemy's, or rows written before and after would compare and sort differently in SQL."""
+    dialect = sqlite.dialect()
+    ours = UTCDateTime().dialect_impl(dialect).bind_processor(dialect)
+    reference = DateTime().dialect_impl(dialect).bind_processor(dialect)
+    assert ours is not None and reference is not None
+    plus_two = dt.timezone(dt.timedelta(hours=2))
+    for naive_utc, given in [
+        (dt.datetime(2026, 11, 30, 9, 1, 2, 3), dt.datetime(2026, 11, 30, 9, 1, 2, 3)),
+        (dt.datetime(2026, 11, 30, 9, 1, 2), dt.datetime(2026, 11, 30, 9, 1, 2, tzinfo=dt.UTC)),
+        (
+            dt.datetime(2026, 11, 30, 7, 0, 0, 500000),
+            dt.datetime(2026, 11, 30, 9, 0, 0, 500000, tzinfo=plus_two),
+        ),
+        (dt.datetime(5, 1, 2, 3, 4, 5, 600000), dt.datetime(5, 1, 2, 3, 4, 5, 600000)),
+    ]:
+        assert ours(given) == reference(naive_utc)
+    assert ours(None) is None
+
+    # and what it stored reads back as the same aware instant
+    processor = UTCDateTime().dialect_impl(dialect).result_processor(dialect, None)
+    assert processor is not None
+    when = dt.datetime(2026, 11, 30, 11, 0, 0, 250, tzinfo=plus_two)
+    assert processor(ours(when)) == when

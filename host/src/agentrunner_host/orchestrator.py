@@ -254,6 +254,7 @@ async def _read_runner(call: Any, outbox: asyncio.Queue[Any], room: asyncio.Sema
     AppendRunResult use, so the run loop waits on one queue and items keep their arrival order. At most
     `READ_AHEAD` messages wait there unread (gRPC flow control pushes back on the runner beyond that).
     A gRPC read is never cancelled midway except when the run is released."""
+    first = True
     while True:
         await room.acquire()
         try:
@@ -270,6 +271,9 @@ async def _read_runner(call: Any, outbox: asyncio.Queue[Any], room: asyncio.Sema
         outbox.put_nowait(message)
         if message is grpc.aio.EOF:
             return
+        if first:  # the run loop takes the first result before the next read is started (latency)
+            first = False
+            await asyncio.sleep(0)
 
 
 def _now_ts() -> timestamp_pb2.Timestamp:

@@ -21,19 +21,18 @@ from agentrunner_host.store.ledger import run_to_proto
 log = structlog.get_logger("agentrunner_host.host_service")
 
 
-async def _pump(
-    stream: AsyncIterator[Update], context: grpc.aio.ServicerContext, convert: type | None = None
-) -> None:
-    """Writes a stream of updates; typed errors raised before or during it become the call's status."""
-    async with contextlib.aclosing(stream) as updates:
-        try:
-            async for update in updates:
-                await context.write(convert.FromString(update.SerializeToString()) if convert else update)
-        except AgentRunnerError as err:
-            await abort_with(context, err)
-        except Exception:
-            log.exception("host_service.stream_failed")
-            await abort_with(context, RuntimeFailureError("the host failed while streaming this run"))
+@contextlib.asynccontextmanager
+async def _status_on_error(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+    """Typed errors raised before or while a stream is written become the call's status (streams are
+    async generators: gRPC writes what they yield, one Python level less per message than
+    `context.write` from a coroutine)."""
+    try:
+        yield
+    except AgentRunnerError as err:
+        await abort_with(context, err)
+    except Exception:
+        log.exception("host_service.stream_failed")
+        await abort_with(context, RuntimeFailureError("the host failed while streaming this run"))
 
 
 class HostServicer(host_service_pb2_grpc.HostServiceServicer):
@@ -49,40 +48,40 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
 
     async def Run(
         self, request: host_service_pb2.HostServiceRunRequest, context: grpc.aio.ServicerContext
-    ) -> None:  # type: ignore[override]
-        try:
+    ) -> AsyncIterator[Update]:  # type: ignore[override]
+        async with _status_on_error(context):
             if request.event.event_type == INTERACTION_SUBMITTED_EVENT:
                 raise InvalidArgumentError(
                     "interaction.submitted events are created by SubmitInteraction only",
                     field="event.event_type",
                 )
             check_envelope(request.event)
-        except AgentRunnerError as err:
-            await abort_with(context, err)
-        await _pump(self.orchestrator.run(request, context.invocation_metadata() or ()), context)
+            metadata = context.invocation_metadata() or ()
+            async with contextlib.aclosing(self.orchestrator.run(request, metadata)) as updates:
+                async for update in updates:
+                    yield update
 
     async def SubmitInteraction(
         self, request: host_service_pb2.SubmitInteractionRequest, context: grpc.aio.ServicerContext
-    ) -> None:  # type: ignore[override]
-        if self.interactions is None:
-            await abort_with(context, RuntimeFailureError("interactions are not available on this host"))
-        assert self.interactions is not None
-        await _pump(
-            self.interactions.submit(request, context.invocation_metadata() or ()),
-            context,
-            host_service_pb2.SubmitInteractionResponse,
-        )
+    ) -> AsyncIterator[host_service_pb2.SubmitInteractionResponse]:  # type: ignore[override]
+        async with _status_on_error(context):
+            if self.interactions is None:
+                raise RuntimeFailureError("interactions are not available on this host")
+            metadata = context.invocation_metadata() or ()
+            async with contextlib.aclosing(self.interactions.submit(request, metadata)) as updates:
+                async for update in updates:
+                    yield host_service_pb2.SubmitInteractionResponse.FromString(update.SerializeToString())
 
     async def AttachRun(
         self, request: host_service_pb2.AttachRunRequest, context: grpc.aio.ServicerContext
-    ) -> None:  # type: ignore[override]
-        if not request.run_id:
-            await abort_with(context, InvalidArgumentError("run_id is required", field="run_id"))
-        await _pump(
-            self.orchestrator.follow(request.run_id, request.after_sequence),
-            context,
-            host_service_pb2.AttachRunResponse,
-        )
+    ) -> AsyncIterator[host_service_pb2.AttachRunResponse]:  # type: ignore[override]
+        async with _status_on_error(context):
+            if not request.run_id:
+                raise InvalidArgumentError("run_id is required", field="run_id")
+            follow = self.orchestrator.follow(request.run_id, request.after_sequence)
+            async with contextlib.aclosing(follow) as updates:
+                async for update in updates:
+                    yield host_service_pb2.AttachRunResponse.FromString(update.SerializeToString())
 
     async def GetRun(
         self, request: host_service_pb2.GetRunRequest, context: grpc.aio.ServicerContext

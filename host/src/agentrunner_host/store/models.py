@@ -53,6 +53,23 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
             return None
         return value.replace(tzinfo=dt.UTC)
 
+    def bind_processor(self, dialect: Any) -> Any:
+        """On SQLite, `process_bind_param` and the dialect's text format in one step: the same text
+        (`YYYY-MM-DD HH:MM:SS.ffffff`) from the C `isoformat` instead of a %-format per value (run start
+        binds about ten timestamps)."""
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+        utc = dt.UTC
+
+        def process(value: dt.datetime | None) -> str | None:
+            if value is None:
+                return None
+            if value.tzinfo is not None:
+                value = value.astimezone(utc).replace(tzinfo=None)
+            return value.isoformat(" ", "microseconds")
+
+        return process
+
 
 class HostSecret(Base):
     """Secrets shared by all replicas (the cursor HMAC key), created on first open."""
