@@ -400,11 +400,19 @@ class Database:
             return int(busy), int(frames), int(done)
 
     async def checkpoint(self) -> tuple[int, int, int]:
-        """SQLite: one PASSIVE checkpoint on its own connection and thread (never blocks a writer):
-        `(busy, WAL frames, frames checkpointed)`; `(0, 0, 0)` elsewhere."""
+        """SQLite: a PASSIVE checkpoint on its own connection and thread, in two steps: the bulk of the
+        WAL while writes go on, then, holding this process's write lock, the frames committed meanwhile.
+        After the second step the whole WAL is in the database file, so the next write starts the WAL
+        file from its beginning again. (Without it, under steady writes some commit always landed during
+        the checkpoint and the WAL file grew without end: about 75 KiB per run.) Writers wait only for
+        the second, short step. Returns `(busy, WAL frames, frames checkpointed)` of the second step;
+        `(0, 0, 0)` elsewhere."""
         if self.dialect != "sqlite":
             return 0, 0, 0
-        return await asyncio.to_thread(self._checkpoint_sync)
+        assert self._write_lock is not None
+        await asyncio.to_thread(self._checkpoint_sync)
+        async with self._write_lock:
+            return await asyncio.to_thread(self._checkpoint_sync)
 
     async def run_checkpointer(self, interval: float = WAL_CHECKPOINT_SECONDS) -> None:
         """SQLite: `checkpoint` every `interval` seconds until cancelled, so the WAL stays short without
