@@ -123,6 +123,32 @@ class RunStart:
     failure: result_pb2.RunResult | None = None
 
 
+class _ReadRoom:
+    """How many more runner messages the run's reader may queue unread (`READ_AHEAD` at most): a
+    counter and at most one waiter (the reader), lighter than a semaphore on the per-delta path."""
+
+    __slots__ = ("free", "waiter")
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self.waiter: asyncio.Future[None] | None = None
+
+    async def take(self) -> None:
+        while not self.free:
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        self.free -= 1
+
+    def give(self) -> None:
+        self.free += 1
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
 @dataclasses.dataclass(eq=False, slots=True)
 class LiveRun:
     """A run open in this process: what followers subscribe to and what cancel acts on."""
@@ -152,7 +178,7 @@ class LiveRun:
     #: delivery channel (replies, interactions) once the context is built; the pending runner read
     channel: Any = None
     read_task: asyncio.Task[None] | None = None
-    read_room: asyncio.Semaphore = dataclasses.field(default_factory=lambda: asyncio.Semaphore(READ_AHEAD))
+    read_room: _ReadRoom = dataclasses.field(default_factory=lambda: _ReadRoom(READ_AHEAD))
     #: monotonic time of the runner's last message (host stop cancels runs idle for a while first)
     last_activity: float = dataclasses.field(default_factory=time.monotonic)
 
@@ -249,14 +275,17 @@ class _ReadFailed:
     error: BaseException
 
 
-async def _read_runner(call: Any, outbox: asyncio.Queue[Any], room: asyncio.Semaphore) -> None:
+async def _read_runner(call: Any, outbox: asyncio.Queue[Any], room: _ReadRoom) -> None:
     """The run's one reader: runner messages go into the run's outbox, the same queue SendReply and
     AppendRunResult use, so the run loop waits on one queue and items keep their arrival order. At most
     `READ_AHEAD` messages wait there unread (gRPC flow control pushes back on the runner beyond that).
     A gRPC read is never cancelled midway except when the run is released."""
     first = True
     while True:
-        await room.acquire()
+        if room.free:
+            room.free -= 1
+        else:
+            await room.take()
         try:
             message = await call.read()
         except asyncio.CancelledError as exc:
@@ -737,7 +766,7 @@ class Orchestrator:
         """An outbox item as the run loop handles it (a failed read raises its error)."""
         if isinstance(item, (Update, AppendedResult)):
             return item
-        live.read_room.release()
+        live.read_room.give()
         live.last_activity = time.monotonic()
         if isinstance(item, _ReadFailed):
             raise item.error
@@ -896,6 +925,8 @@ class Orchestrator:
         self, live: LiveRun, status: int, reason: str, terminal: result_pb2.RunResult | None
     ) -> Update:
         live.done = True
+        if live.validator is not None:
+            live.validator.report_metrics()
         usage = (
             json_format.MessageToDict(terminal.usage)
             if terminal is not None and terminal.HasField("usage")
