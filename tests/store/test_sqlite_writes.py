@@ -190,6 +190,48 @@ async def test_the_wal_is_restarted_while_writes_go_on(sqlite_template: Path, tm
         await db.dispose()
 
 
+async def test_a_write_is_one_transaction_whichever_way_its_statements_run(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """Writes begin and commit on the driver; statements run through SQLAlchemy join that transaction:
+    all of a write commits together, a write that fails leaves nothing, and the next write starts
+    clean (inline on the loop or on the writer thread)."""
+    target = tmp_path / "host.db"
+    shutil.copy(sqlite_template, target)
+    db = Database(f"sqlite+aiosqlite:///{target}")
+    insert = text(
+        "INSERT INTO storage_entries (area, owner_key, key, value, size_bytes, updated_at) "
+        "VALUES ('plugin', 'o', :k, x'00', 1, '2026-01-01 00:00:00')"
+    )
+
+    def keys() -> list[str]:
+        with sqlite3.connect(target) as check:
+            return [r[0] for r in check.execute("SELECT key FROM storage_entries ORDER BY key")]
+
+    def write(conn: Connection, prefix: str, fail: bool) -> None:
+        dbapi = conn.connection.dbapi_connection
+        assert dbapi is not None
+        dbapi.execute(
+            "INSERT INTO storage_entries (area, owner_key, key, value, size_bytes, updated_at) "
+            "VALUES ('plugin', 'o', ?, x'00', 1, '2026-01-01 00:00:00')",
+            (f"{prefix}-driver",),
+        )
+        conn.execute(insert, {"k": f"{prefix}-sqlalchemy"})  # SQLAlchemy autobegins: joins the write
+        if fail:
+            raise RuntimeError("boom")
+
+    try:
+        for inline in (True, False):
+            with pytest.raises(RuntimeError):
+                await db.run_write(lambda c: write(c, "failed", True), inline=inline)
+            assert keys() == []
+        await db.run_write(lambda c: write(c, "a", False), inline=True)
+        await db.run_write(lambda c: write(c, "b", False))
+        assert keys() == ["a-driver", "a-sqlalchemy", "b-driver", "b-sqlalchemy"]
+    finally:
+        await db.dispose()
+
+
 async def test_the_host_runs_the_checkpointer_and_stops_it_cleanly(tmp_path: Path) -> None:
     db_path = tmp_path / "c.db"
     db = Database(f"sqlite+aiosqlite:///{db_path}")

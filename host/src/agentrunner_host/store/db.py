@@ -19,6 +19,7 @@ import contextlib
 import logging
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -113,9 +114,43 @@ def _install_sqlite_pragmas(sync_engine: Any) -> None:
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
         if conn.dialect.driver == "pysqlite":  # the writer thread: straight to the driver
-            conn.connection.dbapi_connection.execute(f"BEGIN {mode}")
+            driver = conn.connection.dbapi_connection
+            if not driver.in_transaction:  # (`Database._write_sync` begins on the driver itself)
+                driver.execute(f"BEGIN {mode}")
         else:
             conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _on_driver(conn: Connection, what: str, call: Callable[..., Any], *args: Any) -> Any:
+    """`call(*args)` on the pysqlite driver (`what` names it in errors), its errors raised as
+    SQLAlchemy's `DBAPIError` subclasses."""
+    try:
+        return call(*args)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(
+            what, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
+        ) from exc
+
+
+def _begin_immediate(conn: Connection, driver: Any, wait_ms: int) -> None:
+    """BEGIN IMMEDIATE on a connection whose busy timeout is 0, retried for up to `wait_ms` while
+    another process holds the write lock (backing off from 1 ms to 50 ms, as SQLite's own handler)."""
+    deadline: float | None = None
+    delay = 0.001
+    while True:
+        try:
+            driver.execute("BEGIN IMMEDIATE")
+            return
+        except conn.dialect.loaded_dbapi.Error as exc:
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + wait_ms / 1000
+            if not _is_busy(exc) or now >= deadline:
+                raise DBAPIError.instance(
+                    "BEGIN IMMEDIATE", None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
+                ) from exc
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, 0.05)
 
 
 class _Plan:
@@ -370,20 +405,39 @@ class Database:
     def _write_sync(self, fn: Callable[[Connection], T], busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> T:
         """One IMMEDIATE transaction on the one write connection, kept open between transactions (a
         checkout, options and close per transaction cost more than a short transaction's statements).
-        Callers are serialized by `_write_lock`; the busy timeout is only switched when it changes."""
+        Callers are serialized by `_write_lock`. The connection's own busy timeout is 0: the transaction
+        waits up to `busy_timeout_ms` for another process's lock here, at its BEGIN (the only statement
+        that takes it), so the inline path (0) and the writer thread (30 s) share one setting.
+
+        The transaction is begun and ended on the driver (SQLAlchemy's transaction bookkeeping cost
+        about as much as a short transaction's statements); a statement `fn` runs through SQLAlchemy
+        still joins it (`_on_begin` finds it open) and is committed or rolled back with it. Driver errors
+        are raised as SQLAlchemy's `DBAPIError` subclasses, as `conn.begin()` would."""
         conn = self._write_conn
         if conn is None or conn.closed or conn.invalidated:
             assert self._sync_engine is not None
             conn = self._write_conn = self._sync_engine.connect().execution_options(sqlite_begin="IMMEDIATE")
             self._busy_ms = None
+        driver = conn.connection.dbapi_connection
+        assert driver is not None
         try:
-            if self._busy_ms != busy_timeout_ms:
-                driver = conn.connection.dbapi_connection
-                assert driver is not None
-                driver.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-                self._busy_ms = busy_timeout_ms
-            with conn.begin():
-                return fn(conn)
+            if self._busy_ms != 0:
+                _on_driver(conn, "PRAGMA busy_timeout=0", driver.execute, "PRAGMA busy_timeout=0")
+                self._busy_ms = 0
+            _begin_immediate(conn, driver, busy_timeout_ms)
+            try:
+                result = fn(conn)
+            except BaseException:
+                if conn.in_transaction():
+                    conn.rollback()
+                elif driver.in_transaction:
+                    _on_driver(conn, "ROLLBACK", driver.rollback)
+                raise
+            if conn.in_transaction():
+                conn.commit()
+            else:
+                _on_driver(conn, "COMMIT", driver.commit)
+            return result
         except BaseException:
             self._busy_ms = None  # the connection may have been replaced: set it again next time
             raise
