@@ -71,10 +71,9 @@ from agentrunner_host.delivery.store import DeliveryStore, InteractionStore
 from agentrunner_host.observability import (
     RUNS,
     TIME_TO_FIRST_RESULT,
-    extract_context,
     inject_metadata,
+    start_server_span,
     trace_id_of,
-    tracer,
 )
 from agentrunner_host.ports import (
     TERMINAL_STATUSES,
@@ -427,9 +426,7 @@ class Orchestrator:
         digest = hashlib.sha256(
             request.event.SerializeToString(deterministic=True) + request.agent_id.encode()
         ).hexdigest()
-        span = tracer.start_span(
-            "agentrunner.host.run", context=extract_context(metadata), kind=trace.SpanKind.SERVER
-        )
+        span = start_server_span("agentrunner.host.run", metadata)
         run_id = f"run_{uuid.uuid4().hex}"
         record = RunRecord(
             run_id=run_id,

@@ -17,7 +17,6 @@ from typing import Any
 import grpc
 import structlog
 from google.protobuf import message_factory
-from opentelemetry import trace
 
 from agentrunner.errors import (
     AgentRunnerError,
@@ -32,7 +31,7 @@ from agentrunner.errors import (
 from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
 from agentrunner.v1 import proxy_service_pb2
 from agentrunner_host.control import ControlHub
-from agentrunner_host.observability import PROXY_CALLS, extract_context, tracer
+from agentrunner_host.observability import PROXY_CALLS, start_server_span
 from agentrunner_host.ports import RunSession, SessionRegistry
 from agentrunner_host.proxy.api import AuditSink, HandlerTable, ProxyCall
 
@@ -154,11 +153,7 @@ class ProxyServicer:
             call = await self._begin(method, context)
         except AgentRunnerError as err:
             await abort_with(context, err)
-        span = tracer.start_span(
-            f"agentrunner.proxy/{method}",
-            context=extract_context(context.invocation_metadata()),
-            kind=trace.SpanKind.SERVER,
-        )
+        span = start_server_span(f"agentrunner.proxy/{method}", context.invocation_metadata())
         span.set_attribute("agentrunner.run_id", call.run_id)
         err: AgentRunnerError | None = None
         try:
