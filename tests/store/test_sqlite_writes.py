@@ -183,7 +183,6 @@ async def test_the_wal_is_restarted_while_writes_go_on(sqlite_template: Path, tm
         assert commits > 50
         # frames written since the last restart, not since the start: the count fell at least once
         assert any(later < earlier for earlier, later in itertools.pairwise(seen)), seen
-        assert max(seen) < commits  # a 3 KB row is about a page per commit: never all of them
     finally:
         stop.set()
         await asyncio.gather(task, return_exceptions=True)

@@ -50,6 +50,8 @@ UPGRADE_COMMAND = "agentrunner-host db upgrade"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 #: SQLite: how often the host moves committed WAL pages into the database file (`run_checkpointer`)
 WAL_CHECKPOINT_SECONDS = 1.0
+#: how long a checkpoint's second step waits for readers still on the WAL (writers wait meanwhile)
+CHECKPOINT_WAIT_MS = 50
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -442,31 +444,32 @@ class Database:
             self._busy_ms = None  # the connection may have been replaced: set it again next time
             raise
 
-    def _checkpoint_sync(self) -> tuple[int, int, int]:
+    def _checkpoint_sync(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
         with self._checkpoint_lock:  # `dispose` closes the connection under the same lock
             if self._checkpoint_conn is None:
                 path = _sync_url(self.url).database
                 conn = sqlite3.connect(path or ":memory:", isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA busy_timeout=1000")
+                conn.execute(f"PRAGMA busy_timeout={CHECKPOINT_WAIT_MS}")
                 self._checkpoint_conn = conn
             # fetchall: a statement left unfinished would hold a read lock and keep the WAL from restarting
-            busy, frames, done = self._checkpoint_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]
+            busy, frames, done = self._checkpoint_conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()[0]
             return int(busy), int(frames), int(done)
 
     async def checkpoint(self) -> tuple[int, int, int]:
-        """SQLite: a PASSIVE checkpoint on its own connection and thread, in two steps: the bulk of the
-        WAL while writes go on, then, holding this process's write lock, the frames committed meanwhile.
-        After the second step the whole WAL is in the database file, so the next write starts the WAL
-        file from its beginning again. (Without it, under steady writes some commit always landed during
-        the checkpoint and the WAL file grew without end: about 75 KiB per run.) Writers wait only for
-        the second, short step. Returns `(busy, WAL frames, frames checkpointed)` of the second step;
-        `(0, 0, 0)` elsewhere."""
+        """SQLite: a checkpoint on its own connection and thread, in two steps: the bulk of the WAL
+        (PASSIVE) while writes go on, then, holding this process's write lock, the frames committed
+        meanwhile (RESTART: it also waits, up to `CHECKPOINT_WAIT_MS`, for readers still on the WAL).
+        After the second step the whole WAL is in the database file and no reader uses it, so the next
+        write starts the WAL file from its beginning again. (Without it, under steady writes some commit
+        always landed during the checkpoint and the WAL file grew without end: about 75 KiB per run.)
+        Writers wait only for the second, short step. Returns `(busy, WAL frames, frames
+        checkpointed)` of the second step; `(0, 0, 0)` elsewhere."""
         if self.dialect != "sqlite":
             return 0, 0, 0
         assert self._write_lock is not None
         await asyncio.to_thread(self._checkpoint_sync)
         async with self._write_lock:
-            return await asyncio.to_thread(self._checkpoint_sync)
+            return await asyncio.to_thread(self._checkpoint_sync, "RESTART")
 
     async def run_checkpointer(self, interval: float = WAL_CHECKPOINT_SECONDS) -> None:
         """SQLite: `checkpoint` every `interval` seconds until cancelled, so the WAL stays short without
