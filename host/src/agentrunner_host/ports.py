@@ -73,15 +73,20 @@ class AuthorizationSnapshot:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, frozenset):
-                value = sorted(value)
-            elif isinstance(value, Mapping):
-                value = {k: sorted(v) for k, v in value.items()}
+        for name in _SNAPSHOT_FIELDS:
+            value = getattr(self, name)
+            kind = type(value)
+            if kind is str or kind is bool or value is None:  # most fields: no ABC check needed
+                pass
+            elif kind is frozenset:
+                value = sorted(value) if value else []
             elif isinstance(value, dt.datetime):
                 value = value.isoformat()
-            out[field.name] = value
+            elif isinstance(value, Mapping):
+                value = {k: sorted(v) for k, v in value.items()}
+            elif isinstance(value, frozenset):
+                value = sorted(value)
+            out[name] = value
         return out
 
     @classmethod
@@ -99,6 +104,9 @@ class AuthorizationSnapshot:
                 value = frozenset(value)
             kwargs[field.name] = value
         return cls(**kwargs)
+
+
+_SNAPSHOT_FIELDS = tuple(field.name for field in dataclasses.fields(AuthorizationSnapshot))
 
 
 @dataclasses.dataclass(slots=True)
