@@ -123,15 +123,18 @@ def _install_sqlite_pragmas(sync_engine: Any) -> None:
             conn.exec_driver_sql(f"BEGIN {mode}")
 
 
+def _driver_error(conn: Connection, statement: str, params: Any, exc: Exception) -> DBAPIError:
+    """A pysqlite error as the `DBAPIError` subclass `conn.execute` would have raised."""
+    return DBAPIError.instance(statement, params, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect)
+
+
 def _on_driver(conn: Connection, what: str, call: Callable[..., Any], *args: Any) -> Any:
     """`call(*args)` on the pysqlite driver (`what` names it in errors), its errors raised as
     SQLAlchemy's `DBAPIError` subclasses."""
     try:
         return call(*args)
     except conn.dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance(
-            what, None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
-        ) from exc
+        raise _driver_error(conn, what, None, exc) from exc
 
 
 def _begin_immediate(conn: Connection, driver: Any, wait_ms: int) -> None:
@@ -148,9 +151,7 @@ def _begin_immediate(conn: Connection, driver: Any, wait_ms: int) -> None:
             if deadline is None:
                 deadline = now + wait_ms / 1000
             if not _is_busy(exc) or now >= deadline:
-                raise DBAPIError.instance(
-                    "BEGIN IMMEDIATE", None, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
-                ) from exc
+                raise _driver_error(conn, "BEGIN IMMEDIATE", None, exc) from exc
             time.sleep(min(delay, deadline - now))
             delay = min(delay * 2, 0.05)
 
@@ -266,9 +267,7 @@ def fast_execute(conn: Connection, stmt: Any, params: dict[str, Any]) -> Any:
         finally:
             cursor.close()
     except conn.dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance(
-            plan.sql, values, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect
-        ) from exc
+        raise _driver_error(conn, plan.sql, values, exc) from exc
     return FastResult(rows)
 
 
@@ -315,7 +314,8 @@ class Database:
         self._write_conn: Connection | None = None
         self._checkpoint_conn: sqlite3.Connection | None = None
         self._checkpoint_lock = threading.Lock()
-        self._busy_ms: int | None = None
+        #: the write connection's own busy timeout was set to 0 (`_write_sync`)
+        self._busy_off = False
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
         if self.dialect == "sqlite":
             # One connection, used only by the one writer thread (StaticPool: no checkout overhead).
@@ -432,13 +432,13 @@ class Database:
         if conn is None or conn.closed or conn.invalidated:
             assert self._sync_engine is not None
             conn = self._write_conn = self._sync_engine.connect().execution_options(sqlite_begin="IMMEDIATE")
-            self._busy_ms = None
+            self._busy_off = False
         driver = conn.connection.dbapi_connection
         assert driver is not None
         try:
-            if self._busy_ms != 0:
+            if not self._busy_off:
                 _on_driver(conn, "PRAGMA busy_timeout=0", driver.execute, "PRAGMA busy_timeout=0")
-                self._busy_ms = 0
+                self._busy_off = True
             _begin_immediate(conn, driver, busy_timeout_ms)
             try:
                 result = fn(conn)
@@ -454,7 +454,7 @@ class Database:
                 _on_driver(conn, "COMMIT", driver.commit)
             return result
         except BaseException:
-            self._busy_ms = None  # the connection may have been replaced: set it again next time
+            self._busy_off = False  # the connection may have been replaced: set it again next time
             raise
 
     def _checkpoint_sync(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
