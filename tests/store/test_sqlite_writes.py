@@ -20,7 +20,10 @@ import pytest
 from sqlalchemy import Connection, DateTime, text
 from sqlalchemy.dialects import sqlite
 
-from agentrunner_host.store.db import Database
+from agentrunner.v1 import common_pb2
+from agentrunner_host.ports import RunRecord
+from agentrunner_host.store import ledger
+from agentrunner_host.store.db import Database, fast_execute
 from agentrunner_host.store.models import UTCDateTime
 
 pytestmark = pytest.mark.asyncio
@@ -270,3 +273,41 @@ async def test_timestamps_are_stored_as_sqlalchemy_would_store_them() -> None:
     assert processor is not None
     when = dt.datetime(2026, 11, 30, 11, 0, 0, 250, tzinfo=plus_two)
     assert processor(ours(when)) == when
+
+
+async def test_typed_fast_rows_read_as_sqlalchemy_reads_them(sqlite_template: Path, tmp_path: Path) -> None:
+    """`fast_execute(..., typed=True)` converts each column with its result processor: a run record read
+    on the driver equals the one read through SQLAlchemy (aware UTC timestamps, JSON metadata, NULLs)."""
+    target = tmp_path / "host.db"
+    shutil.copy(sqlite_template, target)
+    db = Database(f"sqlite+aiosqlite:///{target}")
+    now = dt.datetime(2026, 11, 30, 9, 0, 0, 123456, tzinfo=dt.UTC)
+    record = RunRecord(
+        run_id="run_typed",
+        event_id="evt_typed",
+        agent_id="a",
+        binding_id="b",
+        runner_id="plugin:x/y/default",
+        conversation_id="c",
+        status=common_pb2.RUN_STATUS_RUNNING,
+        created_at=now,
+        started_at=now,
+        deadline_at=now + dt.timedelta(minutes=5),
+        metadata={"event_digest": "ab", "nested": {"n": [1, 2]}},
+    )
+    try:
+
+        def read(conn: Connection) -> tuple[tuple[object, ...], tuple[object, ...]]:
+            assert ledger.insert_run_sync(conn, ledger.run_values(record, "owner"))
+            stmt = ledger._statements("sqlite")["by_run"]
+            fast = fast_execute(conn, stmt, {"b_run": "run_typed"}, typed=True).first()
+            slow = conn.execute(stmt, {"b_run": "run_typed"}).first()
+            return tuple(fast), tuple(slow)
+
+        fast, slow = await db.run_write(read)
+        assert fast == slow
+        got = ledger._row_to_record(fast)
+        assert got.started_at == now and got.started_at.tzinfo is not None
+        assert got.finished_at is None and got.metadata == record.metadata
+    finally:
+        await db.dispose()

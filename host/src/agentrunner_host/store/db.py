@@ -156,18 +156,47 @@ def _begin_immediate(conn: Connection, driver: Any, wait_ms: int) -> None:
             delay = min(delay * 2, 0.05)
 
 
+def driver_execute(conn: Connection, sql: str, params: tuple[Any, ...]) -> None:
+    """`conn.exec_driver_sql(sql, params)` for a statement without rows; on the SQLite writer thread
+    straight on the driver (SQLAlchemy's per-execute bookkeeping cost more than a small insert)."""
+    if conn.dialect.driver != "pysqlite":
+        conn.exec_driver_sql(sql, params)
+        return
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    try:
+        dbapi.execute(sql, params).close()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _driver_error(conn, sql, params, exc) from exc
+
+
 class _Plan:
     """A Core statement compiled once for pysqlite: the SQL and, per positional parameter, where its
     value comes from (the caller's key or a constant) and its bind conversion, as one generated
     function from the caller's parameters to the driver's tuple (straight-line code: about half the
     time of a loop over the parameters)."""
 
-    __slots__ = ("has_rows", "sql", "stmt", "values")
+    __slots__ = ("has_rows", "row", "sql", "stmt", "values")
 
-    def __init__(self, stmt: Any, sql: str, sources: tuple[tuple[str | None, Any, Any], ...], rows: bool):
+    def __init__(
+        self,
+        stmt: Any,
+        sql: str,
+        sources: tuple[tuple[str | None, Any, Any], ...],
+        rows: bool,
+        row_processors: tuple[Any, ...] = (),
+    ):
         self.stmt = stmt  # keeps id(stmt) from being reused while the plan is cached
         self.sql = sql
         self.has_rows = rows
+        #: a row's values converted by their columns' result processors (None: rows as the driver gives)
+        self.row: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
+        if any(row_processors):
+            row_env = {f"f{i}": p for i, p in enumerate(row_processors) if p is not None}
+            cells = "".join(
+                (f"f{i}(r[{i}]), " if p is not None else f"r[{i}], ") for i, p in enumerate(row_processors)
+            )
+            self.row = eval(f"lambda r: ({cells})", row_env)
         env: dict[str, Any] = {}
         items = []
         for i, (name, const, processor) in enumerate(sources):
@@ -185,13 +214,13 @@ class _Plan:
         )
 
 
-_PLANS: dict[tuple[int, tuple[str, ...]], _Plan | None] = {}
+_PLANS: dict[tuple[int, tuple[str, ...], bool], _Plan | None] = {}
 _MAX_PLANS = 256
 
 
-def _plan(conn: Connection, stmt: Any, keys: tuple[str, ...]) -> _Plan | None:
+def _plan(conn: Connection, stmt: Any, keys: tuple[str, ...], typed: bool = False) -> _Plan | None:
     """None when the statement needs SQLAlchemy's execution context (Python-side defaults, expanding
-    IN lists, typed result columns): those run through `conn.execute`."""
+    IN lists, or typed result columns unless `typed`): those run through `conn.execute`."""
     dialect = conn.dialect
     compiled: Any = stmt.compile(dialect=dialect, column_keys=list(keys))
     if (
@@ -201,9 +230,11 @@ def _plan(conn: Connection, stmt: Any, keys: tuple[str, ...]) -> _Plan | None:
         or compiled.positiontup is None
     ):
         return None
-    for entry in compiled._result_columns:
-        if entry[3]._cached_result_processor(dialect, None) is not None:
-            return None
+    row_processors = tuple(
+        entry[3]._cached_result_processor(dialect, None) for entry in compiled._result_columns
+    )
+    if any(row_processors) and not typed:
+        return None
     sources = []
     for name in compiled.positiontup:
         bind = compiled.binds[name]
@@ -215,7 +246,7 @@ def _plan(conn: Connection, stmt: Any, keys: tuple[str, ...]) -> _Plan | None:
             sources.append((None, processor(value) if processor else value, None))
         else:
             return None
-    return _Plan(stmt, compiled.string, tuple(sources), bool(compiled._result_columns))
+    return _Plan(stmt, compiled.string, tuple(sources), bool(compiled._result_columns), row_processors)
 
 
 class FastResult:
@@ -240,20 +271,22 @@ class FastResult:
         return self.rows[0][0]
 
 
-def fast_execute(conn: Connection, stmt: Any, params: dict[str, Any]) -> Any:
+def fast_execute(conn: Connection, stmt: Any, params: dict[str, Any], *, typed: bool = False) -> Any:
     """`conn.execute(stmt, params)` for the hot sync writes. On the SQLite writer thread (pysqlite) the
     statement is compiled once and run on the driver's cursor with the same bind conversions (SQLAlchemy's
     per-execute bookkeeping cost more than SQLite's own insert); elsewhere it is `conn.execute`.
-    Driver errors are raised as SQLAlchemy's `DBAPIError` subclasses, as `conn.execute` would."""
+    `typed`: the caller reads rows as tuples, so rows whose columns need conversion (timestamps, JSON)
+    take the fast path too, converted by the columns' result processors. Driver errors are raised as
+    SQLAlchemy's `DBAPIError` subclasses, as `conn.execute` would."""
     if conn.dialect.driver != "pysqlite":
         return conn.execute(stmt, params)
-    key = (id(stmt), tuple(params))
+    key = (id(stmt), tuple(params), typed)
     try:
         plan = _PLANS[key]
     except KeyError:
         if len(_PLANS) >= _MAX_PLANS:  # meant for statements built once; anything else runs as usual
             return conn.execute(stmt, params)
-        plan = _PLANS[key] = _plan(conn, stmt, key[1])
+        plan = _PLANS[key] = _plan(conn, stmt, key[1], typed)
     if plan is None:
         return conn.execute(stmt, params)
     values = plan.values(params)
@@ -268,6 +301,8 @@ def fast_execute(conn: Connection, stmt: Any, params: dict[str, Any]) -> Any:
             cursor.close()
     except conn.dialect.loaded_dbapi.Error as exc:
         raise _driver_error(conn, plan.sql, values, exc) from exc
+    if plan.row is not None:
+        rows = [plan.row(r) for r in rows]
     return FastResult(rows)
 
 

@@ -27,7 +27,7 @@ from agentrunner_host.store.common import (
     message_to_json,
     to_timestamp,
 )
-from agentrunner_host.store.db import Database, StoreError, fast_execute
+from agentrunner_host.store.db import Database, StoreError, driver_execute, fast_execute
 from agentrunner_host.store.models import RunResultRow, RunRow
 
 _RECORD_FIELDS = (
@@ -216,7 +216,9 @@ def insert_run_sync(conn: Connection, values: Mapping[str, Any]) -> bool:
 
 
 def get_run_by_event_sync(conn: Connection, event_id: str) -> RunRecord | None:
-    row = fast_execute(conn, _statements(conn.dialect.name)["by_event"], {"b_event": event_id}).first()
+    row = fast_execute(
+        conn, _statements(conn.dialect.name)["by_event"], {"b_event": event_id}, typed=True
+    ).first()
     return None if row is None else _row_to_record(row)
 
 
@@ -239,7 +241,7 @@ def insert_results_sync(conn: Connection, run_id: str, results: Sequence[result_
             values: list[Any] = []
             for sequence, kind, payload, count in chunk:
                 values += (run_id, sequence, kind, payload, count, created)
-            conn.exec_driver_sql(_sqlite_insert_results(len(chunk)), tuple(values))
+            driver_execute(conn, _sqlite_insert_results(len(chunk)), tuple(values))
     else:
         conn.execute(stmts["insert_results"], result_rows(run_id, results))
     fast_execute(conn, stmts["last_sequence"], {"b_run": run_id, "b_last": max(r.sequence for r in results)})
@@ -256,7 +258,7 @@ def finish_run_sync(
     if usage is not None:
         params["b_usage"] = dict(usage)
     fast_execute(conn, stmts["finish" if usage is None else "finish_usage"], params)
-    row = fast_execute(conn, stmts["by_run"], {"b_run": run_id}).first()
+    row = fast_execute(conn, stmts["by_run"], {"b_run": run_id}, typed=True).first()
     return None if row is None else _row_to_record(row)
 
 
