@@ -170,11 +170,30 @@ def driver_execute(conn: Connection, sql: str, params: tuple[Any, ...]) -> None:
         raise _driver_error(conn, sql, params, exc) from exc
 
 
+def _tuple_function(cells: list[tuple[str | None, Any]]) -> Callable[[Any], tuple[Any, ...]]:
+    """`lambda x: (cell, cell, ...)` as straight-line code (about half the time of a loop over the
+    cells). A cell `(expr, fn)` is an expression over `x` (a subscript by an index or a repr-quoted bind
+    name: nothing from outside is evaluated) with `fn` applied when not None; `(None, value)` is a
+    constant."""
+    env: dict[str, Any] = {}
+    parts = []
+    for n, (expr, extra) in enumerate(cells):
+        if expr is None:
+            env[f"c{n}"] = extra
+            parts.append(f"c{n}, ")
+        elif extra is None:
+            parts.append(f"{expr}, ")
+        else:
+            env[f"f{n}"] = extra
+            parts.append(f"f{n}({expr}), ")
+    return eval(f"lambda x: ({''.join(parts)})", env)
+
+
 class _Plan:
-    """A Core statement compiled once for pysqlite: the SQL and, per positional parameter, where its
-    value comes from (the caller's key or a constant) and its bind conversion, as one generated
-    function from the caller's parameters to the driver's tuple (straight-line code: about half the
-    time of a loop over the parameters)."""
+    """A Core statement compiled once for pysqlite: the SQL, one generated function from the caller's
+    parameters to the driver's tuple (each positional parameter from the caller's key, with its bind
+    conversion, or a constant) and, for `typed` reads, one converting a row by its columns' result
+    processors."""
 
     __slots__ = ("has_rows", "row", "sql", "stmt", "values")
 
@@ -189,28 +208,17 @@ class _Plan:
         self.stmt = stmt  # keeps id(stmt) from being reused while the plan is cached
         self.sql = sql
         self.has_rows = rows
+        self.values = _tuple_function(
+            [
+                (f"x[{name!r}]", processor) if name is not None else (None, const)
+                for name, const, processor in sources
+            ]
+        )
         #: a row's values converted by their columns' result processors (None: rows as the driver gives)
-        self.row: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None
-        if any(row_processors):
-            row_env = {f"f{i}": p for i, p in enumerate(row_processors) if p is not None}
-            cells = "".join(
-                (f"f{i}(r[{i}]), " if p is not None else f"r[{i}], ") for i, p in enumerate(row_processors)
-            )
-            self.row = eval(f"lambda r: ({cells})", row_env)
-        env: dict[str, Any] = {}
-        items = []
-        for i, (name, const, processor) in enumerate(sources):
-            if name is None:
-                env[f"c{i}"] = const
-                items.append(f"c{i}")
-            elif processor is None:
-                items.append(f"p[{name!r}]")
-            else:
-                env[f"f{i}"] = processor
-                items.append(f"f{i}(p[{name!r}])")
-        # the keys are the statement's own bind names (repr-quoted): nothing from outside is evaluated
-        self.values: Callable[[dict[str, Any]], tuple[Any, ...]] = eval(
-            f"lambda p: ({''.join(item + ', ' for item in items)})", env
+        self.row = (
+            _tuple_function([(f"x[{i}]", p) for i, p in enumerate(row_processors)])
+            if any(row_processors)
+            else None
         )
 
 
