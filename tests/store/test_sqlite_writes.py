@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import itertools
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -23,7 +24,7 @@ from sqlalchemy.dialects import sqlite
 from agentrunner.v1 import common_pb2
 from agentrunner_host.ports import RunRecord
 from agentrunner_host.store import ledger
-from agentrunner_host.store.db import Database, fast_execute
+from agentrunner_host.store.db import Database, fast_execute, json_text
 from agentrunner_host.store.models import UTCDateTime
 
 pytestmark = pytest.mark.asyncio
@@ -311,3 +312,9 @@ async def test_typed_fast_rows_read_as_sqlalchemy_reads_them(sqlite_template: Pa
         assert got.finished_at is None and got.metadata == record.metadata
     finally:
         await db.dispose()
+
+
+async def test_json_columns_are_written_as_json_dumps_writes_them() -> None:
+    """`json_text` (the engines' JSON serializer) skips the encoder for empty values: same text always."""
+    for value in [None, [], {}, "", 0, False, [None], {"a": []}, {"k": "ü", "n": [1, 2.5, True]}, "text"]:
+        assert json_text(value) == json.dumps(value)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import logging
 import sqlite3
 import threading
@@ -121,6 +122,20 @@ def _install_sqlite_pragmas(sync_engine: Any) -> None:
                 driver.execute(f"BEGIN {mode}")
         else:
             conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def json_text(value: Any) -> str:
+    """`json.dumps` for JSON columns, the values most of them hold (None, an empty list or object)
+    answered without an encoder (a run start binds nine JSON values)."""
+    if value is None:
+        return "null"
+    if not value:
+        kind = type(value)
+        if kind is list:
+            return "[]"
+        if kind is dict:
+            return "{}"
+    return json.dumps(value)
 
 
 def _driver_error(conn: Connection, statement: str, params: Any, exc: Exception) -> DBAPIError:
@@ -320,7 +335,7 @@ class Database:
     def __init__(self, url: str | URL = DEFAULT_URL, *, pool_size: int = 10, echo: bool = False) -> None:
         self.url = _normalize(url)
         self.dialect = "sqlite" if self.url.drivername.startswith("sqlite") else "postgresql"
-        kwargs: dict[str, Any] = {"echo": echo}
+        kwargs: dict[str, Any] = {"echo": echo, "json_serializer": json_text}
         if self.dialect == "sqlite":
             kwargs["connect_args"] = {
                 "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000,
@@ -342,6 +357,7 @@ class Database:
             else create_async_engine(
                 self.url,
                 echo=echo,
+                json_serializer=json_text,
                 isolation_level="AUTOCOMMIT",
                 pool_reset_on_return=None,  # autocommit: there is never a transaction to roll back
                 pool_size=pool_size,
@@ -367,6 +383,7 @@ class Database:
                 connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
                 poolclass=pool.StaticPool,
                 echo=echo,
+                json_serializer=json_text,
             )
             _install_sqlite_pragmas(self._sync_engine)
             self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
