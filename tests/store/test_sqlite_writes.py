@@ -29,12 +29,28 @@ from agentrunner_host.store.models import UTCDateTime
 
 pytestmark = pytest.mark.asyncio
 
+#: a storage row (the tests' plain write), with named parameters for SQLAlchemy and the driver alike
+_ENTRY_SQL = (
+    "INSERT INTO storage_entries (area, owner_key, key, value, size_bytes, updated_at) "
+    "VALUES ('plugin', 'o', :k, :v, :size, '2026-01-01 00:00:00')"
+)
+
+
+def _write_entry(conn: Connection, key: str, value: bytes) -> None:
+    conn.execute(text(_ENTRY_SQL), {"k": key, "v": value, "size": len(value)})
+
+
+def _copy_template(sqlite_template: Path, tmp_path: Path) -> Path:
+    """A migrated database of this test's own."""
+    target = tmp_path / "host.db"
+    shutil.copy(sqlite_template, target)
+    return target
+
 
 async def test_a_write_cancelled_mid_statement_releases_the_database(
     sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    target = tmp_path / "host.db"
-    shutil.copy(sqlite_template, target)
+    target = _copy_template(sqlite_template, tmp_path)
     db = Database(f"sqlite+aiosqlite:///{target}")
     submit = aiosqlite.Connection._execute
 
@@ -77,8 +93,7 @@ async def test_an_inline_write_never_blocks_the_event_loop_on_another_process_lo
 ) -> None:
     """Run start writes inline on the event loop; if another process (e.g. `kb ingest`) holds the write
     lock, the write moves to the writer thread and waits there, while the loop keeps serving."""
-    target = tmp_path / "host.db"
-    shutil.copy(sqlite_template, target)
+    target = _copy_template(sqlite_template, tmp_path)
     db = Database(f"sqlite+aiosqlite:///{target}")
     other = sqlite3.connect(target, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # the write lock, held by someone else
@@ -111,18 +126,13 @@ async def test_commits_never_checkpoint_and_background_checkpoints_keep_the_wal_
     """Commits do not copy the WAL into the database file (that fsync stalled the committing write,
     often inline on the event loop); the host's checkpointer does, off the write path, and the WAL file
     then stops growing: the next commit after a complete checkpoint starts it from its beginning."""
-    target = tmp_path / "host.db"
-    shutil.copy(sqlite_template, target)
+    target = _copy_template(sqlite_template, tmp_path)
     wal = Path(f"{target}-wal")
     db = Database(f"sqlite+aiosqlite:///{target}")
-    payload = "x" * 3000  # about a page per row
+    payload = b"x" * 3000  # about a page per row
 
     def write(conn: Connection, n: int) -> None:
-        conn.execute(
-            text("INSERT INTO storage_entries (area, owner_key, key, value, size_bytes, updated_at) "
-                 "VALUES ('plugin', 'o', :k, :v, 3000, '2026-01-01 00:00:00')"),
-            {"k": f"k{n}", "v": payload.encode()},
-        )  # fmt: skip
+        _write_entry(conn, f"k{n}", payload)
 
     try:
         n = 0
@@ -152,8 +162,7 @@ async def test_the_wal_is_restarted_while_writes_go_on(sqlite_template: Path, tm
     PASSIVE checkpoint never leaves it empty and the WAL file grew without end (~75 KiB per run in the
     host benchmark). The checkpointer's second step (under the write lock) empties it, and the next
     commit starts the file from its beginning: the WAL seen by later checkpoints shrinks again."""
-    target = tmp_path / "host.db"
-    shutil.copy(sqlite_template, target)
+    target = _copy_template(sqlite_template, tmp_path)
     db = Database(f"sqlite+aiosqlite:///{target}")
     payload = b"x" * 3000
     stop = asyncio.Event()
@@ -165,11 +174,7 @@ async def test_the_wal_is_restarted_while_writes_go_on(sqlite_template: Path, tm
             commits += 1
 
             def write(conn: Connection, n: int = commits) -> None:
-                conn.execute(
-                    text("INSERT INTO storage_entries (area, owner_key, key, value, size_bytes, updated_at) "
-                         "VALUES ('plugin', 'o', :k, :v, 3000, '2026-01-01 00:00:00')"),
-                    {"k": f"k{n}", "v": payload},
-                )  # fmt: skip
+                _write_entry(conn, f"k{n}", payload)
 
             await db.run_write(write, inline=True)
             await asyncio.sleep(0)
@@ -199,13 +204,8 @@ async def test_a_write_is_one_transaction_whichever_way_its_statements_run(
     """Writes begin and commit on the driver; statements run through SQLAlchemy join that transaction:
     all of a write commits together, a write that fails leaves nothing, and the next write starts
     clean (inline on the loop or on the writer thread)."""
-    target = tmp_path / "host.db"
-    shutil.copy(sqlite_template, target)
+    target = _copy_template(sqlite_template, tmp_path)
     db = Database(f"sqlite+aiosqlite:///{target}")
-    insert = text(
-        "INSERT INTO storage_entries (area, owner_key, key, value, size_bytes, updated_at) "
-        "VALUES ('plugin', 'o', :k, x'00', 1, '2026-01-01 00:00:00')"
-    )
 
     def keys() -> list[str]:
         with sqlite3.connect(target) as check:
@@ -214,12 +214,8 @@ async def test_a_write_is_one_transaction_whichever_way_its_statements_run(
     def write(conn: Connection, prefix: str, fail: bool) -> None:
         dbapi = conn.connection.dbapi_connection
         assert dbapi is not None
-        dbapi.execute(
-            "INSERT INTO storage_entries (area, owner_key, key, value, size_bytes, updated_at) "
-            "VALUES ('plugin', 'o', ?, x'00', 1, '2026-01-01 00:00:00')",
-            (f"{prefix}-driver",),
-        )
-        conn.execute(insert, {"k": f"{prefix}-sqlalchemy"})  # SQLAlchemy autobegins: joins the write
+        dbapi.execute(_ENTRY_SQL, {"k": f"{prefix}-driver", "v": b"\x00", "size": 1})
+        _write_entry(conn, f"{prefix}-sqlalchemy", b"\x00")  # SQLAlchemy autobegins: joins the write
         if fail:
             raise RuntimeError("boom")
 
@@ -279,8 +275,7 @@ async def test_timestamps_are_stored_as_sqlalchemy_would_store_them() -> None:
 async def test_typed_fast_rows_read_as_sqlalchemy_reads_them(sqlite_template: Path, tmp_path: Path) -> None:
     """`fast_execute(..., typed=True)` converts each column with its result processor: a run record read
     on the driver equals the one read through SQLAlchemy (aware UTC timestamps, JSON metadata, NULLs)."""
-    target = tmp_path / "host.db"
-    shutil.copy(sqlite_template, target)
+    target = _copy_template(sqlite_template, tmp_path)
     db = Database(f"sqlite+aiosqlite:///{target}")
     now = dt.datetime(2026, 11, 30, 9, 0, 0, 123456, tzinfo=dt.UTC)
     record = RunRecord(
