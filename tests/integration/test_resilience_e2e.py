@@ -4,6 +4,7 @@ on one PostgreSQL database authorizing each other's runs from the shared session
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
+from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from tests.integration.conftest import (
     PROBE_ID,
@@ -104,6 +106,56 @@ async def test_a_database_error_mid_run_fails_the_run_and_the_host_keeps_serving
         record = await get_run(host.value, run_id)
         assert record.status == common_pb2.RUN_STATUS_FAILED and record.status_reason == "host.store_error"
         assert completed_ok(await run(host.value, "still serving", conversation_id="other"))
+    finally:
+        host.kill()
+
+
+async def test_a_run_start_that_cannot_commit_leaves_nothing_behind_and_the_event_can_be_sent_again(
+    tmp_path: Path, probe_runner: Proc
+) -> None:
+    """The run start commits after the runner call went out (the commit overlaps the runner's start): if
+    that commit fails, the client gets a typed error and nothing of the run exists, so the same event
+    can be submitted again. The part written at commit time (session, user message) fails here."""
+    base = reference_config(tmp_path, probe_runner.value)
+    base["agents"] = [{"id": "probe", "runner_id": PROBE_ID}]
+    base["bindings"] = [{"id": "all", "event": "message.*", "target": {"agent": "probe"}}]
+    config = write_config(tmp_path / "host.yaml", base)
+    assert cli("db", "upgrade", "--config", str(config)).returncode == 0
+    db_file = tmp_path / "host.db"
+    host = start_host(config)
+    steps = [{"rpc": "ListHistory", "req": {"limit": 5}}]
+
+    def rows(event_id: str) -> tuple[int, int, int]:
+        with contextlib.closing(sqlite3.connect(db_file, timeout=10)) as db:
+            return (
+                db.execute("SELECT count(*) FROM runs WHERE event_id = ?", (event_id,)).fetchone()[0],
+                db.execute("SELECT count(*) FROM event_log WHERE record_id = ?", (event_id,)).fetchone()[0],
+                db.execute(
+                    "SELECT count(*) FROM transcript_items WHERE event_id = ?", (event_id,)
+                ).fetchone()[0],
+            )
+
+    try:
+        with contextlib.closing(sqlite3.connect(db_file, timeout=10)) as db:
+            db.execute(
+                "CREATE TRIGGER broken BEFORE INSERT ON run_sessions BEGIN SELECT RAISE(ABORT, 'injected'); END"
+            )
+            db.commit()
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await run(host.value, json.dumps(steps), event_id="evt-lost")
+        typed = from_rpc_error(err.value)
+        assert err.value.code() == grpc.StatusCode.INTERNAL and typed.reason == "RUNTIME_ERROR"
+        assert "injected" not in (err.value.details() or "")  # no internals to the client
+        assert rows("evt-lost") == (0, 0, 0)
+        with contextlib.closing(sqlite3.connect(db_file, timeout=10)) as db:
+            db.execute("DROP TRIGGER broken")
+            db.commit()
+        # the same event again: a run like any other, whose first proxy call already sees its message
+        report, run_id = await probe(host.value, steps, event_id="evt-lost")
+        history = report["steps"][0]["ok"]["items"]
+        assert history[-1]["content"] == json.dumps(steps) and history[-1]["runId"] == run_id
+        assert report["ctx"]["transcript_seq"] == 1 and report["ctx"]["event_seq"] == 1  # none was used up
+        assert rows("evt-lost") == (1, 1, 2)  # user message and the probe's reply
     finally:
         host.kill()
 

@@ -180,7 +180,7 @@ async def test_run_start_reads_the_same_state_snapshot_as_the_state_api(stores: 
     envelope = host_service_pb2.EventEnvelope(event_id="evt_s", event_type="message.received")
     envelope.conversation.conversation_id = "c1"
     envelope.input.text = "hi"
-    _, recorded = await stores.start_run(record, envelope, None, snap)
+    recorded = (await stores.start_run(record, envelope, None, snap)).recorded
     assert recorded is not None
     assert recorded.state == await stores.state.snapshot(snap)
     assert recorded.state["conversation"] == values and recorded.state["runner"] == {"zero": 0}

@@ -14,6 +14,7 @@ import itertools
 import json
 import shutil
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import aiosqlite
@@ -227,6 +228,62 @@ async def test_a_write_is_one_transaction_whichever_way_its_statements_run(
         await db.run_write(lambda c: write(c, "a", False), inline=True)
         await db.run_write(lambda c: write(c, "b", False))
         assert keys() == ["a-driver", "a-sqlalchemy", "b-driver", "b-sqlalchemy"]
+    finally:
+        await db.dispose()
+
+
+async def test_a_held_write_commits_when_its_caller_says_so_and_other_writes_wait_for_it(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """`run_write_held` (the run start): the statements ran, nothing is visible and every other write
+    waits until the caller commits; `then` statements join the same commit; a failing `then` or a
+    rollback leaves nothing; with another write already queued the write commits at once instead."""
+    target = _copy_template(sqlite_template, tmp_path)
+    db = Database(f"sqlite+aiosqlite:///{target}")
+
+    def keys() -> list[str]:
+        with sqlite3.connect(target) as check:
+            return [r[0] for r in check.execute("SELECT key FROM storage_entries ORDER BY key")]
+
+    def entry(key: str) -> Callable[[Connection], str]:
+        def write(conn: Connection) -> str:
+            _write_entry(conn, key, b"\x00")
+            return key
+
+        return write
+
+    def broken(conn: Connection) -> None:
+        raise RuntimeError("boom")
+
+    try:
+        result, pending = await db.run_write_held(entry("a"), then=entry("a-then"))
+        assert result == "a" and pending is not None and pending.open
+        other = asyncio.create_task(db.run_write(entry("b"), inline=True))
+        await asyncio.sleep(0.05)
+        assert keys() == [] and not other.done()  # uncommitted, and the next write waits its turn
+        pending.commit()
+        pending.commit()  # (a no-op)
+        await asyncio.wait_for(other, timeout=5)
+        assert keys() == ["a", "a-then", "b"]
+
+        _, pending = await db.run_write_held(entry("c"), then=broken)
+        assert pending is not None
+        with pytest.raises(RuntimeError):
+            pending.commit()
+        _, pending = await db.run_write_held(entry("d"))
+        assert pending is not None
+        pending.rollback()
+        assert keys() == ["a", "a-then", "b"]
+
+        # a write queued already: no holding, everything (`then` too) committed before it returns
+        _, first = await db.run_write_held(entry("e"))
+        queued = asyncio.create_task(db.run_write_held(entry("f"), then=entry("f-then")))
+        await asyncio.sleep(0.05)
+        assert first is not None
+        first.commit()
+        result, second = await asyncio.wait_for(queued, timeout=5)
+        assert result == "f" and second is None
+        assert keys() == ["a", "a-then", "b", "e", "f", "f-then"]
     finally:
         await db.dispose()
 

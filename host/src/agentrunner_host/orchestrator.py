@@ -83,6 +83,7 @@ from agentrunner_host.ports import (
 )
 from agentrunner_host.proxy.capabilities import Backends
 from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.store.db import PendingWrite
 from agentrunner_host.store.fact_stores import FactStores, RecordedEvent
 from agentrunner_host.validation import Limits, ResultValidator
 
@@ -120,6 +121,8 @@ class RunStart:
     deadline_at: dt.datetime | None = None
     #: a run that ends before the runner is called (runner unavailable, invalid config)
     failure: result_pb2.RunResult | None = None
+    #: the run-start transaction, still open: committed once the runner call is on its way (`_commit_start`)
+    pending: PendingWrite | None = None
 
 
 class _ReadRoom:
@@ -180,6 +183,8 @@ class LiveRun:
     read_room: _ReadRoom = dataclasses.field(default_factory=lambda: _ReadRoom(READ_AHEAD))
     #: monotonic time of the runner's last message (host stop cancels runs idle for a while first)
     last_activity: float = dataclasses.field(default_factory=time.monotonic)
+    #: the run-start transaction failed to commit: the run never existed (nothing of it is written)
+    unrecorded: bool = False
 
     @property
     def run_id(self) -> str:
@@ -462,17 +467,26 @@ class Orchestrator:
             return
         live = LiveRun(stored, snapshot=start.snapshot or self._minimal_snapshot(stored, event))
         live.start = start
-        self._live[run_id] = live
-        self.hub.open(run_id)
-        structlog.contextvars.bind_contextvars(run_id=run_id, trace_id=live.record.trace_id)
         try:  # (inline rather than a generator of its own: one level less for every result)
+            self._live[run_id] = live
+            self.hub.open(run_id)
+            structlog.contextvars.bind_contextvars(run_id=run_id, trace_id=live.record.trace_id)
             async with contextlib.aclosing(self._execute(live, event, agent, span)) as updates:
                 async for update in updates:
                     yield update
         finally:
+            if not live.unrecorded:
+                try:
+                    self._commit_start(live)  # (the caller went away before the runner call went out)
+                except Exception as exc:
+                    log.error("run.start_commit_failed", error=repr(exc))
             if live.call is not None and not live.call.done():
                 live.call.cancel()
-            if not live.done:
+            if live.unrecorded:
+                log.error("run.not_recorded", reason="the run-start transaction did not commit")
+                live.done = True
+                self._forget(live)
+            elif not live.done:
                 # The caller went away (or a write failed) before the run ended: record the cancel for
                 # followers and the ledger, and release everything.
                 await self._abandon(live)
@@ -522,8 +536,30 @@ class Orchestrator:
             record.status = common_pb2.RUN_STATUS_RUNNING
             record.started_at = utcnow()
         state_of = start.snapshot if start.snapshot is not None and start.snapshot.state_scopes else None
-        start.record, start.recorded = await self.stores.start_run(record, event, session, state_of)
+        # A run that will call its runner keeps the transaction open: `_execute` commits it right after the
+        # call went out, so the commit overlaps the runner's start (`_commit_start`).
+        start.record, start.recorded, start.pending = await self.stores.start_run(
+            record, event, session, state_of, hold=start.failure is None
+        )
         return start
+
+    @staticmethod
+    def _commit_start(live: LiveRun) -> None:
+        """Commits the run-start transaction `_start_run` left open (a no-op once it is committed). Until
+        then no client has seen the run and no proxy call could have reached it (the commit runs in the
+        loop iteration that sent the runner call, before any reply can be read). If the commit fails the
+        run never existed: its runner call is cancelled and the `StoreError` raised to the caller, as a
+        failed run start is."""
+        pending = live.start.pending if live.start is not None else None
+        if pending is None or not pending.open:
+            return
+        try:
+            pending.commit()
+        except BaseException:
+            live.unrecorded = True
+            if live.call is not None and not live.call.done():
+                live.call.cancel()
+            raise
 
     async def _execute(
         self, live: LiveRun, event: host_service_pb2.EventEnvelope, agent: AgentConfig, span: trace.Span
@@ -597,6 +633,10 @@ class Orchestrator:
                 metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(span)))
                 timeout = max(0.001, (deadline_at - utcnow()).total_seconds())
                 call = live.call = endpoint.stub.Run(request, timeout=timeout, metadata=metadata)
+                # grpc.aio sends the request from a task of its own: let it go out, then commit the run start
+                # while the runner starts (and before anything of the run reaches a client)
+                await asyncio.sleep(0)
+                self._commit_start(live)
                 live.last_activity = time.monotonic()
                 live.read_task = asyncio.create_task(
                     _read_runner(call, live.channel.outbox, live.read_room), name=f"read-{run_id}"
@@ -706,6 +746,9 @@ class Orchestrator:
                 run_id, 0, "host.store_error", "the host could not record this run's facts", True
             )
         except Exception:
+            if live.unrecorded:
+                raise
+            self._commit_start(live)  # (failed before the runner call went out)
             log.exception("run.host_error")
             if not live.done and (live.validator is None or live.validator.terminal is None):
                 failure = _failure(run_id, 0, "host.error", "the host failed while running this run", True)
@@ -960,14 +1003,7 @@ class Orchestrator:
         return await channel.append(result)
 
     async def _release(self, live: LiveRun) -> None:
-        self._live.pop(live.run_id, None)
-        self._deltas.discard(live)
-        self.deliveries.discard(live.run_id)
-        if live.read_task is not None and not live.read_task.done():
-            live.read_task.cancel()
-        self.hub.close(live.run_id)
-        if live.cancel_task is not None and live.cancel_task is not asyncio.current_task():
-            live.cancel_task.cancel()
+        self._forget(live)
         try:
             if not live.revoked:
                 await self.sessions.unregister(live.run_id)
@@ -977,6 +1013,17 @@ class Orchestrator:
                 await self.stores.steering.claim(run_id=live.run_id, conversation_id=snap.conversation_id)
         except AgentRunnerError as exc:
             log.error("run.release_failed", error=exc.message)
+
+    def _forget(self, live: LiveRun) -> None:
+        """What `_release` lets go of in this process (the run's tasks, channels and registrations)."""
+        self._live.pop(live.run_id, None)
+        self._deltas.discard(live)
+        self.deliveries.discard(live.run_id)
+        if live.read_task is not None and not live.read_task.done():
+            live.read_task.cancel()
+        self.hub.close(live.run_id)
+        if live.cancel_task is not None and live.cancel_task is not asyncio.current_task():
+            live.cancel_task.cancel()
 
     async def _abandon(self, live: LiveRun) -> None:
         if live.call is not None and not live.call.done():

@@ -329,6 +329,104 @@ def fast_execute(conn: Connection, stmt: Any, params: dict[str, Any], *, typed: 
     return FastResult(rows)
 
 
+def with_then(
+    fn: Callable[[Connection], T], then: Callable[[Connection], Any] | None
+) -> Callable[[Connection], T]:
+    """`fn`, then `then` in the same transaction (for `run_write`); `fn`'s result."""
+    if then is None:
+        return fn
+
+    def both(conn: Connection) -> T:
+        result = fn(conn)
+        then(conn)
+        return result
+
+    return both
+
+
+def _end_write(conn: Connection, driver: Any, *, commit: bool) -> None:
+    """Ends the write connection's transaction, begun on the driver or joined by SQLAlchemy (`_write_sync`).
+    A COMMIT that fails leaves nothing open behind it: the transaction is rolled back."""
+    if not commit:
+        if conn.in_transaction():
+            conn.rollback()
+        elif driver.in_transaction:
+            _on_driver(conn, "ROLLBACK", driver.rollback)
+        return
+    try:
+        if conn.in_transaction():
+            conn.commit()
+        else:
+            _on_driver(conn, "COMMIT", driver.commit)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            _end_write(conn, driver, commit=False)
+        raise
+
+
+class PendingWrite:
+    """A SQLite write transaction from `Database.run_write_held`: its statements ran, its COMMIT is still
+    to come, and the host's write lock is held until `commit` or `rollback` (exactly one of them, on
+    every path; a second call is a no-op). Both are synchronous: they run on the event loop, as the
+    statements did."""
+
+    __slots__ = ("_conn", "_db", "_driver", "_then")
+
+    def __init__(self, db: Database, conn: Connection, driver: Any) -> None:
+        self._db: Database | None = db
+        self._conn = conn
+        self._driver = driver
+        self._then: list[Callable[[Connection], Any]] = []
+
+    @property
+    def open(self) -> bool:
+        return self._db is not None
+
+    def then(self, fn: Callable[[Connection], Any]) -> None:
+        """Runs `fn(conn)` in this transaction just before its COMMIT (statements nothing before the
+        commit needs: they cost the caller's latency path nothing)."""
+        self._then.append(fn)
+
+    def commit(self) -> None:
+        """Runs the `then` statements and commits; on any error everything is rolled back and a
+        `StoreError` raised (the write never happened)."""
+        db = self._release()
+        if db is None:
+            return
+        try:
+            try:
+                for fn in self._then:
+                    fn(self._conn)
+            except BaseException:
+                _end_write(self._conn, self._driver, commit=False)
+                raise
+            _end_write(self._conn, self._driver, commit=True)
+        except DBAPIError as exc:
+            db._busy_off = False
+            raise StoreError(f"database write failed: {type(exc.orig).__name__}", retryable=True) from exc
+        except BaseException:
+            db._busy_off = False
+            raise
+        finally:
+            db._release_write_lock()
+
+    def rollback(self) -> None:
+        db = self._release()
+        if db is None:
+            return
+        try:
+            _end_write(self._conn, self._driver, commit=False)
+        except Exception:  # the connection is replaced at the next write if it is broken
+            db._busy_off = False
+            _log.warning("rolling back a held write failed", exc_info=True)
+        finally:
+            db._release_write_lock()
+
+    def _release(self) -> Database | None:
+        db, self._db = self._db, None
+        return db
+
+
 class Database:
     """An async engine and its session factory."""
 
@@ -467,6 +565,42 @@ class Database:
         except DBAPIError as exc:
             raise StoreError(f"database write failed: {type(exc.orig).__name__}", retryable=True) from exc
 
+    async def run_write_held(
+        self, fn: Callable[[Connection], T], then: Callable[[Connection], Any] | None = None
+    ) -> tuple[T, PendingWrite | None]:
+        """`run_write(fn, inline=True)` whose COMMIT the caller issues: on the inline SQLite path `fn`'s
+        statements run here and the transaction stays open, holding the host's write lock, until the
+        returned `PendingWrite` is committed or rolled back (the caller must do one on every path, soon,
+        and without awaiting anything slow in between: every other write waits). Everywhere else (another
+        write queued, another process holding the database lock, PostgreSQL) the write is committed as
+        `run_write` would and the handle is None.
+
+        What it is for: the run start sends the runner call first and commits right after, so SQLite's
+        commit (and whatever `PendingWrite.commit` still runs) overlaps the runner's start instead of
+        delaying it. `then(conn)` runs in the same transaction right before its COMMIT (`PendingWrite.then`),
+        in both cases."""
+        if self._writer is None or self._write_lock is None or self._write_lock.locked():
+            return await self.run_write(with_then(fn, then), inline=True), None
+        lock = self._write_lock
+        await lock.acquire()  # free (checked above): returns without waiting
+        try:
+            conn, driver = self._write_connection()
+            result = self._write_begun(conn, driver, fn, busy_timeout_ms=0)
+        except (DBAPIError, sqlite3.OperationalError) as exc:
+            lock.release()
+            if isinstance(exc, OperationalError | sqlite3.OperationalError) and _is_busy(exc):
+                # another process writes: the writer thread waits for it
+                return await self.run_write(with_then(fn, then)), None
+            cause = exc.orig if isinstance(exc, DBAPIError) else exc
+            raise StoreError(f"database write failed: {type(cause).__name__}", retryable=True) from exc
+        except BaseException:
+            lock.release()
+            raise
+        pending = PendingWrite(self, conn, driver)
+        if then is not None:
+            pending.then(then)
+        return result, pending
+
     async def _submit(self, fn: Callable[[Connection], T]) -> T:
         assert self._writer is not None
         future = asyncio.get_running_loop().run_in_executor(self._writer, self._write_sync, fn)
@@ -475,6 +609,37 @@ class Database:
         except asyncio.CancelledError:
             with contextlib.suppress(BaseException):
                 await future
+            raise
+
+    def _write_connection(self) -> tuple[Connection, Any]:
+        """The one write connection (opened again if it was closed or invalidated) and its driver
+        connection, with the driver's own busy timeout at 0 (`_write_sync`)."""
+        conn = self._write_conn
+        if conn is None or conn.closed or conn.invalidated:
+            assert self._sync_engine is not None
+            conn = self._write_conn = self._sync_engine.connect().execution_options(sqlite_begin="IMMEDIATE")
+            self._busy_off = False
+        driver = conn.connection.dbapi_connection
+        assert driver is not None
+        if not self._busy_off:
+            _on_driver(conn, "PRAGMA busy_timeout=0", driver.execute, "PRAGMA busy_timeout=0")
+            self._busy_off = True
+        return conn, driver
+
+    def _write_begun(
+        self, conn: Connection, driver: Any, fn: Callable[[Connection], T], busy_timeout_ms: int
+    ) -> T:
+        """BEGIN IMMEDIATE and `fn(conn)`; on any error the transaction is rolled back and the error
+        raised (and the connection's settings are checked again next time)."""
+        try:
+            _begin_immediate(conn, driver, busy_timeout_ms)
+            try:
+                return fn(conn)
+            except BaseException:
+                _end_write(conn, driver, commit=False)
+                raise
+        except BaseException:
+            self._busy_off = False  # the connection may have been replaced: set it again next time
             raise
 
     def _write_sync(self, fn: Callable[[Connection], T], busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> T:
@@ -488,34 +653,18 @@ class Database:
         about as much as a short transaction's statements); a statement `fn` runs through SQLAlchemy
         still joins it (`_on_begin` finds it open) and is committed or rolled back with it. Driver errors
         are raised as SQLAlchemy's `DBAPIError` subclasses, as `conn.begin()` would."""
-        conn = self._write_conn
-        if conn is None or conn.closed or conn.invalidated:
-            assert self._sync_engine is not None
-            conn = self._write_conn = self._sync_engine.connect().execution_options(sqlite_begin="IMMEDIATE")
-            self._busy_off = False
-        driver = conn.connection.dbapi_connection
-        assert driver is not None
         try:
-            if not self._busy_off:
-                _on_driver(conn, "PRAGMA busy_timeout=0", driver.execute, "PRAGMA busy_timeout=0")
-                self._busy_off = True
-            _begin_immediate(conn, driver, busy_timeout_ms)
-            try:
-                result = fn(conn)
-            except BaseException:
-                if conn.in_transaction():
-                    conn.rollback()
-                elif driver.in_transaction:
-                    _on_driver(conn, "ROLLBACK", driver.rollback)
-                raise
-            if conn.in_transaction():
-                conn.commit()
-            else:
-                _on_driver(conn, "COMMIT", driver.commit)
-            return result
+            conn, driver = self._write_connection()
+            result = self._write_begun(conn, driver, fn, busy_timeout_ms)
+            _end_write(conn, driver, commit=True)
         except BaseException:
             self._busy_off = False  # the connection may have been replaced: set it again next time
             raise
+        return result
+
+    def _release_write_lock(self) -> None:
+        assert self._write_lock is not None
+        self._write_lock.release()
 
     def _checkpoint_sync(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
         with self._checkpoint_lock:  # `dispose` closes the connection under the same lock

@@ -26,7 +26,7 @@ import logging
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
@@ -43,7 +43,7 @@ from agentrunner_host.store.common import (
     struct_to_dict,
     value_to_python,
 )
-from agentrunner_host.store.db import Database, repeat
+from agentrunner_host.store.db import Database, PendingWrite, repeat, with_then
 from agentrunner_host.store.events import EventLog, incoming_fields, log_values
 from agentrunner_host.store.events import append_sync as append_event_sync
 from agentrunner_host.store.ledger import (
@@ -66,7 +66,13 @@ from agentrunner_host.store.sessions import SqlSessionRegistry, register_sync, r
 from agentrunner_host.store.state import StateStore, scope_name
 from agentrunner_host.store.steering import SteeringQueue
 from agentrunner_host.store.storage import StorageStore
-from agentrunner_host.store.transcript import Transcript, has_assistant_item_sync, latest_seq_sync
+from agentrunner_host.store.transcript import (
+    Transcript,
+    has_assistant_item_sync,
+    insert_item_sync,
+    latest_seq_sync,
+    next_seq_sync,
+)
 from agentrunner_host.store.transcript import append_sync as append_transcript_sync
 
 log = logging.getLogger(__name__)
@@ -127,6 +133,15 @@ class RecordedEvent:
     created: bool
     #: the run context's state snapshot, when `start_run` was asked to read it in its transaction
     state: dict[str, dict[str, Any]] | None = None
+
+
+class RunStartWrite(NamedTuple):
+    """What `FactStores.start_run` wrote: the run (the stored one for a duplicate event), the recorded
+    event (None for a duplicate) and, with `hold=True`, the transaction still to commit."""
+
+    record: RunRecord
+    recorded: RecordedEvent | None
+    pending: PendingWrite | None = None
 
 
 class FactStores:
@@ -216,17 +231,24 @@ class FactStores:
         envelope: host_service_pb2.EventEnvelope,
         session: RunSession | None = None,
         state_of: AuthorizationSnapshot | None = None,
-    ) -> tuple[RunRecord, RecordedEvent | None]:
+        *,
+        hold: bool = False,
+    ) -> RunStartWrite:
         """Everything a run needs before the runner is called, in ONE transaction: the run row (status
         as given, e.g. already `running`), the incoming event (event log + user transcript message, as
         `record_event`), the run session and, for `state_of`, the state snapshot it grants. When the
-        event id already has a run, nothing is written and `(that run, None)` is returned. Events with
-        attachments take the per-store path (artifacts)."""
+        event id already has a run, nothing is written and that run comes back in `record` (with
+        `recorded` None). Events with attachments take the per-store path (artifacts).
+
+        `hold=True`: the transaction may come back open (`pending`, `Database.run_write_held`): the run row,
+        the event and the message's transcript position are written (so a duplicate event is refused
+        and the context's positions are known), while the message itself, the session and the COMMIT
+        wait for `pending.commit()`, which the caller issues once the runner call is on its way."""
         if envelope.input.attachments:
             stored, recorded = await self._start_run_stepwise(record, envelope, session)
             if recorded is not None and state_of is not None:
                 recorded.state = await self.state.snapshot(state_of)
-            return stored, recorded
+            return RunStartWrite(stored, recorded)
         values = run_values(record, self.ledger.owner)
         incoming = incoming_fields(envelope, run_id=record.run_id, runner_id=record.runner_id)
         conversation_id = envelope.conversation.conversation_id
@@ -243,15 +265,18 @@ class FactStores:
                 "run_id": record.run_id,
                 "metadata": {"actor_id": envelope.actor.actor_id} if envelope.actor.actor_id else None,
             }
+        # set by `write` once the run row is in: the user message's position (None: no message to add)
+        message_at: list[int | None] = []
 
         def write(conn: Connection) -> tuple[bool, RunRecord | None, int | None, int | None, int, bool, Any]:
+            message_at.clear()  # (a write retried after a lock conflict starts over)
             if not insert_run_sync(conn, values):
                 return True, get_run_by_event_sync(conn, record.event_id), None, None, 0, False, None
             seq = append_event_sync(conn, log_values(**incoming))
             transcript_seq: int | None = None
             created = seq is not None
             if created and user_item is not None:
-                transcript_seq = append_transcript_sync(conn, **user_item)
+                transcript_seq = next_seq_sync(conn, conversation_id)
             elif not created:  # the event was logged before (e.g. as steering): its stored position
                 seq = conn.execute(
                     select(EventLogRow.seq).where(EventLogRow.record_id == envelope.event_id)
@@ -264,27 +289,43 @@ class FactStores:
             latest = 0
             if transcript_seq is None and conversation_id:
                 latest = latest_seq_sync(conn, conversation_id)
-            if session is not None:
-                register_sync(conn, session)
             state = self.state.snapshot_sync(conn, state_of) if state_of is not None else None
+            message_at.append(transcript_seq if created and user_item is not None else None)
             return False, None, seq, transcript_seq, latest, created, state
 
-        duplicate, existing, seq, transcript_seq, latest, created, state = await self.db.run_write(
-            write, inline=True
-        )
+        def write_later(conn: Connection) -> None:  # (`hold`: after the runner call went out)
+            if not message_at:  # a duplicate event: nothing was written, nothing to add
+                return
+            if message_at[0] is not None and user_item is not None:
+                insert_item_sync(conn, message_at[0], **user_item)
+            if session is not None:
+                register_sync(conn, session)
+
+        pending: PendingWrite | None = None
+        if hold:
+            outcome, pending = await self.db.run_write_held(write, then=write_later)
+        else:
+            outcome = await self.db.run_write(with_then(write, write_later), inline=True)
+        duplicate, existing, seq, transcript_seq, latest, created, state = outcome
         if duplicate:
+            if pending is not None:
+                pending.rollback()  # nothing was written
             if existing is None:
                 raise AlreadyExistsError(f"run id {record.run_id} already exists")
-            return existing, None
+            return RunStartWrite(existing, None)
         position = transcript_seq if transcript_seq is not None else latest + 1
-        return record, RecordedEvent(
-            event_seq=seq,
-            transcript_seq=transcript_seq,
-            latest_cursor=self.transcript.cursor(conversation_id, position) if conversation_id else "",
-            has_history_before=position > 1,
-            attachments=[],
-            created=created,
-            state=state,
+        return RunStartWrite(
+            record,
+            RecordedEvent(
+                event_seq=seq,
+                transcript_seq=transcript_seq,
+                latest_cursor=self.transcript.cursor(conversation_id, position) if conversation_id else "",
+                has_history_before=position > 1,
+                attachments=[],
+                created=created,
+                state=state,
+            ),
+            pending,
         )
 
     async def _start_run_stepwise(

@@ -136,10 +136,16 @@ def append_sync(conn: Connection, **fields: Any) -> int:
     """`Transcript.append` in a caller's sync transaction (`Database.run_write`); returns the seq."""
     _check(fields["role"], fields["conversation_id"])
     seq = next_seq_sync(conn, fields["conversation_id"])
+    insert_item_sync(conn, seq, **fields)
+    return seq
+
+
+def insert_item_sync(conn: Connection, seq: int, **fields: Any) -> None:
+    """Inserts a message at a sequence `next_seq_sync` gave out in the same transaction (`append_sync`
+    in two steps: the run start takes the position first and writes the item after the runner call)."""
     params = item_values(seq=seq, **fields)
     params["metadata"] = params.pop("meta")
     fast_execute(conn, _statements(conn.dialect.name)["insert"], params)
-    return seq
 
 
 def has_assistant_item_sync(conn: Connection, run_id: str) -> bool:
