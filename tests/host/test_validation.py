@@ -61,3 +61,18 @@ def test_a_cumulative_text_that_disagrees_is_passed_on_and_becomes_the_new_base(
     assert mismatch is not None and mismatch.message_delta.text == " world"
     follow = v.accept(_delta(3, cumulative="Goodbye world!"))
     assert follow is not None and follow.message_delta.text == "!"
+
+
+def test_sequences_skipped_may_come_late_once_and_repeats_are_dropped() -> None:
+    """A runner's sequence numbers: in order, a gap (the skipped ones may still arrive, each once) and
+    repeats (dropped). The client sees the host's own contiguous numbering either way."""
+    v = _validator()
+    order = [1, 2, 5, 3, 3, 9, 7, 4, 6, 8, 8, 2, 10, 1_000_000, 999_999]
+    kept = []
+    for seq in order:
+        result = v.accept(_delta(seq, text=f"t{seq} "))
+        if result is not None:
+            kept.append((seq, result.sequence))
+    assert [seq for seq, _ in kept] == [1, 2, 5, 3, 9, 7, 4, 6, 8, 10, 1_000_000, 999_999]
+    assert [host_seq for _, host_seq in kept] == list(range(1, len(kept) + 1))
+    assert v.dropped == 3  # the second 3, the second 8, the late 2

@@ -103,15 +103,16 @@ def apply(
     manifest: manifest_pb2.RunnerManifest | None,
     adapter_actions: frozenset[str],
 ) -> None:
-    variables, dropped = public_variables(
-        json_format.MessageToDict(event.variables) if event.HasField("variables") else {},
-        agent.variables,
-        secret_field_names(manifest),
-    )
-    if variables:
-        ctx.variables.update(variables)
-    if dropped:
-        log.info("context.variables_filtered", dropped=dropped)
+    if event.HasField("variables") or agent.variables:
+        variables, dropped = public_variables(
+            json_format.MessageToDict(event.variables) if event.HasField("variables") else {},
+            agent.variables,
+            secret_field_names(manifest),
+        )
+        if variables:
+            ctx.variables.update(variables)
+        if dropped:
+            log.info("context.variables_filtered", dropped=dropped)
     if event.platform_event.WhichOneof("event"):
         ctx.event.platform_event.CopyFrom(event.platform_event)
     if event.event_type == INTERACTION_SUBMITTED_EVENT and event.platform_event.HasField(

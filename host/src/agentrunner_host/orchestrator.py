@@ -690,18 +690,21 @@ class Orchestrator:
                             if appended is not None:
                                 appended.future.set_result(None)
                             continue
-                        if result.HasField("interaction_requested"):
-                            if not await record_requested(self.interaction_store, live, event.actor, result):
-                                validator.retract(result)
-                                continue
-                            validator.saw_message = True  # an interaction is output (grammar rule 7)
-                        if result.HasField("run_completed") and not validator.saw_message:
-                            result = self._empty_output(result)
-                            validator.terminal = result
-                        if result.HasField("message_delta") and not live.store_failed:
+                        kind = validator.kind
+                        if kind == "message_delta" and not live.store_failed:
                             if self._queue_delta(live, result):  # the common case, without a coroutine
                                 await self._write_deltas(live)
                         else:
+                            if kind == "interaction_requested":
+                                if not await record_requested(
+                                    self.interaction_store, live, event.actor, result
+                                ):
+                                    validator.retract(result)
+                                    continue
+                                validator.saw_message = True  # an interaction is output (grammar rule 7)
+                            elif kind == "run_completed" and not validator.saw_message:
+                                result = self._empty_output(result)
+                                validator.terminal = result
                             await self._store(live, result)
                         if first:
                             first = False
@@ -709,7 +712,7 @@ class Orchestrator:
                         yield Update(result=result)
                         if appended is not None:
                             appended.future.set_result(result)
-                        if result.HasField("interaction_requested"):
+                        if kind == "interaction_requested":
                             await deliver_requested(
                                 live.channel,
                                 self.interaction_store,
@@ -804,7 +807,7 @@ class Orchestrator:
     @staticmethod
     def _unwrap(live: LiveRun, item: Any) -> Any:
         """An outbox item as the run loop handles it (a failed read raises its error)."""
-        if isinstance(item, (Update, AppendedResult)):
+        if type(item) is not runner_service_pb2.RunResponse and isinstance(item, (Update, AppendedResult)):
             return item
         live.read_room.give()
         live.last_activity = time.monotonic()

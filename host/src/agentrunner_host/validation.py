@@ -51,8 +51,12 @@ class ResultValidator:
         self.terminal: result_pb2.RunResult | None = None
         self.saw_message = False
         self.host_sequence = 0
-        self._seen: set[int] = set()
+        #: the runner's highest sequence so far, and the ranges below it it skipped (`[low, high]`: still
+        #: welcome, once); memory grows with the gaps, not with the results
         self._max_runner_seq = 0
+        self._gaps: list[list[int]] = []
+        #: the payload kind of the result `accept` returned last
+        self.kind = ""
         #: text streamed so far per message id, as parts (joined only when a delta carries
         #: `cumulative_text`: appending to one string per delta would copy the whole text every time)
         self._buffers: dict[str, list[str]] = {}
@@ -96,15 +100,16 @@ class ResultValidator:
             return None
         seq = result.sequence
         if seq:
-            if seq in self._seen:
+            last = self._max_runner_seq
+            if seq == last + 1:  # in order (the usual case): cannot be a duplicate
+                self._max_runner_seq = seq
+            elif seq > last:
+                log.warning("result.sequence_gap", run_id=self.run_id, expected=last + 1, got=seq)
+                self._gaps.append([last + 1, seq - 1])
+                self._max_runner_seq = seq
+            elif not self._fill_gap(seq):
                 self._reject("duplicate_sequence", result)
                 return None
-            if seq != self._max_runner_seq + 1:
-                log.warning(
-                    "result.sequence_gap", run_id=self.run_id, expected=self._max_runner_seq + 1, got=seq
-                )
-            self._seen.add(seq)
-            self._max_runner_seq = max(self._max_runner_seq, seq)
         size = result.ByteSize()
         if size > self.limits.result_max_bytes:
             self._reject("oversize", result, size=size, cap=self.limits.result_max_bytes)
@@ -119,6 +124,7 @@ class ResultValidator:
             self._reject(problem, result)
             return None
         result.sequence = self.next_sequence()
+        self.kind = kind
         if kind == "message_delta":
             # counted in batches (a labelled counter's lock costs more than the rest of a delta's checks)
             self._unreported_deltas += 1
@@ -130,6 +136,22 @@ class ResultValidator:
                 self.terminal = result
                 self.report_metrics()
         return result
+
+    def _fill_gap(self, seq: int) -> bool:
+        """A sequence below the highest one: True (and no longer missing) if it was skipped before."""
+        for i, (low, high) in enumerate(self._gaps):
+            if low <= seq <= high:
+                log.warning("result.sequence_late", run_id=self.run_id, got=seq)
+                if low == high:
+                    del self._gaps[i]
+                elif seq == low:
+                    self._gaps[i][0] = seq + 1
+                elif seq == high:
+                    self._gaps[i][1] = seq - 1
+                else:
+                    self._gaps[i : i + 1] = [[low, seq - 1], [seq + 1, high]]
+                return True
+        return False
 
     def report_metrics(self) -> None:
         """Adds the deltas accepted since the last report to the results counter (the orchestrator
