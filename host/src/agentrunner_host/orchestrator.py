@@ -65,7 +65,7 @@ from agentrunner_host.context_builder import (
 )
 from agentrunner_host.context_parity import has_reply_target
 from agentrunner_host.control import ControlHub
-from agentrunner_host.delivery.channel import AppendedResult, DeliveryHub
+from agentrunner_host.delivery.channel import AppendedResult, DeliveryHub, Outbox
 from agentrunner_host.delivery.interactions import deliver_requested, record_requested
 from agentrunner_host.delivery.store import DeliveryStore, InteractionStore
 from agentrunner_host.observability import (
@@ -279,7 +279,7 @@ class _ReadFailed:
     error: BaseException
 
 
-async def _read_runner(call: Any, outbox: asyncio.Queue[Any], room: _ReadRoom) -> None:
+async def _read_runner(call: Any, outbox: Outbox, room: _ReadRoom) -> None:
     """The run's one reader: runner messages go into the run's outbox, the same queue SendReply and
     AppendRunResult use, so the run loop waits on one queue and items keep their arrival order. At most
     `READ_AHEAD` messages wait there unread (gRPC flow control pushes back on the runner beyond that).
@@ -652,7 +652,7 @@ class Orchestrator:
                             # items waiting already (the usual case while streaming): no coroutine
                             response = (
                                 self._unwrap(live, outbox.get_nowait())
-                                if outbox.qsize()
+                                if len(outbox)
                                 else await self._next_item(live, call)
                             )
                         else:

@@ -17,6 +17,7 @@ answers FAILED_PRECONDITION for `SendReply`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 from collections.abc import Iterator
 from typing import Any
@@ -120,6 +121,44 @@ class ReplyBook:
         return [rid for rid, st in self.replies.items() if not st.closed]
 
 
+class Outbox:
+    """The run loop's one queue (runner messages, replies, appended results, in arrival order): a deque
+    and at most one waiting reader, the run loop (lighter than `asyncio.Queue` on the per-result path)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Any] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def put_nowait(self, item: Any) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def get_nowait(self) -> Any:
+        """The oldest item; raises IndexError when there is none."""
+        return self._items.popleft()
+
+    async def get(self) -> Any:
+        while not self._items:
+            if self._waiter is not None:
+                raise RuntimeError("an outbox has one reader")
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
 class RunChannel:
     """Delivery state of one open run (see the module docstring)."""
 
@@ -128,7 +167,7 @@ class RunChannel:
         self.live = live
         self.run_id: str = live.run_id
         self.delivery = delivery
-        self.outbox: asyncio.Queue[Update] = asyncio.Queue()
+        self.outbox = Outbox()
         self.book = ReplyBook(self.run_id, delivery.supports_streaming)
         self.lock = asyncio.Lock()
         self.closed = False
