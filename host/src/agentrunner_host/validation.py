@@ -115,6 +115,29 @@ class ResultValidator:
             self._reject("oversize", result, size=size, cap=self.limits.result_max_bytes)
             return None
         kind = result.WhichOneof("payload")
+        if kind == "message_delta":  # most results: checked here, without the general dispatch
+            delta = result.message_delta
+            if delta.HasField("cumulative_text"):
+                self._check_delta(delta)
+            else:
+                text = delta.text
+                if text:
+                    parts = self._buffers.get(delta.message_id)
+                    if parts is None:
+                        self._buffers[delta.message_id] = [text]
+                    else:
+                        parts.append(text)
+                    self.saw_message = True
+                elif delta.contents:
+                    self.saw_message = True
+            self.host_sequence += 1
+            result.sequence = self.host_sequence
+            self.kind = kind
+            # counted in batches (a labelled counter's lock costs more than the rest of a delta's checks)
+            self._unreported_deltas += 1
+            if self._unreported_deltas >= DELTA_METRIC_BATCH:
+                self.report_metrics()
+            return result
         if kind is None:
             # A payload from a newer protocol revision (or none at all): ignored (PROTOCOL_V1 §3).
             self._reject("unknown_type", result)
@@ -125,16 +148,10 @@ class ResultValidator:
             return None
         result.sequence = self.next_sequence()
         self.kind = kind
-        if kind == "message_delta":
-            # counted in batches (a labelled counter's lock costs more than the rest of a delta's checks)
-            self._unreported_deltas += 1
-            if self._unreported_deltas >= DELTA_METRIC_BATCH:
-                self.report_metrics()
-        else:
-            _RESULT_COUNTERS[kind].inc()
-            if kind in TERMINAL_PAYLOADS:
-                self.terminal = result
-                self.report_metrics()
+        _RESULT_COUNTERS[kind].inc()
+        if kind in TERMINAL_PAYLOADS:
+            self.terminal = result
+            self.report_metrics()
         return result
 
     def _fill_gap(self, seq: int) -> bool:
@@ -160,24 +177,27 @@ class ResultValidator:
             _DELTA_COUNTER.inc(self._unreported_deltas)
             self._unreported_deltas = 0
 
+    def _check_delta(self, delta: result_pb2.MessageDelta) -> None:
+        """Keeps each message's text so far; a delta with `cumulative_text` only gets its increment."""
+        parts = self._buffers.setdefault(delta.message_id, [])
+        if delta.HasField("cumulative_text"):
+            buf = "".join(parts)
+            cumulative = delta.cumulative_text
+            if not delta.text and cumulative.startswith(buf):
+                delta.text = cumulative[len(buf) :]
+            elif buf + delta.text != cumulative:
+                log.warning(
+                    "result.delta_cumulative_mismatch", run_id=self.run_id, message_id=delta.message_id
+                )
+            parts[:] = [cumulative]
+        elif delta.text:
+            parts.append(delta.text)
+        if delta.text or delta.contents or delta.cumulative_text:
+            self.saw_message = True
+
     def _check_payload(self, kind: str, result: result_pb2.RunResult) -> str | None:
         if kind == "message_delta":
-            delta = result.message_delta
-            parts = self._buffers.setdefault(delta.message_id, [])
-            if delta.HasField("cumulative_text"):
-                buf = "".join(parts)
-                cumulative = delta.cumulative_text
-                if not delta.text and cumulative.startswith(buf):
-                    delta.text = cumulative[len(buf) :]
-                elif buf + delta.text != cumulative:
-                    log.warning(
-                        "result.delta_cumulative_mismatch", run_id=self.run_id, message_id=delta.message_id
-                    )
-                parts[:] = [cumulative]
-            elif delta.text:
-                parts.append(delta.text)
-            if delta.text or delta.contents or delta.cumulative_text:
-                self.saw_message = True
+            self._check_delta(result.message_delta)
             return None
         if kind == "message_completed":
             msg = result.message_completed.message
