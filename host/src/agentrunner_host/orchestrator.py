@@ -309,6 +309,27 @@ async def _read_runner(call: Any, outbox: Outbox, room: _ReadRoom) -> None:
             await asyncio.sleep(0)
 
 
+#: `HostServiceRunResponse.result`'s tag: field number, wire type 2 (length-delimited)
+_RESULT_TAG = bytes(
+    [host_service_pb2.HostServiceRunResponse.DESCRIPTOR.fields_by_name["result"].number << 3 | 2]
+)
+
+
+def wire_result(result: result_pb2.RunResult) -> bytes:
+    """`HostServiceRunResponse(result=result).SerializeToString()` without building the response (which
+    copies the result): the result's bytes behind the field's tag and length."""
+    body = result.SerializeToString()
+    size = len(body)
+    if size < 0x80:
+        return _RESULT_TAG + bytes((size,)) + body
+    length = bytearray()
+    while size >= 0x80:
+        length.append(size & 0x7F | 0x80)
+        size >>= 7
+    length.append(size)
+    return _RESULT_TAG + bytes(length) + body
+
+
 def _now_ts() -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
     ts.GetCurrentTime()
@@ -393,10 +414,18 @@ class Orchestrator:
         return out
 
     async def run(
-        self, request: host_service_pb2.HostServiceRunRequest, metadata: Iterable[tuple[str, Any]] = ()
-    ) -> AsyncIterator[Update]:
+        self,
+        request: host_service_pb2.HostServiceRunRequest,
+        metadata: Iterable[tuple[str, Any]] = (),
+        *,
+        wire: bool = False,
+    ) -> AsyncIterator[Update | bytes]:
         """Streams one event's run: accepted, validated results (exactly one terminal), finished.
-        Raises typed errors (binding not found, ALREADY_EXISTS, ...) before the first update."""
+        Raises typed errors (binding not found, ALREADY_EXISTS, ...) before the first update.
+
+        `wire=True` (the `Run` RPC, whose serializer passes bytes through): `message.delta` results come
+        as their serialized update (`wire_result`), which saves building and copying a response for
+        most of a stream; everything else is an `Update`. Without it, every item is an `Update`."""
         event = self.normalize_event(request.event)
         conv = event.conversation
         key = EventKey(
@@ -471,7 +500,7 @@ class Orchestrator:
             self._live[run_id] = live
             self.hub.open(run_id)
             structlog.contextvars.bind_contextvars(run_id=run_id, trace_id=live.record.trace_id)
-            async with contextlib.aclosing(self._execute(live, event, agent, span)) as updates:
+            async with contextlib.aclosing(self._execute(live, event, agent, span, wire)) as updates:
                 async for update in updates:
                     yield update
         finally:
@@ -562,8 +591,13 @@ class Orchestrator:
             raise
 
     async def _execute(
-        self, live: LiveRun, event: host_service_pb2.EventEnvelope, agent: AgentConfig, span: trace.Span
-    ) -> AsyncIterator[Update]:
+        self,
+        live: LiveRun,
+        event: host_service_pb2.EventEnvelope,
+        agent: AgentConfig,
+        span: trace.Span,
+        wire: bool = False,
+    ) -> AsyncIterator[Update | bytes]:
         run_id = live.run_id
         record = live.record
         started = time.monotonic()
@@ -709,7 +743,9 @@ class Orchestrator:
                         if first:
                             first = False
                             TIME_TO_FIRST_RESULT.observe(time.monotonic() - started)
-                        yield Update(result=result)
+                        yield (
+                            wire_result(result) if wire and kind == "message_delta" else Update(result=result)
+                        )
                         if appended is not None:
                             appended.future.set_result(result)
                         if kind == "interaction_requested":

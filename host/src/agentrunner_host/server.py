@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from agentrunner.errors import AgentRunnerError, NotFoundError, UnauthorizedError
-from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
+from agentrunner.v1 import common_pb2, host_service_pb2
 from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
@@ -34,7 +34,7 @@ from agentrunner_host.proxy.facts import fact_handlers
 from agentrunner_host.proxy.servicer import SERVICE_NAME as PROXY_SERVICE_NAME
 from agentrunner_host.proxy.servicer import ProxyServicer
 from agentrunner_host.registry import RunnerRegistry
-from agentrunner_host.services.host_service import HostServicer
+from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database, ensure_current, upgrade
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 
@@ -225,9 +225,7 @@ class HostApp:
         await self.tools.start()
         address = address or self.config.listen.address
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        host_service_pb2_grpc.add_HostServiceServicer_to_server(
-            HostServicer(self.orchestrator, self.registry, self.interactions), server
-        )
+        add_host_service(HostServicer(self.orchestrator, self.registry, self.interactions), server)
         server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(

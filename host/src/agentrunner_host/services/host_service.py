@@ -48,7 +48,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
 
     async def Run(
         self, request: host_service_pb2.HostServiceRunRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Update]:  # type: ignore[override]
+    ) -> AsyncIterator[Update | bytes]:  # type: ignore[override]
         async with _status_on_error(context):
             if request.event.event_type == INTERACTION_SUBMITTED_EVENT:
                 raise InvalidArgumentError(
@@ -57,7 +57,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                 )
             check_envelope(request.event)
             metadata = context.invocation_metadata() or ()
-            async with contextlib.aclosing(self.orchestrator.run(request, metadata)) as updates:
+            async with contextlib.aclosing(self.orchestrator.run(request, metadata, wire=True)) as updates:
                 async for update in updates:
                     yield update
 
@@ -115,3 +115,33 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
             ts.FromDatetime(runner.refreshed_at)
             item.refresh_time.CopyFrom(ts)
         return out
+
+
+def _serialize_run_response(message: Update | bytes) -> bytes:
+    """`Run`'s response serializer: updates the orchestrator already serialized (`wire=True`) go as they are."""
+    return message if type(message) is bytes else message.SerializeToString()
+
+
+class _Handlers:
+    """Stands in for a server to receive the generated code's method handlers."""
+
+    handlers: dict[str, grpc.RpcMethodHandler]
+
+    def add_generic_rpc_handlers(self, _handlers: object) -> None:
+        pass
+
+    def add_registered_method_handlers(
+        self, _service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        self.handlers = handlers
+
+
+def add_host_service(servicer: HostServicer, server: grpc.aio.Server) -> None:
+    """`add_HostServiceServicer_to_server`, with `Run` answering through `_serialize_run_response`."""
+    capture = _Handlers()
+    host_service_pb2_grpc.add_HostServiceServicer_to_server(servicer, capture)
+    handlers = dict(capture.handlers)
+    handlers["Run"] = handlers["Run"]._replace(response_serializer=_serialize_run_response)  # type: ignore[attr-defined]
+    name = host_service_pb2.DESCRIPTOR.services_by_name["HostService"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
