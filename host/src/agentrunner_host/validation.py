@@ -118,7 +118,7 @@ class ResultValidator:
         if kind == "message_delta":  # most results: checked here, without the general dispatch
             delta = result.message_delta
             if delta.HasField("cumulative_text"):
-                self._check_delta(delta)
+                self._take_cumulative(delta)
             else:
                 text = delta.text
                 if text:
@@ -177,28 +177,22 @@ class ResultValidator:
             _DELTA_COUNTER.inc(self._unreported_deltas)
             self._unreported_deltas = 0
 
-    def _check_delta(self, delta: result_pb2.MessageDelta) -> None:
-        """Keeps each message's text so far; a delta with `cumulative_text` only gets its increment."""
+    def _take_cumulative(self, delta: result_pb2.MessageDelta) -> None:
+        """A delta with `cumulative_text`: it becomes its message's text so far, and a delta without text
+        of its own is given the increment."""
         parts = self._buffers.setdefault(delta.message_id, [])
-        if delta.HasField("cumulative_text"):
-            buf = "".join(parts)
-            cumulative = delta.cumulative_text
-            if not delta.text and cumulative.startswith(buf):
-                delta.text = cumulative[len(buf) :]
-            elif buf + delta.text != cumulative:
-                log.warning(
-                    "result.delta_cumulative_mismatch", run_id=self.run_id, message_id=delta.message_id
-                )
-            parts[:] = [cumulative]
-        elif delta.text:
-            parts.append(delta.text)
-        if delta.text or delta.contents or delta.cumulative_text:
+        buf = "".join(parts)
+        cumulative = delta.cumulative_text
+        if not delta.text and cumulative.startswith(buf):
+            delta.text = cumulative[len(buf) :]
+        elif buf + delta.text != cumulative:
+            log.warning("result.delta_cumulative_mismatch", run_id=self.run_id, message_id=delta.message_id)
+        parts[:] = [cumulative]
+        if delta.text or delta.contents or cumulative:
             self.saw_message = True
 
     def _check_payload(self, kind: str, result: result_pb2.RunResult) -> str | None:
-        if kind == "message_delta":
-            self._check_delta(result.message_delta)
-            return None
+        """Every payload but `message.delta` (checked in `accept`); the reason to drop it, or None."""
         if kind == "message_completed":
             msg = result.message_completed.message
             if not result.message_completed.HasField("message"):
