@@ -372,20 +372,18 @@ class PendingWrite:
 
     __slots__ = ("_conn", "_db", "_driver", "_then")
 
-    def __init__(self, db: Database, conn: Connection, driver: Any) -> None:
+    def __init__(
+        self, db: Database, conn: Connection, driver: Any, then: Callable[[Connection], Any] | None = None
+    ) -> None:
         self._db: Database | None = db
         self._conn = conn
         self._driver = driver
-        self._then: list[Callable[[Connection], Any]] = []
+        #: statements nothing before the commit needs, run just before it (`Database.run_write_held`)
+        self._then = then
 
     @property
     def open(self) -> bool:
         return self._db is not None
-
-    def then(self, fn: Callable[[Connection], Any]) -> None:
-        """Runs `fn(conn)` in this transaction just before its COMMIT (statements nothing before the
-        commit needs: they cost the caller's latency path nothing)."""
-        self._then.append(fn)
 
     def commit(self) -> None:
         """Runs the `then` statements and commits; on any error everything is rolled back and a
@@ -395,8 +393,8 @@ class PendingWrite:
             return
         try:
             try:
-                for fn in self._then:
-                    fn(self._conn)
+                if self._then is not None:
+                    self._then(self._conn)
             except BaseException:
                 _end_write(self._conn, self._driver, commit=False)
                 raise
@@ -577,7 +575,7 @@ class Database:
 
         What it is for: the run start sends the runner call first and commits right after, so SQLite's
         commit (and whatever `PendingWrite.commit` still runs) overlaps the runner's start instead of
-        delaying it. `then(conn)` runs in the same transaction right before its COMMIT (`PendingWrite.then`),
+        delaying it. `then(conn)` runs in the same transaction right before its COMMIT (`PendingWrite.commit`),
         in both cases."""
         if self._writer is None or self._write_lock is None or self._write_lock.locked():
             return await self.run_write(with_then(fn, then), inline=True), None
@@ -596,10 +594,7 @@ class Database:
         except BaseException:
             lock.release()
             raise
-        pending = PendingWrite(self, conn, driver)
-        if then is not None:
-            pending.then(then)
-        return result, pending
+        return result, PendingWrite(self, conn, driver, then)
 
     async def _submit(self, fn: Callable[[Connection], T]) -> T:
         assert self._writer is not None
