@@ -54,6 +54,18 @@ class ControlClient:
             beat = P.ControlHeartbeat(last_sequence=self._last_sequence())
             await self._write(call, P.ControlRequest(heartbeat=beat))
 
+    def _apply(self, msg: P.ControlResponse) -> None:
+        kind = msg.WhichOneof("signal")
+        if kind == "cancel":
+            grace = None
+            if msg.cancel.HasField("grace_period"):
+                grace = msg.cancel.grace_period.ToNanoseconds() / 1e9
+            self._on_cancel(msg.cancel.reason, grace)
+        elif kind == "steering":
+            self._ctx.steering.push(msg.steering)
+        elif kind == "deadline":
+            self._ctx._set_deadline(msg.deadline.deadline_at.ToNanoseconds() / 1e9)
+
     async def run(self) -> None:
         api = self._ctx.api
         remaining = self._ctx.remaining()
@@ -82,23 +94,19 @@ class ControlClient:
                         heartbeat = asyncio.create_task(self._heartbeats(call, interval))
                     continue
                 accepted, detail = True, ""
-                if kind == "cancel":
-                    grace = None
-                    if msg.cancel.HasField("grace_period"):
-                        grace = msg.cancel.grace_period.ToNanoseconds() / 1e9
-                    self._on_cancel(msg.cancel.reason, grace)
-                elif kind == "steering":
-                    if "steering" in self._accepts:
-                        self._ctx.steering.push(msg.steering)
-                    else:
-                        accepted, detail = False, "runner does not accept steering"
-                elif kind == "deadline":
-                    self._ctx._set_deadline(msg.deadline.deadline_at.ToNanoseconds() / 1e9)
-                else:
+                if kind == "steering" and "steering" not in self._accepts:
+                    accepted, detail = False, "runner does not accept steering"
+                elif kind not in ("cancel", "steering", "deadline"):
                     accepted, detail = False, "unknown signal"
-                if msg.signal_id:
-                    ack = P.ControlAck(signal_id=msg.signal_id, accepted=accepted, detail=detail)
-                    await self._write(call, P.ControlRequest(ack=ack))
+                # The ack goes out before the signal acts: a steering item can end the run at once, and the
+                # run's end cancels this task (an ack still to be written would never reach the host).
+                try:
+                    if msg.signal_id:
+                        ack = P.ControlAck(signal_id=msg.signal_id, accepted=accepted, detail=detail)
+                        await self._write(call, P.ControlRequest(ack=ack))
+                finally:
+                    if accepted:
+                        self._apply(msg)
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None  # type: ignore[attr-defined]
             if code == grpc.StatusCode.UNIMPLEMENTED:
