@@ -24,7 +24,7 @@ from sqlalchemy.dialects import sqlite
 from agentrunner.v1 import common_pb2
 from agentrunner_host.ports import RunRecord
 from agentrunner_host.store import ledger
-from agentrunner_host.store.db import Database, fast_execute, json_text
+from agentrunner_host.store.db import Database, StoreError, fast_execute, json_text
 from agentrunner_host.store.models import UTCDateTime
 
 pytestmark = pytest.mark.asyncio
@@ -298,6 +298,115 @@ async def test_a_held_write_commits_when_its_caller_says_so_and_other_writes_wai
         result, second = await asyncio.wait_for(queued, timeout=5)
         assert result == "f" and second is None
         assert keys() == ["a", "a-then", "b", "e", "f", "f-then"]
+    finally:
+        await db.dispose()
+
+
+async def test_writes_queued_meanwhile_commit_together_each_with_its_own_outcome(
+    sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes that wait for the writer thread are committed as one group (concurrent run starts and
+    ends share a commit): each inside a savepoint, so a write that raises leaves nothing and raises
+    to its own caller while the others commit; a caller cancelled before its group was taken drops its
+    write; one cancelled after still gets the write committed (its outcome is never unknown)."""
+    target = _copy_template(sqlite_template, tmp_path)
+    db = Database(f"sqlite+aiosqlite:///{target}")
+    groups: list[int] = []
+    group_sync = Database._write_group_sync
+
+    def counted(self: Database, fns: list[Callable[[Connection], object]]) -> list[tuple[bool, object]]:
+        groups.append(len(fns))
+        return group_sync(self, fns)
+
+    monkeypatch.setattr(Database, "_write_group_sync", counted)
+
+    def keys() -> list[str]:
+        with sqlite3.connect(target) as check:
+            return [r[0] for r in check.execute("SELECT key FROM storage_entries ORDER BY key")]
+
+    def entry(key: str, fail: bool = False) -> Callable[[Connection], str]:
+        def write(conn: Connection) -> str:
+            _write_entry(conn, key, b"\x00")
+            _write_entry(conn, f"{key}-2", b"\x00")
+            if fail:
+                raise RuntimeError(f"{key} failed")
+            return key
+
+        return write
+
+    try:
+        _, held = await db.run_write_held(entry("a"))  # holds the write lock: the writes below queue
+        assert held is not None
+        # "b" twice: the second one's insert breaks a constraint (through SQLAlchemy, mid-group)
+        writes = [
+            asyncio.create_task(db.run_write(entry(k, fail=k == "c"))) for k in ("b", "b", "c", "d", "e", "x")
+        ]
+        await asyncio.sleep(0.05)
+        writes[-1].cancel()
+        await asyncio.sleep(0)
+        held.commit()
+        outcomes = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), timeout=5)
+        assert outcomes[0] == "b" and outcomes[3:5] == ["d", "e"]
+        assert isinstance(outcomes[1], StoreError) and outcomes[1].retryable
+        assert isinstance(outcomes[2], RuntimeError) and str(outcomes[2]) == "c failed"
+        assert isinstance(outcomes[5], asyncio.CancelledError)
+        assert groups == [5]  # one transaction for the five writes that waited
+        assert keys() == ["a", "a-2", "b", "b-2", "d", "d-2", "e", "e-2"]
+
+        # cancelled once its group was taken: the caller waits for the commit, then is cancelled
+        _, held = await db.run_write_held(entry("f"))
+        assert held is not None
+        late = asyncio.create_task(db.run_write(entry("g")))
+        other = asyncio.create_task(db.run_write(entry("h")))
+        await asyncio.sleep(0.05)
+        held.commit()
+        await asyncio.sleep(0)  # the group is taken to the writer thread
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        assert await other == "h"
+        assert keys()[-6:] == ["f", "f-2", "g", "g-2", "h", "h-2"]
+    finally:
+        await db.dispose()
+
+
+async def test_a_group_whose_transaction_fails_commits_nothing_and_tells_every_caller(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """An error that ends SQLite's transaction (a trigger's RAISE(ROLLBACK)) fails the whole group:
+    none of its writes is committed, each caller gets a retryable `StoreError`, and the next writes
+    run as usual."""
+    target = _copy_template(sqlite_template, tmp_path)
+    with sqlite3.connect(target) as setup:
+        setup.execute(
+            "CREATE TRIGGER refuse AFTER INSERT ON storage_entries WHEN NEW.key = 'poison' "
+            "BEGIN SELECT RAISE(ROLLBACK, 'refused'); END"
+        )
+    db = Database(f"sqlite+aiosqlite:///{target}")
+
+    def keys() -> list[str]:
+        with sqlite3.connect(target) as check:
+            return [r[0] for r in check.execute("SELECT key FROM storage_entries ORDER BY key")]
+
+    def entry(key: str) -> Callable[[Connection], str]:
+        def write(conn: Connection) -> str:
+            _write_entry(conn, key, b"\x00")
+            return key
+
+        return write
+
+    try:
+        _, held = await db.run_write_held(entry("a"))
+        assert held is not None
+        writes = [asyncio.create_task(db.run_write(entry(k))) for k in ("b", "poison", "c")]
+        await asyncio.sleep(0.05)
+        held.commit()
+        outcomes = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), timeout=5)
+        assert all(isinstance(o, StoreError) and o.retryable for o in outcomes), outcomes
+        assert keys() == ["a"]
+        assert await db.run_write(entry("d")) == "d"
+        assert await asyncio.gather(db.run_write(entry("e")), db.run_write(entry("f"))) == ["e", "f"]
+        assert keys() == ["a", "d", "e", "f"]
     finally:
         await db.dispose()
 

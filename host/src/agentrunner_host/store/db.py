@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import logging
 import sqlite3
@@ -364,6 +365,33 @@ def _end_write(conn: Connection, driver: Any, *, commit: bool) -> None:
         raise
 
 
+@dataclasses.dataclass(eq=False, slots=True)
+class _QueuedWrite:
+    """A write waiting for the writer thread (`Database._grouped`) and the future its caller awaits."""
+
+    fn: Callable[[Connection], Any]
+    future: asyncio.Future[Any]
+
+    def settle(self, ok: bool, value: Any) -> None:
+        if self.future.done():
+            return
+        if ok:
+            self.future.set_result(value)
+        else:
+            self.future.set_exception(value)
+
+
+def _settle_all(batch: list[_QueuedWrite], done: asyncio.Future[list[tuple[bool, Any]]] | None) -> None:
+    """Each queued write's outcome from its group's (`done`); when the group never ran or its outcome
+    is unknown, a retryable `StoreError`."""
+    if done is not None and done.done() and not done.cancelled() and done.exception() is None:
+        for queued, (ok, value) in zip(batch, done.result(), strict=True):
+            queued.settle(ok, value)
+        return
+    for queued in batch:
+        queued.settle(False, StoreError("database write failed: the writer stopped", retryable=True))
+
+
 class PendingWrite:
     """A SQLite write transaction from `Database.run_write_held`: its statements ran, its COMMIT is still
     to come, and the host's write lock is held until `commit` or `rollback` (exactly one of them, on
@@ -472,6 +500,9 @@ class Database:
         #: the write connection's own busy timeout was set to 0 (`_write_sync`)
         self._busy_off = False
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
+        #: writes waiting for the writer thread (`_grouped`): taken together, one transaction for all
+        self._queued: list[_QueuedWrite] = []
+        self._drainer: asyncio.Task[None] | None = None
         if self.dialect == "sqlite":
             # One connection, used only by the one writer thread (StaticPool: no checkout overhead).
             self._sync_engine = create_engine(
@@ -544,13 +575,16 @@ class Database:
         `inline=True` is for short transactions on a latency path (run start): when no other write is
         queued, `fn` runs right here on the event loop with a zero busy timeout, which saves the hand-off
         to the writer thread and back; if another process holds the database lock it falls back to the
-        writer thread, so the loop never waits on a lock."""
+        writer thread, so the loop never waits on a lock.
+
+        Writes that wait for the writer thread meanwhile are committed together (`_grouped`): one
+        transaction, each write inside a savepoint of its own, so each still has its own outcome."""
         try:
             if self._writer is None:
                 async with self.engine.begin() as conn:
                     return await conn.run_sync(fn)
             assert self._write_lock is not None
-            if inline and not self._write_lock.locked():
+            if inline and not self._write_lock.locked() and not self._queued:
                 async with self._write_lock:
                     try:
                         return self._write_sync(fn, busy_timeout_ms=0)
@@ -558,8 +592,7 @@ class Database:
                         if not _is_busy(exc):
                             raise
                         return await self._submit(fn)
-            async with self._write_lock:
-                return await self._submit(fn)
+            return await self._grouped(fn)
         except DBAPIError as exc:
             raise StoreError(f"database write failed: {type(exc.orig).__name__}", retryable=True) from exc
 
@@ -577,7 +610,7 @@ class Database:
         commit (and whatever `PendingWrite.commit` still runs) overlaps the runner's start instead of
         delaying it. `then(conn)` runs in the same transaction right before its COMMIT (`PendingWrite.commit`),
         in both cases."""
-        if self._writer is None or self._write_lock is None or self._write_lock.locked():
+        if self._writer is None or self._write_lock is None or self._write_lock.locked() or self._queued:
             return await self.run_write(with_then(fn, then), inline=True), None
         lock = self._write_lock
         await lock.acquire()  # free (checked above): returns without waiting
@@ -595,6 +628,91 @@ class Database:
             lock.release()
             raise
         return result, PendingWrite(self, conn, driver, then)
+
+    async def _grouped(self, fn: Callable[[Connection], T]) -> T:
+        """`fn` on the writer thread, in one transaction with every other write queued meanwhile (group
+        commit: concurrent run starts and ends share a commit, a hand-off to the thread and back, and
+        the WAL pages they touch). Each write runs inside a savepoint: one that raises is rolled back
+        alone and raises to its caller; the others still commit. A caller cancelled before its write
+        was taken drops it (it never runs, as when it waited for the lock before); once taken, the
+        caller waits for the transaction's outcome before the cancellation goes on."""
+        loop = asyncio.get_running_loop()
+        queued = _QueuedWrite(fn, loop.create_future())
+        self._queued.append(queued)
+        if self._drainer is None:
+            self._drainer = loop.create_task(self._drain())
+        try:
+            return await asyncio.shield(queued.future)  # type: ignore[no-any-return]
+        except asyncio.CancelledError:
+            if queued in self._queued:
+                self._queued.remove(queued)
+                queued.future.cancel()
+            else:
+                with contextlib.suppress(BaseException):
+                    await queued.future
+            raise
+
+    async def _drain(self) -> None:
+        """Takes the queued writes, all of them at a time, to the writer thread until none is left."""
+        assert self._write_lock is not None and self._writer is not None
+        loop = asyncio.get_running_loop()
+        try:
+            async with self._write_lock:
+                while self._queued:
+                    batch, self._queued = self._queued, []
+                    try:
+                        done = loop.run_in_executor(
+                            self._writer, self._write_group_sync, [q.fn for q in batch]
+                        )
+                    except RuntimeError:  # the writer was shut down (`dispose`)
+                        _settle_all(batch, None)
+                        continue
+                    try:
+                        await asyncio.shield(done)
+                    except asyncio.CancelledError:  # (the loop is shutting down) the writes still end
+                        with contextlib.suppress(BaseException):
+                            await done
+                        raise
+                    finally:
+                        _settle_all(batch, done)
+        finally:
+            self._drainer = None
+            _settle_all(self._queued, None)  # (only when the drain itself was cancelled)
+            self._queued = []
+
+    def _write_group_sync(self, fns: list[Callable[[Connection], Any]]) -> list[tuple[bool, Any]]:
+        """The writes of one group in one transaction, each inside a savepoint: `(True, result)` or
+        `(False, exception)` per write, in order. When the transaction itself fails (its BEGIN or
+        COMMIT, or an error that ended it), nothing of the group is committed and every write gets
+        that error."""
+        if len(fns) == 1:
+            try:
+                return [(True, self._write_sync(fns[0]))]
+            except Exception as exc:
+                return [(False, exc)]
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            conn, driver = self._write_connection()
+            _begin_immediate(conn, driver, SQLITE_BUSY_TIMEOUT_MS)
+            try:
+                for fn in fns:
+                    _on_driver(conn, "SAVEPOINT", driver.execute, "SAVEPOINT grouped_write")
+                    try:
+                        outcomes.append((True, fn(conn)))
+                    except Exception as exc:
+                        if not driver.in_transaction:  # SQLite ended the transaction: the group failed
+                            raise
+                        _on_driver(conn, "ROLLBACK TO", driver.execute, "ROLLBACK TO grouped_write")
+                        outcomes.append((False, exc))
+                    _on_driver(conn, "RELEASE", driver.execute, "RELEASE grouped_write")
+            except BaseException:
+                _end_write(conn, driver, commit=False)
+                raise
+            _end_write(conn, driver, commit=True)
+        except Exception as exc:
+            self._busy_off = False  # the connection may have been replaced: set it again next time
+            return [(False, exc)] * len(fns)
+        return outcomes
 
     async def _submit(self, fn: Callable[[Connection], T]) -> T:
         assert self._writer is not None
