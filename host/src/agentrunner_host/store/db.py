@@ -568,17 +568,15 @@ class Database:
             raise StoreError(f"database write failed: {type(exc.orig).__name__}", retryable=True) from exc
 
     async def run_write(self, fn: Callable[[Connection], T], *, inline: bool = False) -> T:
-        """Runs `fn(conn)` (sync, SQLAlchemy Core) as one transaction: all or nothing. On SQLite it runs
-        on the writer thread in one hop, serialized with `write()`; a cancelled caller still waits for
-        the transaction to end, so its outcome is never unknown to the code that cleans up.
+        """Runs `fn(conn)` (sync, SQLAlchemy Core) all or nothing. On SQLite it runs on the writer thread,
+        serialized with `write()`, committed together with the other writes queued meanwhile, each inside
+        a savepoint of its own (`_grouped`); a caller cancelled once its write was taken still waits for
+        the commit, so its outcome is never unknown to the code that cleans up.
 
         `inline=True` is for short transactions on a latency path (run start): when no other write is
         queued, `fn` runs right here on the event loop with a zero busy timeout, which saves the hand-off
         to the writer thread and back; if another process holds the database lock it falls back to the
-        writer thread, so the loop never waits on a lock.
-
-        Writes that wait for the writer thread meanwhile are committed together (`_grouped`): one
-        transaction, each write inside a savepoint of its own, so each still has its own outcome."""
+        writer thread, so the loop never waits on a lock."""
         try:
             if self._writer is None:
                 async with self.engine.begin() as conn:
