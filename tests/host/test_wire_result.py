@@ -1,5 +1,7 @@
 """`Run` streams `message.delta` results as bytes the orchestrator serialized itself (no response object
-built and copied per delta): those bytes must be exactly protobuf's own serialization of the update."""
+built and copied per delta): those bytes must be exactly protobuf's own serialization of the update.
+`AttachRun` and `SubmitInteraction` send the orchestrator's updates as they are: their responses must
+keep exactly the update's fields."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import pytest
 
 from agentrunner.v1 import host_service_pb2, result_pb2
 from agentrunner_host.orchestrator import wire_result
-from agentrunner_host.services.host_service import _serialize_run_response
+from agentrunner_host.services.host_service import UPDATE_STREAMS, _serialize_update
 
 
 @pytest.mark.parametrize("size", [0, 3, 120, 127, 128, 300, 16_383, 16_384, 70_000, 3_000_000])
@@ -23,5 +25,26 @@ def test_a_delta_on_the_wire_is_the_update_protobuf_would_write(size: int) -> No
 def test_the_run_serializer_passes_bytes_through_and_serializes_updates() -> None:
     update = host_service_pb2.HostServiceRunResponse()
     update.accepted.run_id = "run_1"
-    assert _serialize_run_response(b"\x12\x00") == b"\x12\x00"
-    assert _serialize_run_response(update) == update.SerializeToString()
+    assert _serialize_update(b"\x12\x00") == b"\x12\x00"
+    assert _serialize_update(update) == update.SerializeToString()
+
+
+def _shape(descriptor: object) -> list[tuple[object, ...]]:
+    return [
+        (
+            f.name,
+            f.number,
+            f.type,
+            f.message_type.full_name if f.message_type else None,
+            f.containing_oneof.name,
+        )
+        for f in descriptor.fields  # type: ignore[attr-defined]
+        if f.containing_oneof is not None
+    ] + [(f.name,) for f in descriptor.fields if f.containing_oneof is None]  # type: ignore[attr-defined]
+
+
+def test_every_update_stream_response_is_the_update_on_the_wire() -> None:
+    service = host_service_pb2.DESCRIPTOR.services_by_name["HostService"]
+    update = _shape(host_service_pb2.HostServiceRunResponse.DESCRIPTOR)
+    for method in UPDATE_STREAMS:
+        assert _shape(service.methods_by_name[method].output_type) == update, method

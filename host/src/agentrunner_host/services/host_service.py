@@ -63,25 +63,27 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
 
     async def SubmitInteraction(
         self, request: host_service_pb2.SubmitInteractionRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[host_service_pb2.SubmitInteractionResponse]:  # type: ignore[override]
+    ) -> AsyncIterator[Update]:  # type: ignore[override]
+        """Yields `Update`s: `SubmitInteractionResponse` has the same fields (`add_host_service`)."""
         async with _status_on_error(context):
             if self.interactions is None:
                 raise RuntimeFailureError("interactions are not available on this host")
             metadata = context.invocation_metadata() or ()
             async with contextlib.aclosing(self.interactions.submit(request, metadata)) as updates:
                 async for update in updates:
-                    yield host_service_pb2.SubmitInteractionResponse.FromString(update.SerializeToString())
+                    yield update
 
     async def AttachRun(
         self, request: host_service_pb2.AttachRunRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[host_service_pb2.AttachRunResponse]:  # type: ignore[override]
+    ) -> AsyncIterator[Update]:  # type: ignore[override]
+        """Yields `Update`s: `AttachRunResponse` has the same fields (`add_host_service`)."""
         async with _status_on_error(context):
             if not request.run_id:
                 raise InvalidArgumentError("run_id is required", field="run_id")
             follow = self.orchestrator.follow(request.run_id, request.after_sequence)
             async with contextlib.aclosing(follow) as updates:
                 async for update in updates:
-                    yield host_service_pb2.AttachRunResponse.FromString(update.SerializeToString())
+                    yield update
 
     async def GetRun(
         self, request: host_service_pb2.GetRunRequest, context: grpc.aio.ServicerContext
@@ -117,8 +119,15 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         return out
 
 
-def _serialize_run_response(message: Update | bytes) -> bytes:
-    """`Run`'s response serializer: updates the orchestrator already serialized (`wire=True`) go as they are."""
+#: streams whose response has exactly `HostServiceRunResponse`'s fields (the `Update` the orchestrator
+#: yields): they send updates as they are, without a copy into their own response type per message
+#: (tests/host/test_wire_result.py checks the three messages stay identical on the wire)
+UPDATE_STREAMS = ("Run", "AttachRun", "SubmitInteraction")
+
+
+def _serialize_update(message: Update | bytes) -> bytes:
+    """The response serializer of `UPDATE_STREAMS`: an `Update`'s bytes; updates the orchestrator already
+    serialized (`Run`, `wire=True`) go as they are."""
     return message if type(message) is bytes else message.SerializeToString()
 
 
@@ -137,11 +146,12 @@ class _Handlers:
 
 
 def add_host_service(servicer: HostServicer, server: grpc.aio.Server) -> None:
-    """`add_HostServiceServicer_to_server`, with `Run` answering through `_serialize_run_response`."""
+    """`add_HostServiceServicer_to_server`, with `UPDATE_STREAMS` answering through `_serialize_update`."""
     capture = _Handlers()
     host_service_pb2_grpc.add_HostServiceServicer_to_server(servicer, capture)
     handlers = dict(capture.handlers)
-    handlers["Run"] = handlers["Run"]._replace(response_serializer=_serialize_run_response)  # type: ignore[attr-defined]
+    for method in UPDATE_STREAMS:
+        handlers[method] = handlers[method]._replace(response_serializer=_serialize_update)  # type: ignore[attr-defined]
     name = host_service_pb2.DESCRIPTOR.services_by_name["HostService"].full_name
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
     server.add_registered_method_handlers(name, handlers)
