@@ -40,6 +40,25 @@ def _write_entry(conn: Connection, key: str, value: bytes) -> None:
     conn.execute(text(_ENTRY_SQL), {"k": key, "v": value, "size": len(value)})
 
 
+def _keys(target: Path) -> list[str]:
+    """The storage keys committed in `target`, as another connection sees them."""
+    with sqlite3.connect(target) as check:
+        return [r[0] for r in check.execute("SELECT key FROM storage_entries ORDER BY key")]
+
+
+def _entries(*keys: str, fail: bool = False) -> Callable[[Connection], str]:
+    """A write of one storage row per key (raising after them when `fail`); returns the first key."""
+
+    def write(conn: Connection) -> str:
+        for key in keys:
+            _write_entry(conn, key, b"\x00")
+        if fail:
+            raise RuntimeError(f"{keys[0]} failed")
+        return keys[0]
+
+    return write
+
+
 def _copy_template(sqlite_template: Path, tmp_path: Path) -> Path:
     """A migrated database of this test's own."""
     target = tmp_path / "host.db"
@@ -222,10 +241,6 @@ async def test_a_write_is_one_transaction_whichever_way_its_statements_run(
     target = _copy_template(sqlite_template, tmp_path)
     db = Database(f"sqlite+aiosqlite:///{target}")
 
-    def keys() -> list[str]:
-        with sqlite3.connect(target) as check:
-            return [r[0] for r in check.execute("SELECT key FROM storage_entries ORDER BY key")]
-
     def write(conn: Connection, prefix: str, fail: bool) -> None:
         dbapi = conn.connection.dbapi_connection
         assert dbapi is not None
@@ -238,10 +253,10 @@ async def test_a_write_is_one_transaction_whichever_way_its_statements_run(
         for inline in (True, False):
             with pytest.raises(RuntimeError):
                 await db.run_write(lambda c: write(c, "failed", True), inline=inline)
-            assert keys() == []
+            assert _keys(target) == []
         await db.run_write(lambda c: write(c, "a", False), inline=True)
         await db.run_write(lambda c: write(c, "b", False))
-        assert keys() == ["a-driver", "a-sqlalchemy", "b-driver", "b-sqlalchemy"]
+        assert _keys(target) == ["a-driver", "a-sqlalchemy", "b-driver", "b-sqlalchemy"]
     finally:
         await db.dispose()
 
@@ -255,49 +270,38 @@ async def test_a_held_write_commits_when_its_caller_says_so_and_other_writes_wai
     target = _copy_template(sqlite_template, tmp_path)
     db = Database(f"sqlite+aiosqlite:///{target}")
 
-    def keys() -> list[str]:
-        with sqlite3.connect(target) as check:
-            return [r[0] for r in check.execute("SELECT key FROM storage_entries ORDER BY key")]
-
-    def entry(key: str) -> Callable[[Connection], str]:
-        def write(conn: Connection) -> str:
-            _write_entry(conn, key, b"\x00")
-            return key
-
-        return write
-
     def broken(conn: Connection) -> None:
         raise RuntimeError("boom")
 
     try:
-        result, pending = await db.run_write_held(entry("a"), then=entry("a-then"))
+        result, pending = await db.run_write_held(_entries("a"), then=_entries("a-then"))
         assert result == "a" and pending is not None and pending.open
-        other = asyncio.create_task(db.run_write(entry("b"), inline=True))
+        other = asyncio.create_task(db.run_write(_entries("b"), inline=True))
         await asyncio.sleep(0.05)
-        assert keys() == [] and not other.done()  # uncommitted, and the next write waits its turn
+        assert _keys(target) == [] and not other.done()  # uncommitted, and the next write waits its turn
         pending.commit()
         pending.commit()  # (a no-op)
         await asyncio.wait_for(other, timeout=5)
-        assert keys() == ["a", "a-then", "b"]
+        assert _keys(target) == ["a", "a-then", "b"]
 
-        _, pending = await db.run_write_held(entry("c"), then=broken)
+        _, pending = await db.run_write_held(_entries("c"), then=broken)
         assert pending is not None
         with pytest.raises(RuntimeError):
             pending.commit()
-        _, pending = await db.run_write_held(entry("d"))
+        _, pending = await db.run_write_held(_entries("d"))
         assert pending is not None
         pending.rollback()
-        assert keys() == ["a", "a-then", "b"]
+        assert _keys(target) == ["a", "a-then", "b"]
 
         # a write queued already: no holding, everything (`then` too) committed before it returns
-        _, first = await db.run_write_held(entry("e"))
-        queued = asyncio.create_task(db.run_write_held(entry("f"), then=entry("f-then")))
+        _, first = await db.run_write_held(_entries("e"))
+        queued = asyncio.create_task(db.run_write_held(_entries("f"), then=_entries("f-then")))
         await asyncio.sleep(0.05)
         assert first is not None
         first.commit()
         result, second = await asyncio.wait_for(queued, timeout=5)
         assert result == "f" and second is None
-        assert keys() == ["a", "a-then", "b", "e", "f", "f-then"]
+        assert _keys(target) == ["a", "a-then", "b", "e", "f", "f-then"]
     finally:
         await db.dispose()
 
@@ -320,26 +324,15 @@ async def test_writes_queued_meanwhile_commit_together_each_with_its_own_outcome
 
     monkeypatch.setattr(Database, "_write_group_sync", counted)
 
-    def keys() -> list[str]:
-        with sqlite3.connect(target) as check:
-            return [r[0] for r in check.execute("SELECT key FROM storage_entries ORDER BY key")]
-
-    def entry(key: str, fail: bool = False) -> Callable[[Connection], str]:
-        def write(conn: Connection) -> str:
-            _write_entry(conn, key, b"\x00")
-            _write_entry(conn, f"{key}-2", b"\x00")
-            if fail:
-                raise RuntimeError(f"{key} failed")
-            return key
-
-        return write
+    def pair(key: str, fail: bool = False) -> Callable[[Connection], str]:  # two rows: one write
+        return _entries(key, f"{key}-2", fail=fail)
 
     try:
-        _, held = await db.run_write_held(entry("a"))  # holds the write lock: the writes below queue
+        _, held = await db.run_write_held(pair("a"))  # holds the write lock: the writes below queue
         assert held is not None
         # "b" twice: the second one's insert breaks a constraint (through SQLAlchemy, mid-group)
         writes = [
-            asyncio.create_task(db.run_write(entry(k, fail=k == "c"))) for k in ("b", "b", "c", "d", "e", "x")
+            asyncio.create_task(db.run_write(pair(k, fail=k == "c"))) for k in ("b", "b", "c", "d", "e", "x")
         ]
         await asyncio.sleep(0.05)
         writes[-1].cancel()
@@ -351,13 +344,13 @@ async def test_writes_queued_meanwhile_commit_together_each_with_its_own_outcome
         assert isinstance(outcomes[2], RuntimeError) and str(outcomes[2]) == "c failed"
         assert isinstance(outcomes[5], asyncio.CancelledError)
         assert groups == [5]  # one transaction for the five writes that waited
-        assert keys() == ["a", "a-2", "b", "b-2", "d", "d-2", "e", "e-2"]
+        assert _keys(target) == ["a", "a-2", "b", "b-2", "d", "d-2", "e", "e-2"]
 
         # cancelled once its group was taken: the caller waits for the commit, then is cancelled
-        _, held = await db.run_write_held(entry("f"))
+        _, held = await db.run_write_held(pair("f"))
         assert held is not None
-        late = asyncio.create_task(db.run_write(entry("g")))
-        other = asyncio.create_task(db.run_write(entry("h")))
+        late = asyncio.create_task(db.run_write(pair("g")))
+        other = asyncio.create_task(db.run_write(pair("h")))
         await asyncio.sleep(0.05)
         held.commit()
         await asyncio.sleep(0)  # the group is taken to the writer thread
@@ -365,7 +358,7 @@ async def test_writes_queued_meanwhile_commit_together_each_with_its_own_outcome
         with pytest.raises(asyncio.CancelledError):
             await late
         assert await other == "h"
-        assert keys()[-6:] == ["f", "f-2", "g", "g-2", "h", "h-2"]
+        assert _keys(target)[-6:] == ["f", "f-2", "g", "g-2", "h", "h-2"]
     finally:
         await db.dispose()
 
@@ -384,29 +377,18 @@ async def test_a_group_whose_transaction_fails_commits_nothing_and_tells_every_c
         )
     db = Database(f"sqlite+aiosqlite:///{target}")
 
-    def keys() -> list[str]:
-        with sqlite3.connect(target) as check:
-            return [r[0] for r in check.execute("SELECT key FROM storage_entries ORDER BY key")]
-
-    def entry(key: str) -> Callable[[Connection], str]:
-        def write(conn: Connection) -> str:
-            _write_entry(conn, key, b"\x00")
-            return key
-
-        return write
-
     try:
-        _, held = await db.run_write_held(entry("a"))
+        _, held = await db.run_write_held(_entries("a"))
         assert held is not None
-        writes = [asyncio.create_task(db.run_write(entry(k))) for k in ("b", "poison", "c")]
+        writes = [asyncio.create_task(db.run_write(_entries(k))) for k in ("b", "poison", "c")]
         await asyncio.sleep(0.05)
         held.commit()
         outcomes = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), timeout=5)
         assert all(isinstance(o, StoreError) and o.retryable for o in outcomes), outcomes
-        assert keys() == ["a"]
-        assert await db.run_write(entry("d")) == "d"
-        assert await asyncio.gather(db.run_write(entry("e")), db.run_write(entry("f"))) == ["e", "f"]
-        assert keys() == ["a", "d", "e", "f"]
+        assert _keys(target) == ["a"]
+        assert await db.run_write(_entries("d")) == "d"
+        assert await asyncio.gather(db.run_write(_entries("e")), db.run_write(_entries("f"))) == ["e", "f"]
+        assert _keys(target) == ["a", "d", "e", "f"]
     finally:
         await db.dispose()
 
