@@ -3,8 +3,11 @@ UV ?= uv
 RUN := $(UV) run --frozen
 BASELINE := proto/baseline/agentrunner-v1.0.0.binpb
 PYTEST_ARGS ?=
+# Generated contract, one tree per language (`make gen` writes them, `make gen-check` compares them).
+GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
+TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-fast demo bench clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts demo bench clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -12,20 +15,24 @@ help: ## List targets
 sync: ## Install the workspace and dev tools into .venv
 	$(UV) sync --frozen
 
-gen: sync ## Regenerate Python from proto/ (offline: buf + grpcio-tools)
+gen: sync $(TS_DEPS) ## Regenerate the contract for Python, Go and TypeScript from proto/ (local plugins only)
 	$(RUN) python tools/gen.py
 
-gen-check: gen ## Fail when the committed generated code is stale
-	@git diff --exit-code --stat -- sdk_python/src/agentrunner/v1 || \
+gen-check: gen ## Fail when the committed generated code (any language) is stale
+	@git diff --exit-code --stat -- $(GENERATED) || \
 	  (echo "generated code is stale: run 'make gen' and commit" >&2; exit 1)
-	@test -z "$$(git status --porcelain -- sdk_python/src/agentrunner/v1)" || \
-	  (git status --porcelain -- sdk_python/src/agentrunner/v1; echo "untracked generated files: run 'make gen' and commit" >&2; exit 1)
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || \
+	  (git status --porcelain -- $(GENERATED); echo "untracked generated files: run 'make gen' and commit" >&2; exit 1)
 
-lint: sync ## buf lint + buf format check + ruff
+$(TS_DEPS): sdk_ts/package-lock.json
+	cd sdk_ts && npm ci --no-audit --no-fund --loglevel=error
+
+lint: sync ## buf lint + buf format check + ruff + gofmt
 	$(RUN) buf lint
 	$(RUN) buf format -d --exit-code
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
+	@test -z "$$(gofmt -l sdk_go)" || (gofmt -l sdk_go; echo "Go code is not gofmt-formatted: run 'gofmt -w sdk_go'" >&2; exit 1)
 
 format: sync ## Rewrite protos and Python in place
 	$(RUN) buf format -w
@@ -38,8 +45,16 @@ breaking: sync ## buf breaking against the released v1.0.0 image
 baseline: sync ## Cut a new release baseline image (a release step; commit the result)
 	$(RUN) buf build --exclude-source-info -o $(BASELINE)
 
-test: sync ## Run every test (starts a throwaway PostgreSQL when its binaries are installed)
+test: test-py test-go test-ts ## Run every test: Python, Go and TypeScript
+
+test-py: sync ## Python tests (starts a throwaway PostgreSQL when its binaries are installed)
 	$(RUN) pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+
+test-go: ## Go runner kit tests (sdk_go; modules from the Go module proxy)
+	cd sdk_go && go vet ./... && go test ./...
+
+test-ts: $(TS_DEPS) ## TypeScript runner kit tests (sdk_ts; packages from the npm registry)
+	cd sdk_ts && npm test --silent
 
 demo: sync ## The main job: host on SQLite + reference runner, a scripted conversation
 	$(RUN) python -m agentrunner_host.demo
@@ -48,4 +63,4 @@ bench: sync ## Benchmarks: host path vs bare relay, history paging; writes bench
 	$(RUN) python bench/run_all.py
 
 clean: ## Remove generated scratch and local state
-	rm -rf .gen var .pytest_cache
+	rm -rf .gen var .pytest_cache sdk_ts/dist

@@ -1,8 +1,16 @@
 #!/usr/bin/env python3
-"""`make gen`: regenerate the Python contract from proto/ with buf, offline, into the SDK package.
+"""`make gen`: regenerate the contract from proto/ for every language, with buf and local plugins only.
 
-buf writes into `.gen/python` (cleaned on each run); the `agentrunner/v1` tree is then mirrored into
-`sdk_python/src/agentrunner/v1`, stale generated files are removed, and an `__init__.py` is written.
+Each language has its own buf template writing into `.gen/<lang>` (cleaned on each run); the result is
+mirrored into the package that ships it, stale generated files are removed:
+
+- Python (`buf.gen.yaml`: protoc from grpcio-tools + a local gRPC shim) -> `sdk_python/src/agentrunner/v1`
+- Go (`buf.gen.go.yaml`: protoc-gen-go, protoc-gen-go-grpc, `tool` deps of sdk_go/go.mod) ->
+  `sdk_go/agentrunnerv1`
+- TypeScript (`buf.gen.ts.yaml`: protoc-gen-es from sdk_ts's devDependencies) -> `sdk_ts/src/gen`
+
+The plugins come from the Go module proxy and the npm registry (fetched on first use); no buf remote
+plugin and no network at generation time once they are installed.
 """
 
 from __future__ import annotations
@@ -14,31 +22,112 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-OUT = ROOT / ".gen" / "python" / "agentrunner" / "v1"
-DEST = ROOT / "sdk_python" / "src" / "agentrunner" / "v1"
-GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+GEN = ROOT / ".gen"
+PY_DEST = ROOT / "sdk_python" / "src" / "agentrunner" / "v1"
+GO_DEST = ROOT / "sdk_go" / "agentrunnerv1"
+TS_ROOT = ROOT / "sdk_ts"
+TS_DEST = TS_ROOT / "src" / "gen"
+PY_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
-def main() -> int:
+class GenError(Exception):
+    """A generation step cannot run (a missing toolchain); the message says what to do."""
+
+
+def _env() -> dict[str, str]:
     env = dict(os.environ)
-    # buf runs `python -m grpc_tools.protoc`: make sure it is this interpreter's python.
+    # buf runs `python -m grpc_tools.protoc`: make sure it is this interpreter's python (and its buf).
     env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    subprocess.run(["buf", "generate"], cwd=ROOT, env=env, check=True)
-    DEST.mkdir(parents=True, exist_ok=True)
-    for stale in DEST.iterdir():
-        if stale.name.endswith(GENERATED_SUFFIXES):
-            stale.unlink()
-    for src in sorted(OUT.iterdir()):
-        if src.name.endswith(GENERATED_SUFFIXES):
-            shutil.copyfile(src, DEST / src.name)
-    modules = sorted(p.name[: -len(".py")] for p in DEST.glob("*_pb2.py"))
+    return env
+
+
+def _buf(template: str) -> None:
+    subprocess.run(["buf", "generate", "--template", template], cwd=ROOT, env=_env(), check=True)
+
+
+def _mirror(src: pathlib.Path, dest: pathlib.Path, suffixes: tuple[str, ...]) -> list[pathlib.Path]:
+    """Copies the generated files of `src` (recursively) into `dest`, removing stale ones first."""
+    if dest.exists():
+        for stale in dest.rglob("*"):
+            if stale.is_file() and stale.name.endswith(suffixes):
+                stale.unlink()
+    written = []
+    for path in sorted(src.rglob("*")):
+        if path.is_file() and path.name.endswith(suffixes):
+            target = dest / path.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            written.append(target)
+    return written
+
+
+def gen_python() -> int:
+    _buf("buf.gen.yaml")
+    _mirror(GEN / "python" / "agentrunner" / "v1", PY_DEST, PY_SUFFIXES)
+    modules = sorted(p.name[: -len(".py")] for p in PY_DEST.glob("*_pb2.py"))
     init = ['"""Generated Protocol v1 contract (do not edit; run `make gen`)."""', ""]
     init += [f"from agentrunner.v1 import {m}" for m in modules]
     init += ["", f"__all__ = {modules!r}", ""]
-    (DEST / "__init__.py").write_text("\n".join(init))
-    print(f"generated {len(list(DEST.glob('*.py')))} files into {DEST.relative_to(ROOT)}")
+    (PY_DEST / "__init__.py").write_text("\n".join(init))
+    return len(list(PY_DEST.glob("*.py")))
+
+
+def gen_go() -> int:
+    if shutil.which("go") is None:
+        raise GenError(
+            "the Go contract needs the Go toolchain (`go` on PATH, see sdk_go/go.mod for the version)"
+        )
+    _buf("buf.gen.go.yaml")
+    return len(_mirror(GEN / "go" / "agentrunnerv1", GO_DEST, (".pb.go",)))
+
+
+def _ts_plugin() -> None:
+    if (TS_ROOT / "node_modules" / ".bin" / "protoc-gen-es").exists():
+        return
+    if shutil.which("npm") is None:
+        raise GenError("the TypeScript contract needs Node.js and npm (protoc-gen-es is an npm package)")
+    print("installing sdk_ts's npm dependencies (protoc-gen-es) ...", flush=True)
+    subprocess.run(
+        ["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=TS_ROOT,
+        check=True,
+    )
+
+
+def gen_ts() -> int:
+    _ts_plugin()
+    _buf("buf.gen.ts.yaml")
+    written = _mirror(GEN / "ts", TS_DEST, ("_pb.ts",))
+    # One import for the whole contract: `import { RunResultSchema, ... } from "@langbot/agentrunner/v1"`.
+    v1 = sorted(p.name[: -len(".ts")] for p in (TS_DEST / "agentrunner" / "v1").glob("*_pb.ts"))
+    index = ["// Generated by `make gen` (tools/gen.py): the Protocol v1 contract. Do not edit.", ""]
+    index += [f'export * from "./{m}.js";' for m in v1]
+    (TS_DEST / "agentrunner" / "v1" / "index.ts").write_text("\n".join(index) + "\n")
+    return len(written) + 1
+
+
+def main(argv: list[str]) -> int:
+    steps = {"python": gen_python, "go": gen_go, "ts": gen_ts}
+    wanted = argv or list(steps)
+    unknown = [w for w in wanted if w not in steps]
+    if unknown:
+        print(f"unknown language {unknown[0]!r}; choose from {', '.join(steps)}", file=sys.stderr)
+        return 2
+    for name in wanted:
+        try:
+            count = steps[name]()
+        except GenError as exc:
+            print(f"make gen: {exc}", file=sys.stderr)
+            return 1
+        except subprocess.CalledProcessError as exc:
+            print(
+                f"make gen: {name}: `{' '.join(map(str, exc.cmd))}` failed (exit {exc.returncode})",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{name}: generated {count} files")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

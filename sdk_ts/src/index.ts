@@ -1,0 +1,1 @@
+export * from "./gen/agentrunner/v1/index.js";
