@@ -23,6 +23,65 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// What an assistant message (or a delta of one) is, the way ACP separates an agent's thought chunks
+// from its message chunks. Clients render each kind apart; only answers are the reply.
+type MessageKind int32
+
+const (
+	// Not set; read as `ANSWER`.
+	MessageKind_MESSAGE_KIND_UNSPECIFIED MessageKind = 0
+	// The reply to the user: what the transcript keeps and what history shows later turns.
+	MessageKind_MESSAGE_KIND_ANSWER MessageKind = 1
+	// The model's reasoning ("thinking"). Never part of the answer; clients show it apart (dimmed).
+	MessageKind_MESSAGE_KIND_REASONING MessageKind = 2
+	// Commentary on the work in progress ("I'll read the config first"), sent before or between tool
+	// calls. Not the answer; clients show it apart.
+	MessageKind_MESSAGE_KIND_PROGRESS MessageKind = 3
+)
+
+// Enum value maps for MessageKind.
+var (
+	MessageKind_name = map[int32]string{
+		0: "MESSAGE_KIND_UNSPECIFIED",
+		1: "MESSAGE_KIND_ANSWER",
+		2: "MESSAGE_KIND_REASONING",
+		3: "MESSAGE_KIND_PROGRESS",
+	}
+	MessageKind_value = map[string]int32{
+		"MESSAGE_KIND_UNSPECIFIED": 0,
+		"MESSAGE_KIND_ANSWER":      1,
+		"MESSAGE_KIND_REASONING":   2,
+		"MESSAGE_KIND_PROGRESS":    3,
+	}
+)
+
+func (x MessageKind) Enum() *MessageKind {
+	p := new(MessageKind)
+	*p = x
+	return p
+}
+
+func (x MessageKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (MessageKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentrunner_v1_common_proto_enumTypes[0].Descriptor()
+}
+
+func (MessageKind) Type() protoreflect.EnumType {
+	return &file_agentrunner_v1_common_proto_enumTypes[0]
+}
+
+func (x MessageKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use MessageKind.Descriptor instead.
+func (MessageKind) EnumDescriptor() ([]byte, []int) {
+	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{0}
+}
+
 // Host-owned state scopes (PROTOCOL_V1 §5.10, §7.2 `StateUpdatedData.scope`).
 type StateScope int32
 
@@ -76,11 +135,11 @@ func (x StateScope) String() string {
 }
 
 func (StateScope) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentrunner_v1_common_proto_enumTypes[0].Descriptor()
+	return file_agentrunner_v1_common_proto_enumTypes[1].Descriptor()
 }
 
 func (StateScope) Type() protoreflect.EnumType {
-	return &file_agentrunner_v1_common_proto_enumTypes[0]
+	return &file_agentrunner_v1_common_proto_enumTypes[1]
 }
 
 func (x StateScope) Number() protoreflect.EnumNumber {
@@ -89,7 +148,7 @@ func (x StateScope) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StateScope.Descriptor instead.
 func (StateScope) EnumDescriptor() ([]byte, []int) {
-	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{0}
+	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{1}
 }
 
 // Lifecycle status of a run record.
@@ -153,11 +212,11 @@ func (x RunStatus) String() string {
 }
 
 func (RunStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentrunner_v1_common_proto_enumTypes[1].Descriptor()
+	return file_agentrunner_v1_common_proto_enumTypes[2].Descriptor()
 }
 
 func (RunStatus) Type() protoreflect.EnumType {
-	return &file_agentrunner_v1_common_proto_enumTypes[1]
+	return &file_agentrunner_v1_common_proto_enumTypes[2]
 }
 
 func (x RunStatus) Number() protoreflect.EnumNumber {
@@ -166,7 +225,7 @@ func (x RunStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunStatus.Descriptor instead.
 func (RunStatus) EnumDescriptor() ([]byte, []int) {
-	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{1}
+	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{2}
 }
 
 // How a `SendReply` call changes the reply it names (a reply is one message to the current event's
@@ -215,11 +274,11 @@ func (x ReplyMode) String() string {
 }
 
 func (ReplyMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentrunner_v1_common_proto_enumTypes[2].Descriptor()
+	return file_agentrunner_v1_common_proto_enumTypes[3].Descriptor()
 }
 
 func (ReplyMode) Type() protoreflect.EnumType {
-	return &file_agentrunner_v1_common_proto_enumTypes[2]
+	return &file_agentrunner_v1_common_proto_enumTypes[3]
 }
 
 func (x ReplyMode) Number() protoreflect.EnumNumber {
@@ -228,7 +287,7 @@ func (x ReplyMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReplyMode.Descriptor instead.
 func (ReplyMode) EnumDescriptor() ([]byte, []int) {
-	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{2}
+	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{3}
 }
 
 // What a structured interaction asks for (public SDK `InteractionRequest.kind`).
@@ -272,11 +331,11 @@ func (x InteractionKind) String() string {
 }
 
 func (InteractionKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentrunner_v1_common_proto_enumTypes[3].Descriptor()
+	return file_agentrunner_v1_common_proto_enumTypes[4].Descriptor()
 }
 
 func (InteractionKind) Type() protoreflect.EnumType {
-	return &file_agentrunner_v1_common_proto_enumTypes[3]
+	return &file_agentrunner_v1_common_proto_enumTypes[4]
 }
 
 func (x InteractionKind) Number() protoreflect.EnumNumber {
@@ -285,7 +344,7 @@ func (x InteractionKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InteractionKind.Descriptor instead.
 func (InteractionKind) EnumDescriptor() ([]byte, []int) {
-	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{3}
+	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{4}
 }
 
 // Kinds of interaction fields.
@@ -345,11 +404,11 @@ func (x InteractionFieldType) String() string {
 }
 
 func (InteractionFieldType) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentrunner_v1_common_proto_enumTypes[4].Descriptor()
+	return file_agentrunner_v1_common_proto_enumTypes[5].Descriptor()
 }
 
 func (InteractionFieldType) Type() protoreflect.EnumType {
-	return &file_agentrunner_v1_common_proto_enumTypes[4]
+	return &file_agentrunner_v1_common_proto_enumTypes[5]
 }
 
 func (x InteractionFieldType) Number() protoreflect.EnumNumber {
@@ -358,7 +417,7 @@ func (x InteractionFieldType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InteractionFieldType.Descriptor instead.
 func (InteractionFieldType) EnumDescriptor() ([]byte, []int) {
-	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{4}
+	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{5}
 }
 
 // Display styles of interaction actions.
@@ -402,11 +461,11 @@ func (x InteractionActionStyle) String() string {
 }
 
 func (InteractionActionStyle) Descriptor() protoreflect.EnumDescriptor {
-	return file_agentrunner_v1_common_proto_enumTypes[5].Descriptor()
+	return file_agentrunner_v1_common_proto_enumTypes[6].Descriptor()
 }
 
 func (InteractionActionStyle) Type() protoreflect.EnumType {
-	return &file_agentrunner_v1_common_proto_enumTypes[5]
+	return &file_agentrunner_v1_common_proto_enumTypes[6]
 }
 
 func (x InteractionActionStyle) Number() protoreflect.EnumNumber {
@@ -415,7 +474,7 @@ func (x InteractionActionStyle) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use InteractionActionStyle.Descriptor instead.
 func (InteractionActionStyle) EnumDescriptor() ([]byte, []int) {
-	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{5}
+	return file_agentrunner_v1_common_proto_rawDescGZIP(), []int{6}
 }
 
 // A human-readable text in several locales (PROTOCOL_V1 §4.2 `I18nObject`).
@@ -1136,7 +1195,10 @@ type AssistantMessage struct {
 	// Non-stable extension data.
 	Metadata *structpb.Struct `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
 	// Groups the deltas and the completed message of one reply; optional.
-	MessageId     string `protobuf:"bytes,5,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	MessageId string `protobuf:"bytes,5,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
+	// What the message is: the answer (the default), reasoning or progress. Only answers enter the
+	// transcript; every kind is kept in the run ledger.
+	Kind          MessageKind `protobuf:"varint,6,opt,name=kind,proto3,enum=agentrunner.v1.MessageKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1204,6 +1266,13 @@ func (x *AssistantMessage) GetMessageId() string {
 		return x.MessageId
 	}
 	return ""
+}
+
+func (x *AssistantMessage) GetKind() MessageKind {
+	if x != nil {
+		return x.Kind
+	}
+	return MessageKind_MESSAGE_KIND_UNSPECIFIED
 }
 
 // A structured interaction a runner asks the user to answer (human in the loop). Limits (checked by
@@ -1772,14 +1841,15 @@ const file_agentrunner_v1_common_proto_rawDesc = "" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x127\n" +
 	"\n" +
 	"parameters\x18\x03 \x01(\v2\x17.google.protobuf.StructR\n" +
-	"parameters\"\xf7\x01\n" +
+	"parameters\"\xa8\x02\n" +
 	"\x10AssistantMessage\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12:\n" +
 	"\bcontents\x18\x02 \x03(\v2\x1e.agentrunner.v1.ContentElementR\bcontents\x129\n" +
 	"\tartifacts\x18\x03 \x03(\v2\x1b.agentrunner.v1.ArtifactRefR\tartifacts\x123\n" +
 	"\bmetadata\x18\x04 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12\x1d\n" +
 	"\n" +
-	"message_id\x18\x05 \x01(\tR\tmessageId\"\xb4\x03\n" +
+	"message_id\x18\x05 \x01(\tR\tmessageId\x12/\n" +
+	"\x04kind\x18\x06 \x01(\x0e2\x1b.agentrunner.v1.MessageKindR\x04kind\"\xb4\x03\n" +
 	"\x12InteractionRequest\x12%\n" +
 	"\x0einteraction_id\x18\x01 \x01(\tR\rinteractionId\x123\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1f.agentrunner.v1.InteractionKindR\x04kind\x12\x14\n" +
@@ -1820,7 +1890,12 @@ const file_agentrunner_v1_common_proto_rawDesc = "" +
 	"\n" +
 	"max_fields\x18\x03 \x01(\x05H\x00R\tmaxFields\x88\x01\x01\x12)\n" +
 	"\x10supports_updates\x18\x04 \x01(\bR\x0fsupportsUpdatesB\r\n" +
-	"\v_max_fields*\xc3\x01\n" +
+	"\v_max_fields*{\n" +
+	"\vMessageKind\x12\x1c\n" +
+	"\x18MESSAGE_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13MESSAGE_KIND_ANSWER\x10\x01\x12\x1a\n" +
+	"\x16MESSAGE_KIND_REASONING\x10\x02\x12\x19\n" +
+	"\x15MESSAGE_KIND_PROGRESS\x10\x03*\xc3\x01\n" +
 	"\n" +
 	"StateScope\x12\x1b\n" +
 	"\x17STATE_SCOPE_UNSPECIFIED\x10\x00\x12\x1c\n" +
@@ -1878,68 +1953,70 @@ func file_agentrunner_v1_common_proto_rawDescGZIP() []byte {
 	return file_agentrunner_v1_common_proto_rawDescData
 }
 
-var file_agentrunner_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_agentrunner_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_agentrunner_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_agentrunner_v1_common_proto_goTypes = []any{
-	(StateScope)(0),                 // 0: agentrunner.v1.StateScope
-	(RunStatus)(0),                  // 1: agentrunner.v1.RunStatus
-	(ReplyMode)(0),                  // 2: agentrunner.v1.ReplyMode
-	(InteractionKind)(0),            // 3: agentrunner.v1.InteractionKind
-	(InteractionFieldType)(0),       // 4: agentrunner.v1.InteractionFieldType
-	(InteractionActionStyle)(0),     // 5: agentrunner.v1.InteractionActionStyle
-	(*I18NText)(nil),                // 6: agentrunner.v1.I18nText
-	(*ContentElement)(nil),          // 7: agentrunner.v1.ContentElement
-	(*ImageContent)(nil),            // 8: agentrunner.v1.ImageContent
-	(*FileContent)(nil),             // 9: agentrunner.v1.FileContent
-	(*ArtifactRef)(nil),             // 10: agentrunner.v1.ArtifactRef
-	(*Usage)(nil),                   // 11: agentrunner.v1.Usage
-	(*ModelMessage)(nil),            // 12: agentrunner.v1.ModelMessage
-	(*ToolCall)(nil),                // 13: agentrunner.v1.ToolCall
-	(*ToolDefinition)(nil),          // 14: agentrunner.v1.ToolDefinition
-	(*AssistantMessage)(nil),        // 15: agentrunner.v1.AssistantMessage
-	(*InteractionRequest)(nil),      // 16: agentrunner.v1.InteractionRequest
-	(*InteractionField)(nil),        // 17: agentrunner.v1.InteractionField
-	(*InteractionOption)(nil),       // 18: agentrunner.v1.InteractionOption
-	(*InteractionAction)(nil),       // 19: agentrunner.v1.InteractionAction
-	(*InteractionSubmission)(nil),   // 20: agentrunner.v1.InteractionSubmission
-	(*InteractionCapabilities)(nil), // 21: agentrunner.v1.InteractionCapabilities
-	nil,                             // 22: agentrunner.v1.I18nText.TranslationsEntry
-	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),         // 24: google.protobuf.Struct
-	(*structpb.Value)(nil),          // 25: google.protobuf.Value
+	(MessageKind)(0),                // 0: agentrunner.v1.MessageKind
+	(StateScope)(0),                 // 1: agentrunner.v1.StateScope
+	(RunStatus)(0),                  // 2: agentrunner.v1.RunStatus
+	(ReplyMode)(0),                  // 3: agentrunner.v1.ReplyMode
+	(InteractionKind)(0),            // 4: agentrunner.v1.InteractionKind
+	(InteractionFieldType)(0),       // 5: agentrunner.v1.InteractionFieldType
+	(InteractionActionStyle)(0),     // 6: agentrunner.v1.InteractionActionStyle
+	(*I18NText)(nil),                // 7: agentrunner.v1.I18nText
+	(*ContentElement)(nil),          // 8: agentrunner.v1.ContentElement
+	(*ImageContent)(nil),            // 9: agentrunner.v1.ImageContent
+	(*FileContent)(nil),             // 10: agentrunner.v1.FileContent
+	(*ArtifactRef)(nil),             // 11: agentrunner.v1.ArtifactRef
+	(*Usage)(nil),                   // 12: agentrunner.v1.Usage
+	(*ModelMessage)(nil),            // 13: agentrunner.v1.ModelMessage
+	(*ToolCall)(nil),                // 14: agentrunner.v1.ToolCall
+	(*ToolDefinition)(nil),          // 15: agentrunner.v1.ToolDefinition
+	(*AssistantMessage)(nil),        // 16: agentrunner.v1.AssistantMessage
+	(*InteractionRequest)(nil),      // 17: agentrunner.v1.InteractionRequest
+	(*InteractionField)(nil),        // 18: agentrunner.v1.InteractionField
+	(*InteractionOption)(nil),       // 19: agentrunner.v1.InteractionOption
+	(*InteractionAction)(nil),       // 20: agentrunner.v1.InteractionAction
+	(*InteractionSubmission)(nil),   // 21: agentrunner.v1.InteractionSubmission
+	(*InteractionCapabilities)(nil), // 22: agentrunner.v1.InteractionCapabilities
+	nil,                             // 23: agentrunner.v1.I18nText.TranslationsEntry
+	(*timestamppb.Timestamp)(nil),   // 24: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),         // 25: google.protobuf.Struct
+	(*structpb.Value)(nil),          // 26: google.protobuf.Value
 }
 var file_agentrunner_v1_common_proto_depIdxs = []int32{
-	22, // 0: agentrunner.v1.I18nText.translations:type_name -> agentrunner.v1.I18nText.TranslationsEntry
-	8,  // 1: agentrunner.v1.ContentElement.image:type_name -> agentrunner.v1.ImageContent
-	9,  // 2: agentrunner.v1.ContentElement.file:type_name -> agentrunner.v1.FileContent
-	10, // 3: agentrunner.v1.ContentElement.artifact:type_name -> agentrunner.v1.ArtifactRef
-	23, // 4: agentrunner.v1.ArtifactRef.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 5: agentrunner.v1.ArtifactRef.metadata:type_name -> google.protobuf.Struct
-	24, // 6: agentrunner.v1.Usage.extra:type_name -> google.protobuf.Struct
-	7,  // 7: agentrunner.v1.ModelMessage.contents:type_name -> agentrunner.v1.ContentElement
-	13, // 8: agentrunner.v1.ModelMessage.tool_calls:type_name -> agentrunner.v1.ToolCall
-	24, // 9: agentrunner.v1.ToolDefinition.parameters:type_name -> google.protobuf.Struct
-	7,  // 10: agentrunner.v1.AssistantMessage.contents:type_name -> agentrunner.v1.ContentElement
-	10, // 11: agentrunner.v1.AssistantMessage.artifacts:type_name -> agentrunner.v1.ArtifactRef
-	24, // 12: agentrunner.v1.AssistantMessage.metadata:type_name -> google.protobuf.Struct
-	3,  // 13: agentrunner.v1.InteractionRequest.kind:type_name -> agentrunner.v1.InteractionKind
-	17, // 14: agentrunner.v1.InteractionRequest.fields:type_name -> agentrunner.v1.InteractionField
-	19, // 15: agentrunner.v1.InteractionRequest.actions:type_name -> agentrunner.v1.InteractionAction
-	23, // 16: agentrunner.v1.InteractionRequest.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 17: agentrunner.v1.InteractionRequest.metadata:type_name -> google.protobuf.Struct
-	4,  // 18: agentrunner.v1.InteractionField.type:type_name -> agentrunner.v1.InteractionFieldType
-	18, // 19: agentrunner.v1.InteractionField.options:type_name -> agentrunner.v1.InteractionOption
-	25, // 20: agentrunner.v1.InteractionField.default_value:type_name -> google.protobuf.Value
-	5,  // 21: agentrunner.v1.InteractionAction.style:type_name -> agentrunner.v1.InteractionActionStyle
-	24, // 22: agentrunner.v1.InteractionSubmission.values:type_name -> google.protobuf.Struct
-	23, // 23: agentrunner.v1.InteractionSubmission.submitted_at:type_name -> google.protobuf.Timestamp
-	4,  // 24: agentrunner.v1.InteractionCapabilities.field_types:type_name -> agentrunner.v1.InteractionFieldType
-	5,  // 25: agentrunner.v1.InteractionCapabilities.action_styles:type_name -> agentrunner.v1.InteractionActionStyle
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	23, // 0: agentrunner.v1.I18nText.translations:type_name -> agentrunner.v1.I18nText.TranslationsEntry
+	9,  // 1: agentrunner.v1.ContentElement.image:type_name -> agentrunner.v1.ImageContent
+	10, // 2: agentrunner.v1.ContentElement.file:type_name -> agentrunner.v1.FileContent
+	11, // 3: agentrunner.v1.ContentElement.artifact:type_name -> agentrunner.v1.ArtifactRef
+	24, // 4: agentrunner.v1.ArtifactRef.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 5: agentrunner.v1.ArtifactRef.metadata:type_name -> google.protobuf.Struct
+	25, // 6: agentrunner.v1.Usage.extra:type_name -> google.protobuf.Struct
+	8,  // 7: agentrunner.v1.ModelMessage.contents:type_name -> agentrunner.v1.ContentElement
+	14, // 8: agentrunner.v1.ModelMessage.tool_calls:type_name -> agentrunner.v1.ToolCall
+	25, // 9: agentrunner.v1.ToolDefinition.parameters:type_name -> google.protobuf.Struct
+	8,  // 10: agentrunner.v1.AssistantMessage.contents:type_name -> agentrunner.v1.ContentElement
+	11, // 11: agentrunner.v1.AssistantMessage.artifacts:type_name -> agentrunner.v1.ArtifactRef
+	25, // 12: agentrunner.v1.AssistantMessage.metadata:type_name -> google.protobuf.Struct
+	0,  // 13: agentrunner.v1.AssistantMessage.kind:type_name -> agentrunner.v1.MessageKind
+	4,  // 14: agentrunner.v1.InteractionRequest.kind:type_name -> agentrunner.v1.InteractionKind
+	18, // 15: agentrunner.v1.InteractionRequest.fields:type_name -> agentrunner.v1.InteractionField
+	20, // 16: agentrunner.v1.InteractionRequest.actions:type_name -> agentrunner.v1.InteractionAction
+	24, // 17: agentrunner.v1.InteractionRequest.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 18: agentrunner.v1.InteractionRequest.metadata:type_name -> google.protobuf.Struct
+	5,  // 19: agentrunner.v1.InteractionField.type:type_name -> agentrunner.v1.InteractionFieldType
+	19, // 20: agentrunner.v1.InteractionField.options:type_name -> agentrunner.v1.InteractionOption
+	26, // 21: agentrunner.v1.InteractionField.default_value:type_name -> google.protobuf.Value
+	6,  // 22: agentrunner.v1.InteractionAction.style:type_name -> agentrunner.v1.InteractionActionStyle
+	25, // 23: agentrunner.v1.InteractionSubmission.values:type_name -> google.protobuf.Struct
+	24, // 24: agentrunner.v1.InteractionSubmission.submitted_at:type_name -> google.protobuf.Timestamp
+	5,  // 25: agentrunner.v1.InteractionCapabilities.field_types:type_name -> agentrunner.v1.InteractionFieldType
+	6,  // 26: agentrunner.v1.InteractionCapabilities.action_styles:type_name -> agentrunner.v1.InteractionActionStyle
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_agentrunner_v1_common_proto_init() }
@@ -1960,7 +2037,7 @@ func file_agentrunner_v1_common_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentrunner_v1_common_proto_rawDesc), len(file_agentrunner_v1_common_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,

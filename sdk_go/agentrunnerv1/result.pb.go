@@ -388,7 +388,10 @@ type MessageDelta struct {
 	// Groups the deltas of one message; empty means the run's single reply.
 	MessageId string `protobuf:"bytes,4,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	// Extension data.
-	Metadata      *structpb.Struct `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Metadata *structpb.Struct `protobuf:"bytes,5,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// What the streamed message is (answer by default); all deltas of one `message_id` share a kind.
+	// Reasoning and progress deltas never become part of the answer text.
+	Kind          MessageKind `protobuf:"varint,6,opt,name=kind,proto3,enum=agentrunner.v1.MessageKind" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -456,6 +459,13 @@ func (x *MessageDelta) GetMetadata() *structpb.Struct {
 		return x.Metadata
 	}
 	return nil
+}
+
+func (x *MessageDelta) GetKind() MessageKind {
+	if x != nil {
+		return x.Kind
+	}
+	return MessageKind_MESSAGE_KIND_UNSPECIFIED
 }
 
 // `message.completed`: a complete assistant message.
@@ -1117,14 +1127,15 @@ const file_agentrunner_v1_result_proto_rawDesc = "" +
 	"run_failed\x18\x12 \x01(\v2\x19.agentrunner.v1.RunFailedH\x00R\trunFailed\x121\n" +
 	"\arun_log\x18\x13 \x01(\v2\x16.agentrunner.v1.RunLogH\x00R\x06runLog\x12[\n" +
 	"\x15interaction_requested\x18\x14 \x01(\v2$.agentrunner.v1.InteractionRequestedH\x00R\x14interactionRequestedB\t\n" +
-	"\apayload\"\xf4\x01\n" +
+	"\apayload\"\xa5\x02\n" +
 	"\fMessageDelta\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12,\n" +
 	"\x0fcumulative_text\x18\x02 \x01(\tH\x00R\x0ecumulativeText\x88\x01\x01\x12:\n" +
 	"\bcontents\x18\x03 \x03(\v2\x1e.agentrunner.v1.ContentElementR\bcontents\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x04 \x01(\tR\tmessageId\x123\n" +
-	"\bmetadata\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bmetadataB\x12\n" +
+	"\bmetadata\x18\x05 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12/\n" +
+	"\x04kind\x18\x06 \x01(\x0e2\x1b.agentrunner.v1.MessageKindR\x04kindB\x12\n" +
 	"\x10_cumulative_text\"N\n" +
 	"\x10MessageCompleted\x12:\n" +
 	"\amessage\x18\x01 \x01(\v2 .agentrunner.v1.AssistantMessageR\amessage\"\x89\x01\n" +
@@ -1209,11 +1220,12 @@ var file_agentrunner_v1_result_proto_goTypes = []any{
 	(*Usage)(nil),                 // 14: agentrunner.v1.Usage
 	(*structpb.Struct)(nil),       // 15: google.protobuf.Struct
 	(*ContentElement)(nil),        // 16: agentrunner.v1.ContentElement
-	(*AssistantMessage)(nil),      // 17: agentrunner.v1.AssistantMessage
-	(*ArtifactRef)(nil),           // 18: agentrunner.v1.ArtifactRef
-	(StateScope)(0),               // 19: agentrunner.v1.StateScope
-	(*structpb.Value)(nil),        // 20: google.protobuf.Value
-	(*InteractionRequest)(nil),    // 21: agentrunner.v1.InteractionRequest
+	(MessageKind)(0),              // 17: agentrunner.v1.MessageKind
+	(*AssistantMessage)(nil),      // 18: agentrunner.v1.AssistantMessage
+	(*ArtifactRef)(nil),           // 19: agentrunner.v1.ArtifactRef
+	(StateScope)(0),               // 20: agentrunner.v1.StateScope
+	(*structpb.Value)(nil),        // 21: google.protobuf.Value
+	(*InteractionRequest)(nil),    // 22: agentrunner.v1.InteractionRequest
 }
 var file_agentrunner_v1_result_proto_depIdxs = []int32{
 	13, // 0: agentrunner.v1.RunResult.timestamp:type_name -> google.protobuf.Timestamp
@@ -1232,24 +1244,25 @@ var file_agentrunner_v1_result_proto_depIdxs = []int32{
 	12, // 13: agentrunner.v1.RunResult.interaction_requested:type_name -> agentrunner.v1.InteractionRequested
 	16, // 14: agentrunner.v1.MessageDelta.contents:type_name -> agentrunner.v1.ContentElement
 	15, // 15: agentrunner.v1.MessageDelta.metadata:type_name -> google.protobuf.Struct
-	17, // 16: agentrunner.v1.MessageCompleted.message:type_name -> agentrunner.v1.AssistantMessage
-	15, // 17: agentrunner.v1.ToolCallStarted.parameters:type_name -> google.protobuf.Struct
-	15, // 18: agentrunner.v1.ToolCallCompleted.result_preview:type_name -> google.protobuf.Struct
-	18, // 19: agentrunner.v1.ArtifactCreated.artifact:type_name -> agentrunner.v1.ArtifactRef
-	19, // 20: agentrunner.v1.StateUpdated.scope:type_name -> agentrunner.v1.StateScope
-	20, // 21: agentrunner.v1.StateUpdated.value:type_name -> google.protobuf.Value
-	15, // 22: agentrunner.v1.ActionRequested.target:type_name -> google.protobuf.Struct
-	15, // 23: agentrunner.v1.ActionRequested.payload:type_name -> google.protobuf.Struct
-	17, // 24: agentrunner.v1.RunCompleted.message:type_name -> agentrunner.v1.AssistantMessage
-	15, // 25: agentrunner.v1.RunFailed.details:type_name -> google.protobuf.Struct
-	0,  // 26: agentrunner.v1.RunLog.level:type_name -> agentrunner.v1.RunLogLevel
-	15, // 27: agentrunner.v1.RunLog.fields:type_name -> google.protobuf.Struct
-	21, // 28: agentrunner.v1.InteractionRequested.interaction:type_name -> agentrunner.v1.InteractionRequest
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	17, // 16: agentrunner.v1.MessageDelta.kind:type_name -> agentrunner.v1.MessageKind
+	18, // 17: agentrunner.v1.MessageCompleted.message:type_name -> agentrunner.v1.AssistantMessage
+	15, // 18: agentrunner.v1.ToolCallStarted.parameters:type_name -> google.protobuf.Struct
+	15, // 19: agentrunner.v1.ToolCallCompleted.result_preview:type_name -> google.protobuf.Struct
+	19, // 20: agentrunner.v1.ArtifactCreated.artifact:type_name -> agentrunner.v1.ArtifactRef
+	20, // 21: agentrunner.v1.StateUpdated.scope:type_name -> agentrunner.v1.StateScope
+	21, // 22: agentrunner.v1.StateUpdated.value:type_name -> google.protobuf.Value
+	15, // 23: agentrunner.v1.ActionRequested.target:type_name -> google.protobuf.Struct
+	15, // 24: agentrunner.v1.ActionRequested.payload:type_name -> google.protobuf.Struct
+	18, // 25: agentrunner.v1.RunCompleted.message:type_name -> agentrunner.v1.AssistantMessage
+	15, // 26: agentrunner.v1.RunFailed.details:type_name -> google.protobuf.Struct
+	0,  // 27: agentrunner.v1.RunLog.level:type_name -> agentrunner.v1.RunLogLevel
+	15, // 28: agentrunner.v1.RunLog.fields:type_name -> google.protobuf.Struct
+	22, // 29: agentrunner.v1.InteractionRequested.interaction:type_name -> agentrunner.v1.InteractionRequest
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_agentrunner_v1_result_proto_init() }

@@ -4,7 +4,8 @@ JSON report of every outcome plus what it saw in its context.
 
 Input: a JSON list of steps `{"rpc": "ListHistory", "req": {...}, "take": N}`; string values
 `$latest_cursor`, `$event_id`, `$attachment0` and `$run_id` are replaced from the context. `take` reads
-only the first N messages of a server-streaming RPC and then cancels it. Served with
+only the first N messages of a server-streaming RPC and then cancels it. Input `{"results": [...]}`
+(RunResult JSON) makes it yield exactly those results instead. Served with
 `python -m agentrunner serve tests.integration.probe_runner:ProbeRunner --port 0`.
 """
 
@@ -57,6 +58,10 @@ class ProbeRunner(Runner):
             "$attachment0": raw.input.attachments[0].artifact_id if raw.input.attachments else "",
         }
         steps = json.loads(ctx.input.to_text() or "[]")
+        if isinstance(steps, dict):
+            for item in steps["results"]:
+                yield json_format.ParseDict(item, result_pb2.RunResult())
+            return
         report: dict[str, Any] = {"ctx": _context_info(raw), "steps": []}
         for step in steps:
             report["steps"].append(await _step(ctx, step, subst))

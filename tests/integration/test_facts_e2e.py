@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from google.protobuf import json_format
 
+from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from tests.integration.conftest import (
     PROBE_ID,
     REFERENCE_ID,
@@ -152,3 +155,77 @@ async def test_every_fact_api_through_the_host(facts_host: tuple[str, Path]) -> 
     assert audit_outcomes(db_file, run_id, "ListHistory") == ["OK", "UNAUTHORIZED"]
     assert audit_outcomes(db_file, run_id, "SetState") == ["OK", "UNAUTHORIZED"]
     assert audit_outcomes(db_file, run_id, "PullSteering") == ["UNAUTHORIZED"]
+
+
+def _scripted(*items: dict) -> str:
+    return json.dumps({"results": list(items)})
+
+
+async def test_reasoning_and_progress_reach_the_client_and_ledger_but_not_the_transcript(
+    facts_host: tuple[str, Path],
+) -> None:
+    address, _ = facts_host
+    conv = "kinds-conv"
+    script = _scripted(
+        {"messageDelta": {"text": "Let me think", "messageId": "t1", "kind": "MESSAGE_KIND_REASONING"}},
+        {
+            "messageCompleted": {
+                "message": {"content": "I'll check the docs first.", "kind": "MESSAGE_KIND_PROGRESS"}
+            }
+        },
+        {"messageDelta": {"text": "The answer ", "messageId": "a1"}},
+        {"messageDelta": {"text": "is 42.", "messageId": "a1"}},
+        {"messageCompleted": {"message": {"content": "The answer is 42.", "messageId": "a1"}}},
+        {"runCompleted": {"finishReason": "stop"}},
+    )
+    updates = await run(address, script, conversation_id=conv)
+    run_id = updates[0].accepted.run_id
+    seen = [u.result for u in updates if u.HasField("result")]
+    kinds = [
+        (r.WhichOneof("payload"), common_pb2.MessageKind.Name(getattr(r, r.WhichOneof("payload")).kind))
+        for r in seen
+        if r.WhichOneof("payload") == "message_delta"
+    ] + [
+        ("message_completed", common_pb2.MessageKind.Name(r.message_completed.message.kind))
+        for r in seen
+        if r.WhichOneof("payload") == "message_completed"
+    ]
+    assert ("message_delta", "MESSAGE_KIND_REASONING") in kinds
+    assert ("message_completed", "MESSAGE_KIND_PROGRESS") in kinds
+    assert updates[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED
+
+    # the ledger keeps every kind: a replay of the stored run has the reasoning and the progress
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = host_service_pb2_grpc.HostServiceStub(channel)
+        stored = [
+            u.result
+            async for u in stub.AttachRun(host_service_pb2.AttachRunRequest(run_id=run_id), timeout=10)
+            if u.HasField("result")
+        ]
+    assert [r.message_delta.text for r in stored if r.HasField("message_delta")][:1] == ["Let me think"]
+    assert any(
+        r.message_completed.message.kind == common_pb2.MESSAGE_KIND_PROGRESS
+        for r in stored
+        if r.HasField("message_completed")
+    )
+
+    # the transcript keeps the answer only: the next turn's history has the user message and the answer
+    report, _ = await probe(address, [{"rpc": "ListHistory", "req": {"limit": 10}}], conversation_id=conv)
+    items = report["steps"][0]["ok"]["items"]
+    assistant = [i["content"] for i in items if i["role"] == "assistant"]
+    assert assistant == ["The answer is 42."]
+
+
+async def test_a_run_with_only_reasoning_has_no_output(facts_host: tuple[str, Path]) -> None:
+    address, _ = facts_host
+    script = _scripted(
+        {"messageDelta": {"text": "hmm", "kind": "MESSAGE_KIND_REASONING"}},
+        {"messageCompleted": {"message": {"content": "thinking done", "kind": "MESSAGE_KIND_REASONING"}}},
+        {"runCompleted": {"finishReason": "stop"}},
+    )
+    updates = await run(address, script, conversation_id="kinds-empty")
+    failed = [
+        u.result.run_failed for u in updates if u.HasField("result") and u.result.HasField("run_failed")
+    ]
+    assert [f.code for f in failed] == ["runner.empty_output"]
+    assert json_format.MessageToDict(failed[0].details) == {"kind": "empty_response"}

@@ -94,7 +94,7 @@ async def test_bad_config_fails_before_run_and_names_the_field(
     assert out.types == ["run.failed"]
     assert out.failure is not None and out.failure.code == "runner.config_invalid"
     assert field in out.failure.message and needle in out.failure.message
-    assert json_format.MessageToDict(out.failure.details) == {"field": field}
+    assert json_format.MessageToDict(out.failure.details) == {"field": field, "kind": "config_invalid"}
     assert started == []
 
 
@@ -104,4 +104,4 @@ async def test_config_model_gives_typed_config(host: HostDouble) -> None:
     bad = await host.run(Typed, config={"repeat": 5})
     assert bad.failure is not None and bad.failure.code == "runner.config_invalid"
     assert "repeat" in bad.failure.message
-    assert json_format.MessageToDict(bad.failure.details) == {"field": "repeat"}
+    assert json_format.MessageToDict(bad.failure.details) == {"field": "repeat", "kind": "config_invalid"}

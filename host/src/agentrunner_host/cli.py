@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentrunner.errors import AgentRunnerError, from_rpc_error
+from agentrunner.results import kind_name
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 
 app = typer.Typer(help="The LangBot AgentRunner host.", no_args_is_help=True, add_completion=False)
@@ -277,17 +278,64 @@ def interaction_lines(item: Any) -> list[str]:
     return lines
 
 
+#: how the CLI shows each message kind: the answer plain, reasoning dimmed, progress dimmed in italics
+KIND_STYLES = {"answer": "", "reasoning": "dim", "progress": "dim italic"}
+
+
+class MessageView:
+    """The messages of a run as the terminal shows them: one block per (kind, message id), in the
+    order they started; answers plain, reasoning and progress dimmed (`KIND_STYLES`)."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[tuple[str, str], list[str]] = {}
+
+    def has_answer(self, message_id: str | None = None) -> bool:
+        return any(
+            kind == "answer" and (message_id is None or mid == message_id) and "".join(parts)
+            for (kind, mid), parts in self.blocks.items()
+        )
+
+    def delta(self, delta: Any) -> None:
+        self.blocks.setdefault((kind_name(delta.kind), delta.message_id), []).append(delta.text)
+
+    def completed(self, message: Any, *, terminal: bool = False) -> None:
+        """A complete message: shown unless its deltas already showed it (an answer without a message id,
+        or the message of `run.completed`, only when no answer was shown yet)."""
+        kind = kind_name(message.kind)
+        if not message.content:
+            return
+        if kind == "answer" and (terminal or not message.message_id):
+            if self.has_answer():
+                return
+        elif "".join(self.blocks.get((kind, message.message_id), [])):
+            return
+        self.blocks[(kind, message.message_id)] = [message.content]
+
+    def render(self, out: Text) -> None:
+        for (kind, _), parts in self.blocks.items():
+            body = "".join(parts)
+            if not body:
+                continue
+            if out.plain and not out.plain.endswith("\n"):
+                out.append("\n")  # each message on lines of its own
+            out.append(body, style=KIND_STYLES[kind] or None)
+
+
 async def render_stream(
     updates: Any, console: Console, collect: list[Any] | None = None
 ) -> host_service_pb2.RunFinished:
-    """Renders a run stream (`Run`, `SubmitInteraction`): message text and replies (updated in place),
-    `run.log` lines as `[level] text`, interactions as a block. Returns the final status."""
-    text = Text()
+    """Renders a run stream (`Run`, `SubmitInteraction`): message text and replies (updated in place;
+    reasoning and progress dimmed apart from the answer), `run.log` lines as `[level] text`,
+    interactions as a block. Returns the final status."""
+    messages = MessageView()
+    failure = Text()
     replies: dict[str, str] = {}
     finished = host_service_pb2.RunFinished()
 
     def view() -> Text:
-        out = text.copy()
+        out = Text()
+        messages.render(out)
+        out.append_text(failure)
         for content in replies.values():
             if out.plain:
                 out.append("\n")
@@ -303,13 +351,13 @@ async def render_stream(
                     collect.append(r)
                 payload = r.WhichOneof("payload")
                 if payload == "message_delta":
-                    text.append(r.message_delta.text)
-                elif payload == "message_completed" and not text.plain:
-                    text.append(r.message_completed.message.content)
-                elif payload == "run_completed" and not text.plain and r.run_completed.message.content:
-                    text.append(r.run_completed.message.content)
+                    messages.delta(r.message_delta)
+                elif payload == "message_completed":
+                    messages.completed(r.message_completed.message)
+                elif payload == "run_completed" and r.run_completed.HasField("message"):
+                    messages.completed(r.run_completed.message, terminal=True)
                 elif payload == "run_failed":
-                    text.append(f"\n[{r.run_failed.code}] {r.run_failed.message}", style="red")
+                    failure.append(f"\n[{r.run_failed.code}] {r.run_failed.message}", style="red")
                 elif payload == "run_log":
                     live.console.print(log_line(r.run_log), style="dim", markup=False, highlight=False)
             elif kind == "reply":

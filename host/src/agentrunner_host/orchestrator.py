@@ -46,6 +46,7 @@ from google.protobuf import json_format, timestamp_pb2
 from opentelemetry import trace
 
 from agentrunner.errors import AgentRunnerError, AlreadyExistsError, FailedPreconditionError, NotFoundError
+from agentrunner.failures import HOST_CODE_KINDS
 from agentrunner.v1 import (
     common_pb2,
     context_pb2,
@@ -354,6 +355,9 @@ def _failure(
     result.run_failed.code = code
     result.run_failed.message = message
     result.run_failed.retryable = retryable
+    kind = HOST_CODE_KINDS.get(code)
+    if kind is not None:
+        details.setdefault("kind", kind.value)
     if details:
         result.run_failed.details.update(details)
     return result

@@ -32,6 +32,9 @@ log = structlog.get_logger("agentrunner_host.validation")
 #: the per-type counter children, resolved once (`labels()` costs more than the rest of `accept`)
 _RESULT_COUNTERS = {kind: RESULTS.labels(name) for kind, name in RESULT_TYPES.items()}
 _DELTA_COUNTER = _RESULT_COUNTERS["message_delta"]
+#: kinds up to this one are the answer (`MESSAGE_KIND_UNSPECIFIED` reads as answer); reasoning and
+#: progress are kept in the ledger but are not output
+_ANSWER = common_pb2.MESSAGE_KIND_ANSWER
 #: accepted `message.delta` results are added to the results counter this many at a time (and at the end)
 DELTA_METRIC_BATCH = 64
 
@@ -127,8 +130,9 @@ class ResultValidator:
                         self._buffers[delta.message_id] = [text]
                     else:
                         parts.append(text)
-                    self.saw_message = True
-                elif delta.contents:
+                    if delta.kind <= _ANSWER:  # reasoning / progress is not output (grammar rule 7)
+                        self.saw_message = True
+                elif delta.contents and delta.kind <= _ANSWER:
                     self.saw_message = True
             self.host_sequence += 1
             result.sequence = self.host_sequence
@@ -188,7 +192,7 @@ class ResultValidator:
         elif buf + delta.text != cumulative:
             log.warning("result.delta_cumulative_mismatch", run_id=self.run_id, message_id=delta.message_id)
         parts[:] = [cumulative]
-        if delta.text or delta.contents or cumulative:
+        if (delta.text or delta.contents or cumulative) and delta.kind <= _ANSWER:
             self.saw_message = True
 
     def _check_payload(self, kind: str, result: result_pb2.RunResult) -> str | None:
@@ -197,7 +201,7 @@ class ResultValidator:
             msg = result.message_completed.message
             if not result.message_completed.HasField("message"):
                 return "invalid_message_completed"
-            if msg.content or msg.contents or msg.artifacts:
+            if (msg.content or msg.contents or msg.artifacts) and msg.kind <= _ANSWER:
                 self.saw_message = True
             return None
         if kind == "tool_call_started":
@@ -257,7 +261,7 @@ class ResultValidator:
             return _check_interaction(result, self.interaction_capabilities, self.run_id)
         if kind == "run_completed":
             m = result.run_completed.message
-            if m.content or m.contents or m.artifacts:
+            if (m.content or m.contents or m.artifacts) and m.kind <= _ANSWER:
                 self.saw_message = True
             return None
         return None

@@ -8,12 +8,14 @@ from agentrunner.api import HostApi, tool_text
 from agentrunner.config import ConfigInvalid
 from agentrunner.context import Input, ReplyStream, RunContext, RunRecords, State, Steering
 from agentrunner.engine import RunExecution
+from agentrunner.failures import FailureKind, RunnerFailure
 from agentrunner.manifest import ManifestError, build_manifest, load_manifest_file
 from agentrunner.runner import Runner
 from agentrunner.server import PortInUseError, RunnerServer, RunnerServicer, serve, serve_async, start_server
 
 __all__ = [
     "ConfigInvalid",
+    "FailureKind",
     "HostApi",
     "Input",
     "ManifestError",
@@ -23,6 +25,7 @@ __all__ = [
     "RunExecution",
     "RunRecords",
     "Runner",
+    "RunnerFailure",
     "RunnerServer",
     "RunnerServicer",
     "State",

@@ -2,12 +2,18 @@
 
 JSON numbers arrive as doubles through `google.protobuf.Struct`; integer fields are turned back into
 `int` here so runners see the types they declared.
+
+JSON-typed fields (`type: json`, e.g. `args-json`, `env-json`, `mcp-servers-json`, `tweaks`) take either
+a JSON string (LangBot's legacy form, copied by `migrate-pipeline`) or the native value; runners always
+see the parsed value. A blank string counts as absent (the default applies); a string that is not JSON
+is `runner.config_invalid` naming the field. `JsonConfig[T]` does the same for a `config_model` field.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from google.protobuf import json_format, struct_pb2
 
@@ -28,6 +34,50 @@ _STRINGS = frozenset(
 _STRING_LISTS = frozenset(
     {T.CONFIG_FIELD_TYPE_STRING_LIST, T.CONFIG_FIELD_TYPE_KNOWLEDGE_BASE_MULTI_SELECTOR}
 )
+
+
+def parse_json_value(value: Any, field: str = "config") -> Any:
+    """A JSON config value: a string is parsed as JSON (raises `ConfigInvalid`), anything else kept."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ConfigInvalid(
+            field, f"expected JSON (a JSON text or a native value): {exc.msg} at position {exc.pos}"
+        ) from None
+
+
+def _json_before(value: Any) -> Any:
+    if isinstance(value, str):
+        if not value.strip():
+            from pydantic_core import PydanticUseDefault
+
+            raise PydanticUseDefault()
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"expected JSON (a JSON text or a native value): {exc.msg}") from None
+    return value
+
+
+_T = TypeVar("_T")
+
+
+def __getattr__(name: str) -> Any:
+    # `JsonConfig` needs pydantic, which plain runners never import: built on first use.
+    if name == "JsonConfig":
+        from pydantic import BeforeValidator
+
+        alias = Annotated[_T, BeforeValidator(_json_before)]  # type: ignore[valid-type]
+        globals()["JsonConfig"] = alias
+        return alias
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:
+    #: A `config_model` field taking a JSON string or the native value: `env: JsonConfig[dict[str, str]]`.
+    JsonConfig = Annotated[_T, ...]
 
 
 class ConfigInvalid(ValueError):
@@ -84,7 +134,9 @@ def _check(field: manifest_pb2.ConfigField, value: Any) -> Any:
         if isinstance(value, Mapping) and isinstance(value.get("primary", ""), str):
             return value
         raise ConfigInvalid(field.name, "expected a model id, a list of ids or {primary, fallbacks}")
-    return value  # JSON: anything
+    if kind == T.CONFIG_FIELD_TYPE_JSON:
+        return parse_json_value(value, field.name)
+    return value
 
 
 def validate_config(
@@ -99,6 +151,9 @@ def validate_config(
     else:
         values = dict(config or {})
     for field in schema:
+        if field.type == T.CONFIG_FIELD_TYPE_JSON and isinstance(values.get(field.name), str):
+            if not values[field.name].strip():
+                values[field.name] = None  # a blank legacy JSON text: absent
         present = field.name in values and values[field.name] is not None
         if not present:
             if field.HasField("default_value"):

@@ -6,7 +6,9 @@
 - the stream ends at the first terminal result: the generator is closed, nothing after it is sent;
 - tool calls still open when the run ends get a `tool.call.completed` with `error_code=runner.incomplete`;
 - an exception becomes `run.failed` (`runner.exception`, or the spec code of an `AgentRunnerError`),
-  with no traceback in the message (the traceback is logged locally);
+  with no traceback in the message (the traceback is logged locally); a `RunnerFailure` becomes exactly
+  the `run.failed` it describes; every failure the SDK sets carries a `details.kind`
+  (`agentrunner.failures`);
 - side results (`ctx.log`, `ctx.call_tool`'s tool results, interaction requests) go into the same queue
   as the yielded ones, so they are streamed in the order they happened and numbered like the rest;
 - the runner runs in its own task: a cancelled call cancels it at once and nothing more is emitted;
@@ -30,6 +32,7 @@ from agentrunner.config import ConfigInvalid, validate_config
 from agentrunner.context import RunContext
 from agentrunner.control import ControlClient
 from agentrunner.errors import AgentRunnerError
+from agentrunner.failures import HOST_CODE_KINDS, FailureKind, RunnerFailure, kind_for_error_reason
 from agentrunner.protocol import is_terminal
 from agentrunner.runner import Runner
 from agentrunner.v1 import result_pb2, runner_service_pb2
@@ -185,6 +188,8 @@ class RunExecution:
                     break
         except asyncio.CancelledError:
             raise
+        except RunnerFailure as exc:
+            self._error = exc
         except BaseException as exc:
             self._error = exc
             log.error(
@@ -213,7 +218,9 @@ class RunExecution:
                     field = ".".join(str(p) for p in first["loc"]) or "config"
                     raise ConfigInvalid(field, first["msg"]) from None
         except ConfigInvalid as exc:
-            return None, results.failed(CONFIG_INVALID, str(exc), details={"field": exc.field})
+            return None, results.failed(
+                CONFIG_INVALID, str(exc), kind=FailureKind.CONFIG_INVALID, details={"field": exc.field}
+            )
         ctx = RunContext(
             self.request.context,
             config=config,
@@ -224,7 +231,10 @@ class RunExecution:
         remaining = ctx.remaining()
         if remaining is not None and remaining <= DEADLINE_MARGIN:
             return None, results.failed(
-                DEADLINE_EXCEEDED, "the run deadline passed before it started", retryable=True
+                DEADLINE_EXCEEDED,
+                "the run deadline passed before it started",
+                retryable=True,
+                kind=FailureKind.TIMEOUT,
             )
         return ctx, None
 
@@ -289,14 +299,28 @@ class RunExecution:
     def _final(self) -> result_pb2.RunResult:
         if self._stop is not None:
             code, message, retryable = self._stop
-            return results.failed(code, message, retryable=retryable)
+            kind = HOST_CODE_KINDS.get(code, FailureKind.CANCELLED)
+            return results.failed(code, message, retryable=retryable, kind=kind)
         if self._error is not None:
             exc = self._error
+            if isinstance(exc, RunnerFailure):
+                return results.failed(
+                    exc.code,
+                    exc.message,
+                    retryable=exc.retryable,
+                    kind=exc.kind,
+                    details=exc.details,
+                    usage=exc.usage,
+                )
             if isinstance(exc, AgentRunnerError):
                 return results.failed(
-                    exc.spec_code, exc.message, retryable=exc.retryable, details={"reason": exc.reason}
+                    exc.spec_code,
+                    exc.message,
+                    retryable=exc.retryable,
+                    kind=kind_for_error_reason(exc.reason),
+                    details={"reason": exc.reason},
                 )
-            return results.failed(RUNNER_EXCEPTION, exception_message(exc))
+            return results.failed(RUNNER_EXCEPTION, exception_message(exc), kind=FailureKind.INTERNAL_ERROR)
         return results.completed()
 
     async def _cleanup(self) -> None:

@@ -9,16 +9,27 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from google.protobuf import json_format, struct_pb2
 
+from agentrunner.failures import FailureKind, failure_kind
 from agentrunner.v1 import common_pb2, result_pb2
 
 RunResult = result_pb2.RunResult
 JSON = Any
+#: A message kind: `"answer"` (the default), `"reasoning"`, `"progress"`, or a `common_pb2.MessageKind`.
+Kind = str | common_pb2.MessageKind.ValueType
+
+ANSWER: Final = common_pb2.MESSAGE_KIND_ANSWER
+REASONING: Final = common_pb2.MESSAGE_KIND_REASONING
+PROGRESS: Final = common_pb2.MESSAGE_KIND_PROGRESS
 
 __all__ = [
+    "ANSWER",
+    "PROGRESS",
+    "REASONING",
+    "Kind",
     "RunResult",
     "action",
     "artifact",
@@ -26,8 +37,11 @@ __all__ = [
     "delta",
     "failed",
     "interaction",
+    "is_answer",
+    "kind_name",
     "log",
     "message",
+    "message_kind",
     "new_id",
     "state",
     "to_struct",
@@ -60,6 +74,30 @@ def to_value(data: JSON) -> struct_pb2.Value:
     out = struct_pb2.Value()
     json_format.ParseDict(data, out)
     return out
+
+
+def message_kind(kind: Kind) -> common_pb2.MessageKind.ValueType:
+    """The enum value of a message kind (`"answer"`, `"reasoning"`, `"progress"` or the enum itself)."""
+    if isinstance(kind, str):
+        name = "MESSAGE_KIND_" + kind.upper()
+        if name not in common_pb2.MessageKind.keys() or name == "MESSAGE_KIND_UNSPECIFIED":
+            raise ValueError(f"unknown message kind {kind!r}; use answer, reasoning or progress")
+        return common_pb2.MessageKind.Value(name)
+    if kind not in common_pb2.MessageKind.values():
+        raise ValueError(f"unknown message kind {kind!r}")
+    return kind
+
+
+def kind_name(kind: int) -> str:
+    """`answer`, `reasoning` or `progress` for an enum value (unset reads as `answer`)."""
+    if kind == common_pb2.MESSAGE_KIND_UNSPECIFIED or kind not in common_pb2.MessageKind.values():
+        return "answer"
+    return common_pb2.MessageKind.Name(kind).removeprefix("MESSAGE_KIND_").lower()
+
+
+def is_answer(item: result_pb2.MessageDelta | common_pb2.AssistantMessage) -> bool:
+    """Whether a delta or a message is part of the answer (its kind is unset or `ANSWER`)."""
+    return item.kind in (common_pb2.MESSAGE_KIND_UNSPECIFIED, common_pb2.MESSAGE_KIND_ANSWER)
 
 
 def usage(
@@ -100,12 +138,17 @@ def _assistant_message(
     artifacts: Iterable[common_pb2.ArtifactRef],
     message_id: str,
     message_metadata: Mapping[str, JSON] | None,
+    kind: Kind | None = None,
 ) -> common_pb2.AssistantMessage:
     if isinstance(content, common_pb2.AssistantMessage):
+        if kind is not None:
+            content.kind = message_kind(kind)
         return content
     msg = common_pb2.AssistantMessage(
         content=content, contents=list(contents), artifacts=list(artifacts), message_id=message_id
     )
+    if kind is not None and message_kind(kind) != common_pb2.MESSAGE_KIND_ANSWER:
+        msg.kind = message_kind(kind)
     if message_metadata:
         msg.metadata.CopyFrom(to_struct(message_metadata))
     return msg
@@ -117,11 +160,19 @@ def delta(
     cumulative_text: str | None = None,
     contents: Iterable[common_pb2.ContentElement] = (),
     message_id: str = "",
+    kind: Kind = "answer",
     usage: common_pb2.Usage | None = None,
     metadata: Mapping[str, JSON] | None = None,
 ) -> RunResult:
-    """`message.delta`: `text` is the increment since the previous delta of the same message."""
+    """`message.delta`: `text` is the increment since the previous delta of the same message.
+
+    `kind="reasoning"` / `"progress"` marks a delta that is not part of the answer; give such deltas
+    their own `message_id` (all deltas of one message share a kind).
+    """
     payload = result_pb2.MessageDelta(text=text, contents=list(contents), message_id=message_id)
+    value = message_kind(kind)
+    if value != common_pb2.MESSAGE_KIND_ANSWER:
+        payload.kind = value
     if cumulative_text is not None:
         payload.cumulative_text = cumulative_text
     return _envelope(usage, metadata, message_delta=payload)
@@ -134,11 +185,16 @@ def message(
     artifacts: Iterable[common_pb2.ArtifactRef] = (),
     message_id: str = "",
     message_metadata: Mapping[str, JSON] | None = None,
+    kind: Kind | None = None,
     usage: common_pb2.Usage | None = None,
     metadata: Mapping[str, JSON] | None = None,
 ) -> RunResult:
-    """`message.completed`: one complete assistant message (a run may send several)."""
-    msg = _assistant_message(content, contents, artifacts, message_id, message_metadata)
+    """`message.completed`: one complete assistant message (a run may send several).
+
+    `kind="reasoning"` / `"progress"`: the message is kept in the run ledger but is not the answer (the
+    transcript keeps answers only). Unset leaves a given `AssistantMessage`'s kind as it is (answer).
+    """
+    msg = _assistant_message(content, contents, artifacts, message_id, message_metadata, kind)
     return _envelope(usage, metadata, message_completed=result_pb2.MessageCompleted(message=msg))
 
 
@@ -285,16 +341,22 @@ def failed(
     message: str,
     *,
     retryable: bool = False,
+    kind: str | FailureKind | None = None,
     details: Mapping[str, JSON] | None = None,
     usage: common_pb2.Usage | None = None,
     metadata: Mapping[str, JSON] | None = None,
 ) -> RunResult:
-    """`run.failed` (terminal): `code` like `runner.error`; the message must not hold a traceback."""
+    """`run.failed` (terminal): `code` like `runner.error`; the message must not hold a traceback.
+
+    `kind` is the failure kind (`agentrunner.failures.FailureKind`), stored as `details.kind`; pass the
+    usage the source reported before failing as `usage`.
+    """
     if not code:
         raise ValueError("failed needs a code")
-    payload = result_pb2.RunFailed(
-        code=code, message=message, retryable=retryable, details=to_struct(details)
-    )
+    body = dict(details or {})
+    if kind is not None:
+        body["kind"] = failure_kind(kind).value
+    payload = result_pb2.RunFailed(code=code, message=message, retryable=retryable, details=to_struct(body))
     return _envelope(usage, metadata, run_failed=payload)
 
 

@@ -33,7 +33,7 @@ from google.protobuf import message as pb_message
 
 from agentrunner.errors import ERROR_TYPES, AgentRunnerError, RunTokenInvalidError, abort_with, from_rpc_error
 from agentrunner.protocol import RUN_TOKEN_HEADER, is_terminal, result_type
-from agentrunner.results import to_struct
+from agentrunner.results import is_answer, kind_name, to_struct
 from agentrunner.runner import Runner
 from agentrunner.server import RunnerServer, start_server
 from agentrunner.v1 import (
@@ -138,22 +138,63 @@ class RunOutcome:
 
     @property
     def deltas(self) -> list[str]:
+        """Every delta's text, whatever its kind."""
         return [r.message_delta.text for r in self.of_type("message.delta")]
+
+    def _kind_text(self, kind: str) -> str:
+        return "".join(
+            r.message_delta.text
+            for r in self.of_type("message.delta")
+            if kind_name(r.message_delta.kind) == kind
+        )
 
     @property
     def text(self) -> str:
-        """The reply text: the final message if any, else the concatenated deltas."""
+        """The answer: the final message if any, else the last answer `message.completed`, else the
+        concatenated answer deltas (reasoning and progress are never part of it)."""
         t = self.terminal
         if (
             t is not None
             and t.WhichOneof("payload") == "run_completed"
             and t.run_completed.HasField("message")
+            and is_answer(t.run_completed.message)
         ):
             return t.run_completed.message.content
-        completed = self.of_type("message.completed")
+        completed = [
+            r.message_completed.message
+            for r in self.of_type("message.completed")
+            if is_answer(r.message_completed.message)
+        ]
         if completed:
-            return completed[-1].message_completed.message.content
-        return "".join(self.deltas)
+            return completed[-1].content
+        return self._kind_text("answer")
+
+    @property
+    def reasoning(self) -> str:
+        """Reasoning text: the reasoning deltas, else the reasoning messages, joined."""
+        return self._kind_text("reasoning") or "".join(
+            r.message_completed.message.content
+            for r in self.of_type("message.completed")
+            if kind_name(r.message_completed.message.kind) == "reasoning"
+        )
+
+    @property
+    def progress(self) -> list[str]:
+        """Progress messages (complete ones, else streamed ones per message id), in order."""
+        out = [
+            r.message_completed.message.content
+            for r in self.of_type("message.completed")
+            if kind_name(r.message_completed.message.kind) == "progress"
+        ]
+        if out:
+            return out
+        streamed: dict[str, str] = {}
+        for r in self.of_type("message.delta"):
+            if kind_name(r.message_delta.kind) == "progress":
+                streamed[r.message_delta.message_id] = (
+                    streamed.get(r.message_delta.message_id, "") + r.message_delta.text
+                )
+        return list(streamed.values())
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection
 
 from agentrunner.errors import AlreadyExistsError
 from agentrunner.protocol import result_type
+from agentrunner.results import is_answer
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
 from agentrunner_host.ports import AuthorizationSnapshot, RunRecord, RunSession
 from agentrunner_host.store.artifacts import ArtifactLimits, ArtifactStore
@@ -393,8 +394,8 @@ class FactStores:
     ) -> None:
         if not snapshot.conversation_id:
             return
-        if not (message.content or message.contents or message.artifacts):
-            return
+        if not (message.content or message.contents or message.artifacts) or not is_answer(message):
+            return  # reasoning and progress stay in the run ledger only
         append_transcript_sync(
             conn,
             conversation_id=snapshot.conversation_id,
@@ -591,8 +592,8 @@ class FactStores:
     ) -> None:
         if not snapshot.conversation_id:
             return
-        if not (message.content or message.contents or message.artifacts):
-            return
+        if not (message.content or message.contents or message.artifacts) or not is_answer(message):
+            return  # reasoning and progress stay in the run ledger only
         await self.transcript.append(
             conversation_id=snapshot.conversation_id,
             thread_id=snapshot.thread_id,

@@ -11,6 +11,13 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class MessageKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MESSAGE_KIND_UNSPECIFIED: _ClassVar[MessageKind]
+    MESSAGE_KIND_ANSWER: _ClassVar[MessageKind]
+    MESSAGE_KIND_REASONING: _ClassVar[MessageKind]
+    MESSAGE_KIND_PROGRESS: _ClassVar[MessageKind]
+
 class StateScope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STATE_SCOPE_UNSPECIFIED: _ClassVar[StateScope]
@@ -65,6 +72,10 @@ class InteractionActionStyle(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INTERACTION_ACTION_STYLE_DEFAULT: _ClassVar[InteractionActionStyle]
     INTERACTION_ACTION_STYLE_PRIMARY: _ClassVar[InteractionActionStyle]
     INTERACTION_ACTION_STYLE_DANGER: _ClassVar[InteractionActionStyle]
+MESSAGE_KIND_UNSPECIFIED: MessageKind
+MESSAGE_KIND_ANSWER: MessageKind
+MESSAGE_KIND_REASONING: MessageKind
+MESSAGE_KIND_PROGRESS: MessageKind
 STATE_SCOPE_UNSPECIFIED: StateScope
 STATE_SCOPE_CONVERSATION: StateScope
 STATE_SCOPE_ACTOR: StateScope
@@ -219,18 +230,20 @@ class ToolDefinition(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class AssistantMessage(_message.Message):
-    __slots__ = ("content", "contents", "artifacts", "metadata", "message_id")
+    __slots__ = ("content", "contents", "artifacts", "metadata", "message_id", "kind")
     CONTENT_FIELD_NUMBER: _ClassVar[int]
     CONTENTS_FIELD_NUMBER: _ClassVar[int]
     ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     content: str
     contents: _containers.RepeatedCompositeFieldContainer[ContentElement]
     artifacts: _containers.RepeatedCompositeFieldContainer[ArtifactRef]
     metadata: _struct_pb2.Struct
     message_id: str
-    def __init__(self, content: _Optional[str] = ..., contents: _Optional[_Iterable[_Union[ContentElement, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactRef, _Mapping]]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_id: _Optional[str] = ...) -> None: ...
+    kind: MessageKind
+    def __init__(self, content: _Optional[str] = ..., contents: _Optional[_Iterable[_Union[ContentElement, _Mapping]]] = ..., artifacts: _Optional[_Iterable[_Union[ArtifactRef, _Mapping]]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_id: _Optional[str] = ..., kind: _Optional[_Union[MessageKind, str]] = ...) -> None: ...
 
 class InteractionRequest(_message.Message):
     __slots__ = ("interaction_id", "kind", "title", "description", "fields", "actions", "expires_at", "fallback_text", "metadata")

@@ -62,18 +62,20 @@ class RunResult(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., timestamp: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., message_delta: _Optional[_Union[MessageDelta, _Mapping]] = ..., message_completed: _Optional[_Union[MessageCompleted, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_completed: _Optional[_Union[ToolCallCompleted, _Mapping]] = ..., artifact_created: _Optional[_Union[ArtifactCreated, _Mapping]] = ..., state_updated: _Optional[_Union[StateUpdated, _Mapping]] = ..., action_requested: _Optional[_Union[ActionRequested, _Mapping]] = ..., run_completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailed, _Mapping]] = ..., run_log: _Optional[_Union[RunLog, _Mapping]] = ..., interaction_requested: _Optional[_Union[InteractionRequested, _Mapping]] = ...) -> None: ...
 
 class MessageDelta(_message.Message):
-    __slots__ = ("text", "cumulative_text", "contents", "message_id", "metadata")
+    __slots__ = ("text", "cumulative_text", "contents", "message_id", "metadata", "kind")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     CUMULATIVE_TEXT_FIELD_NUMBER: _ClassVar[int]
     CONTENTS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     text: str
     cumulative_text: str
     contents: _containers.RepeatedCompositeFieldContainer[_common_pb2.ContentElement]
     message_id: str
     metadata: _struct_pb2.Struct
-    def __init__(self, text: _Optional[str] = ..., cumulative_text: _Optional[str] = ..., contents: _Optional[_Iterable[_Union[_common_pb2.ContentElement, _Mapping]]] = ..., message_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    kind: _common_pb2.MessageKind
+    def __init__(self, text: _Optional[str] = ..., cumulative_text: _Optional[str] = ..., contents: _Optional[_Iterable[_Union[_common_pb2.ContentElement, _Mapping]]] = ..., message_id: _Optional[str] = ..., metadata: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., kind: _Optional[_Union[_common_pb2.MessageKind, str]] = ...) -> None: ...
 
 class MessageCompleted(_message.Message):
     __slots__ = ("message",)
