@@ -39,6 +39,11 @@ RESULT_TYPES: Final[dict[str, str]] = {
 }
 TERMINAL_PAYLOADS: Final = frozenset({"run_completed", "run_failed"})
 
+#: `run.completed.finish_reason` of a run whose service only acknowledged the request (it answers
+#: asynchronously, elsewhere, e.g. an n8n webhook that responds at once): the one completed run without
+#: any output the host accepts (docs/protocol.md §2, rule 7).
+FINISH_ACKNOWLEDGED: Final = "acknowledged"
+
 #: Event type of an interaction answer (`HostService.SubmitInteraction`).
 INTERACTION_SUBMITTED_EVENT: Final = "interaction.submitted"
 
