@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
 TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts demo bench clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts demo demo-services bench clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -58,6 +58,9 @@ test-ts: $(TS_DEPS) ## TypeScript runner kit tests (sdk_ts; packages from the np
 
 demo: sync ## The main job: host on SQLite + reference runner, a scripted conversation
 	$(RUN) python -m agentrunner_host.demo
+
+demo-services: sync ## One turn through each external-service runner (Dify, n8n, ...) against local mocks
+	$(RUN) python -m agentrunner_host.demo_services
 
 bench: sync ## Benchmarks: host path vs bare relay, history paging; writes bench/results.json
 	$(RUN) python bench/run_all.py

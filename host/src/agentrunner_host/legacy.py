@@ -84,9 +84,29 @@ def migrate_pipeline(config: dict[str, Any]) -> Migration:
             else:
                 runner_config[target] = section
                 changes.append(f"ai.{name} -> ai.runner_config[{target!r}]")
+    _pipeline_level_keys(out, runner_config, changes)
     if runner_config or "runner_config" in ai:
         ai["runner_config"] = runner_config
     return Migration(out, runner_id, changes)
+
+
+#: Pipeline-level settings a runner now reads from its own config: (path, runner id, runner key).
+PIPELINE_KEYS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("output", "misc", "remove-think"), LEGACY_RUNNERS["dify-service-api"], "remove-think"),
+)
+
+
+def _pipeline_level_keys(config: dict[str, Any], runner_config: dict[str, Any], changes: list[str]) -> None:
+    """Copies pipeline-level settings into the runner configs that read them (values already set win)."""
+    for path, target, key in PIPELINE_KEYS:
+        value: Any = config
+        for part in path:
+            value = value.get(part) if isinstance(value, dict) else None
+        section = runner_config.get(target)
+        if value is None or not isinstance(section, dict) or key in section:
+            continue
+        section[key] = value
+        changes.append(f"{'.'.join(path)} -> ai.runner_config[{target!r}][{key!r}]")
 
 
 def pipeline_to_agent(config: dict[str, Any], agent_id: str) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from opentelemetry import trace
 
 from agentrunner.errors import AgentRunnerError, AlreadyExistsError, FailedPreconditionError, NotFoundError
 from agentrunner.failures import HOST_CODE_KINDS
+from agentrunner.protocol import FINISH_ACKNOWLEDGED
 from agentrunner.v1 import (
     common_pb2,
     context_pb2,
@@ -740,7 +741,11 @@ class Orchestrator:
                                     validator.retract(result)
                                     continue
                                 validator.saw_message = True  # an interaction is output (grammar rule 7)
-                            elif kind == "run_completed" and not validator.saw_message:
+                            elif (
+                                kind == "run_completed"
+                                and not validator.saw_message
+                                and result.run_completed.finish_reason != FINISH_ACKNOWLEDGED
+                            ):  # grammar rule 7: no output is an error, unless the service only acknowledged
                                 result = self._empty_output(result)
                                 validator.terminal = result
                             await self._store(live, result)

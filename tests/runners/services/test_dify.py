@@ -15,7 +15,7 @@ from agentrunner.v1 import common_pb2, proxy_service_pb2
 from agentrunner_runners.dify import DifyRunner
 from agentrunner_runners.testing.mock_services import MockServices
 
-pytestmark = pytest.mark.asyncio
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 KEY = "app-Secret-Dify-Key-123"
 
 
@@ -118,7 +118,7 @@ async def test_moderation_replace_and_unknown_events(host: HostDouble, mock: Moc
         ("mock:500 x", "dify.server_error", True, "http_error", "Internal Server Error"),
         ("mock:error x", "dify.stream_error", False, "stream_error_event", "Model quota exceeded"),
         ("mock:empty x", "dify.empty_response", False, "empty_response", "no answer"),
-        ("mock:invalid x", "dify.response_invalid", False, "response_invalid", "not JSON"),
+        ("mock:invalid x", "dify.response_invalid", False, "protocol_error", "not JSON"),
         ("mock:drop x", "dify.connection_lost", True, "connection_error", "lost"),
     ],
 )

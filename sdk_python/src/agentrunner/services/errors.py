@@ -37,14 +37,14 @@ REASONS: dict[str, tuple[str, bool]] = {
     "http_error": ("http_error", False),
     "connection_failed": ("connection_error", True),
     "connection_lost": ("connection_error", True),
-    "response_invalid": ("response_invalid", False),
+    "response_invalid": ("protocol_error", False),
     "api_error": ("api_error", False),
     "stream_error": ("stream_error_event", False),
     "empty_response": ("empty_response", False),
-    "input_error": ("input_error", False),
+    "input_error": ("input_invalid", False),
     "conversation_not_found": ("api_error", False),
-    "cancelled": ("interrupted", False),
-    "unexpected_error": ("runner_error", False),
+    "cancelled": ("cancelled", False),
+    "unexpected_error": ("internal_error", False),
 }
 
 _MAX_MESSAGE = 500

@@ -190,9 +190,7 @@ class ServiceRunner(Runner):
                     await self.exchange(ctx, turn)
             closing = self._closing(turn)
         except _Cancelled as exc:
-            yield results.failed(
-                CANCELLED, redact(str(exc)), details={"kind": "interrupted"}, usage=turn.usage
-            )
+            yield results.failed(CANCELLED, redact(str(exc)), details={"kind": "cancelled"}, usage=turn.usage)
             return
         except ServiceError as exc:
             log.warning("service failed", provider=self.provider, code=exc.code, error=redact(exc.message))

@@ -1,0 +1,191 @@
+"""The official n8n runner: an n8n workflow behind a webhook as a protocol-v1 runner.
+
+One `POST <webhook-url>` per turn with the user's text (`chatInput`, `message`, `user_message_text`),
+stable `conversation_id` / `session_id` (minted once per conversation, kept in conversation state as
+`external.conversation_id` / `external.session_id`), `user_id`, and the adapter's business params.
+Authentication: none, basic, JWT (HMAC, signed per request with PyJWT) or a custom header.
+
+The answer is read however the workflow responds:
+- streamed (`Respond: Streaming`): `begin` / `item` / `end` objects, newline-separated or
+  concatenated; each `item`'s `content` is an increment; an `error` item fails the run;
+- a JSON body (`Respond: When last node finishes`): `body[output-key]` (default `response`; a list of
+  entries uses the first), else the JSON itself;
+- a text body: the text;
+- the immediate acknowledgement (`Respond: Immediately`, `{"message":"Workflow was started"}`): the
+  workflow will answer elsewhere; the run completes with `finish_reason` `acknowledged` and no answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from typing import Any, Literal
+
+import httpx
+import jwt
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from agentrunner import RunContext
+from agentrunner.services import JsonSequence, ServiceRunner, ServiceTurn
+from agentrunner.services.config import HttpUrl
+from agentrunner.services.parsers import InvalidJson
+
+CONVERSATION_KEY = "external.conversation_id"
+SESSION_KEY = "external.session_id"
+_ACK = re.compile(r"^\s*workflow (was|got|has been) started", re.I)
+MAX_BODY = 16 << 20
+_STREAM_TYPES = frozenset({"begin", "item", "end", "error"})
+_REQUIRED = {
+    "basic-username": "basic",
+    "jwt-secret": "jwt",
+    "header-name": "header",
+    "header-value": "header",
+}
+
+
+class N8nConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    webhook_url: HttpUrl = Field(alias="webhook-url")
+    auth_type: Literal["none", "basic", "jwt", "header"] = Field("none", alias="auth-type")
+    basic_username: str = Field("", alias="basic-username", validate_default=True)
+    basic_password: str = Field("", alias="basic-password")
+    jwt_secret: str = Field("", alias="jwt-secret", validate_default=True)
+    jwt_algorithm: Literal["HS256", "HS384", "HS512"] = Field("HS256", alias="jwt-algorithm")
+    header_name: str = Field("", alias="header-name", validate_default=True)
+    header_value: str = Field("", alias="header-value", validate_default=True)
+    timeout: float = Field(120, gt=0, le=3600)
+    output_key: str = Field("response", alias="output-key")
+
+    @field_validator("basic_username", "jwt_secret", "header_name", "header_value")
+    @classmethod
+    def _needed(cls, value: str, info: ValidationInfo) -> str:
+        alias = info.field_name.replace("_", "-") if info.field_name else ""
+        if not value and info.data.get("auth_type") == _REQUIRED.get(alias):
+            raise ValueError(f"is required when auth-type is {_REQUIRED[alias]}")
+        return value
+
+
+class N8nRunner(ServiceRunner):
+    """n8n webhook workflows (manifest: `manifest.yaml` next to this module)."""
+
+    manifest_file = "manifest.yaml"
+    config_model = N8nConfig
+    provider = "n8n"
+
+    async def exchange(self, ctx: RunContext, turn: ServiceTurn) -> None:
+        cfg: N8nConfig = ctx.config
+        text = ctx.input.to_text()
+        conversation = turn.ids.get(CONVERSATION_KEY) or f"n8n_conversation_{secrets.token_hex(8)}"
+        session = turn.ids.get(SESSION_KEY) or f"n8n_session_{secrets.token_hex(8)}"
+        turn.ids.set(CONVERSATION_KEY, conversation)
+        turn.ids.set(SESSION_KEY, session)
+        params = ctx.adapter.get("params")
+        body: dict[str, Any] = {
+            **(params if isinstance(params, dict) else {}),
+            "chatInput": text,
+            "message": text,
+            "user_message_text": text,
+            "conversation_id": conversation,
+            "session_id": session,
+            "user_id": f"{ctx.actor.actor_type or 'user'}_{ctx.actor.actor_id or ctx.run_id}",
+        }
+        if ctx.event.HasField("event_time"):
+            body["msg_create_time"] = ctx.event.event_time.seconds
+        headers, auth = _auth(cfg)
+        async with turn.upstream.stream(
+            "POST", cfg.webhook_url, json=body, headers=headers, auth=auth
+        ) as resp:
+            await _read(turn, cfg, resp)
+
+
+def _auth(cfg: N8nConfig) -> tuple[dict[str, str], httpx.Auth | None]:
+    if cfg.auth_type == "basic":
+        return {}, httpx.BasicAuth(cfg.basic_username, cfg.basic_password)
+    if cfg.auth_type == "jwt":
+        now = int(time.time())
+        token = jwt.encode(
+            {"iat": now, "exp": now + 3600, "sub": "n8n-webhook"}, cfg.jwt_secret, cfg.jwt_algorithm
+        )
+        return {"Authorization": f"Bearer {token}"}, None
+    if cfg.auth_type == "header":
+        return {cfg.header_name: cfg.header_value}, None
+    return {}, None
+
+
+async def _read(turn: ServiceTurn, cfg: N8nConfig, resp: httpx.Response) -> None:
+    """Reads the body as a stream of items, a JSON answer, or text (decided by its first value)."""
+    raw = bytearray()  # kept until the body turns out to be an item stream
+    parser = JsonSequence()
+    values: list[Any] = []
+    streaming, text = False, False
+    async for chunk in turn.upstream.chunks(resp):
+        if not streaming:
+            raw.extend(chunk)
+            if len(raw) > MAX_BODY:
+                raise turn.upstream.error("response_invalid", f"the response is larger than {MAX_BODY} bytes")
+        if not text:
+            try:
+                for value in parser.feed(chunk):
+                    streaming = await _value(turn, value, streaming, values)
+            except InvalidJson as exc:
+                if streaming:
+                    raise turn.upstream.error("response_invalid", f"broken item stream: {exc}") from None
+                text = True
+    if not text:
+        try:
+            for value in parser.close():
+                streaming = await _value(turn, value, streaming, values)
+        except InvalidJson as exc:
+            if streaming:
+                raise turn.upstream.error("response_invalid", f"broken item stream: {exc}") from None
+            text = True
+    if text:
+        await turn.answer.final(raw.decode("utf-8", errors="replace").strip())
+    elif not streaming:
+        await _answer(turn, cfg, values, raw)
+
+
+async def _value(turn: ServiceTurn, value: Any, streaming: bool, values: list[Any]) -> bool:
+    """Handles one JSON value; True once the body turned out to be an item stream."""
+    kind = value.get("type") if isinstance(value, dict) else None
+    if not values and kind in _STREAM_TYPES:
+        streaming = True
+    if not streaming:
+        values.append(value)
+        return False
+    if kind == "item":
+        content = value.get("content")
+        await turn.answer.add(
+            content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        )
+    elif kind == "error":
+        detail = value.get("content") or value.get("message") or "the workflow failed"
+        raise turn.upstream.error("stream_error", f"n8n reported an error: {detail}")
+    return True
+
+
+async def _answer(turn: ServiceTurn, cfg: N8nConfig, values: list[Any], raw: bytearray) -> None:
+    """A non-streamed body: the output key, the acknowledgement, or the JSON as text."""
+    if not values:
+        return  # empty body: the base reports n8n.empty_response
+    body = values[0] if len(values) == 1 else values
+    if isinstance(body, list) and body:
+        body = body[0]
+    if isinstance(body, dict):
+        if cfg.output_key in body:
+            value = body[cfg.output_key]
+            await turn.answer.final(
+                value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            )
+            return
+        message = body.get("message")
+        if set(body) == {"message"} and isinstance(message, str) and _ACK.match(message):
+            turn.acknowledge(message)
+            return
+    if isinstance(body, str):
+        await turn.answer.final(body)
+        return
+    await turn.answer.final(raw.decode("utf-8", errors="replace").strip())
