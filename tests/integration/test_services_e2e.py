@@ -27,17 +27,19 @@ from tests.integration.conftest import (
     Proc,
     cli,
     run_request,
-    start_runner,
     write_config,
 )
 
 pytestmark = pytest.mark.asyncio
 
-#: name -> (serve target, runner id, good config given the mock's base URL, a bad config and its field)
+#: name -> (serve target, runner id)
 SERVICES: dict[str, tuple[str, str]] = {
     "dify": ("agentrunner_runners.dify:DifyRunner", "plugin:langbot/dify-agent/default"),
     "n8n": ("agentrunner_runners.n8n:N8nRunner", "plugin:langbot/n8n-agent/default"),
     "langflow": ("agentrunner_runners.langflow:LangflowRunner", "plugin:langbot/langflow-agent/default"),
+    "coze": ("agentrunner_runners.coze:CozeRunner", "plugin:langbot/coze-agent/default"),
+    "dashscope": ("agentrunner_runners.dashscope:DashScopeRunner", "plugin:langbot/dashscope-agent/default"),
+    "tbox": ("agentrunner_runners.tbox:TboxRunner", "plugin:langbot/tbox-agent/default"),
 }
 
 
@@ -46,6 +48,9 @@ def good_config(name: str, base: str) -> dict[str, Any]:
         "dify": {"base-url": f"{base}/dify/v1", "api-key": "app-e2e-secret-key"},
         "n8n": {"webhook-url": f"{base}/n8n/webhook/chat"},
         "langflow": {"base-url": f"{base}/langflow", "flow-id": "flow-e2e", "api-key": "lf-e2e-key"},
+        "coze": {"api-base": f"{base}/coze", "api-key": "pat-e2e-key", "bot-id": "7350001"},
+        "dashscope": {"base-url": f"{base}/dashscope/api/v1", "api-key": "sk-e2e-key", "app-id": "appe2e"},
+        "tbox": {"base-url": f"{base}/tbox", "api-key": "tbox-e2e-key", "app-id": "tbox-app"},
     }[name]
 
 
@@ -53,14 +58,22 @@ BAD_CONFIG: dict[str, tuple[dict[str, Any], str]] = {
     "dify": ({"app-type": "robot"}, "app-type"),
     "n8n": ({"auth-type": "basic"}, "basic-username"),
     "langflow": ({"tweaks": "{oops"}, "tweaks"),
+    "coze": ({"bot-id": ""}, "bot-id"),
+    "dashscope": ({"app-type": "chatbot"}, "app-type"),
+    "tbox": ({"base-url": "api.tbox.cn"}, "base-url"),
 }
 
-#: what each service's request carries of the external conversation: (path into the body)
-CONVERSATION_FIELD: dict[str, tuple[str, ...]] = {
-    "dify": ("conversation_id",),
-    "n8n": ("session_id",),
-    "langflow": ("session_id",),
+#: the chat request's path suffix, and how it carries the external conversation ("" when it does not)
+CHAT: dict[str, tuple[str, Any]] = {
+    "dify": ("/chat-messages", lambda r: r["body"].get("conversation_id", "")),
+    "n8n": ("/webhook/chat", lambda r: r["body"].get("session_id", "")),
+    "langflow": ("/flow-e2e", lambda r: r["body"].get("session_id", "")),
+    "coze": ("/v3/chat", lambda r: r["query"].get("conversation_id", "")),
+    "dashscope": ("/completion", lambda r: r["body"]["input"].get("session_id", "")),
+    "tbox": ("/api/chat", lambda r: r["body"].get("conversationId", "")),
 }
+#: services whose runner mints the conversation id itself (sent from the first turn on)
+RUNNER_MINTED = {"n8n", "langflow"}
 
 
 @dataclass
@@ -72,6 +85,12 @@ class Stack:
     def requests(self, service: str) -> list[dict[str, Any]]:
         with urllib.request.urlopen(f"{self.mock}/_admin/requests", timeout=10) as resp:
             return [r for r in json.loads(resp.read()) if r["service"] == service]
+
+
+def _start_runner(target: str) -> Proc:
+    """A runner process (SDK CLI), given time to start: seven Python processes start at once here."""
+    args = [sys.executable, "-m", "agentrunner", "serve", target, "--host", "127.0.0.1", "--port", "0"]
+    return Proc(args, "AGENTRUNNER_LISTENING", None, 90)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +112,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 None,
                 90,
             )
-            starts = {name: pool.submit(start_runner, target) for name, (target, _) in SERVICES.items()}
+            starts = {name: pool.submit(_start_runner, target) for name, (target, _) in SERVICES.items()}
             mock = mock_start.result()
             procs.append(mock)
             for start in starts.values():
@@ -189,11 +208,11 @@ async def test_two_turns_reuse_the_external_conversation(stack: Stack, name: str
     assert len(first.of("message_delta")) > 2  # streamed through the host as it arrived
     second = await ask(stack, "second turn", conversation)
     assert second.status == "RUN_STATUS_COMPLETED", second.results
-    sent = [r for r in stack.requests(name) if r["path"].endswith(("chat-messages", "chat", "flow-e2e"))]
-    ids = [field(r["body"], CONVERSATION_FIELD[name]) for r in sent[-2:]]
-    assert ids[1] and (ids[0] in ("", ids[1]))  # the second turn continues the first's conversation
-    if name != "dify":  # the runner mints the id and sends it from the first turn on
-        assert ids[0] == ids[1]
+    suffix, carried = CHAT[name]
+    sent = [r for r in stack.requests(name) if r["path"].endswith(suffix)][-2:]
+    first_id, second_id = (carried(r) for r in sent)
+    assert second_id  # the second turn continues the first's conversation
+    assert first_id == (second_id if name in RUNNER_MINTED else "")
 
 
 async def test_dify_turn_through_the_host_cli(stack: Stack) -> None:
@@ -220,7 +239,7 @@ async def test_cancel_closes_the_upstream_request(stack: Stack, name: str) -> No
             if update.HasField("result") and update.result.HasField("message_delta"):
                 break  # the service is answering; the user gives up
         call.cancel()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         record = stack.requests(name)[before:]
         if record and record[-1]["disconnected"]:
@@ -245,15 +264,17 @@ async def test_n8n_acknowledgement_completes_without_an_answer(stack: Stack) -> 
     assert out.of("message_completed") == [] and out.of("message_delta") == []
 
 
-async def test_dify_attachment_is_uploaded(stack: Stack) -> None:
+@pytest.mark.parametrize(
+    ("name", "upload_path"),
+    [("dify", "/files/upload"), ("coze", "/v1/files/upload"), ("tbox", "/api/file/upload")],
+)
+async def test_an_image_attachment_reaches_the_service_as_an_upload(
+    stack: Stack, name: str, upload_path: str
+) -> None:
     png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
-    out = await ask(
-        stack,
-        "what is in the picture?",
-        "dify",
-        attachments=[{"name": "pic.png", "mime_type": "image/png", "content": png}],
-    )
+    image = {"name": "pic.png", "mime_type": "image/png", "content": png}
+    out = await ask(stack, "what is in the picture?", name, attachments=[image])
     assert out.status == "RUN_STATUS_COMPLETED", out.results
-    assert out.answer.endswith("(with 1 file(s))")
-    upload = [r for r in stack.requests("dify") if r["path"].endswith("/files/upload")][-1]
+    assert out.answer.endswith(("(with 1 file(s))", "(with 1 image(s))")), out.answer
+    upload = [r for r in stack.requests(name) if r["path"].endswith(upload_path)][-1]
     assert upload["files"][0]["size"] == len(png) and upload["files"][0]["content_type"] == "image/png"

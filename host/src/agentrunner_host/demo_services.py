@@ -56,6 +56,30 @@ SERVICES: list[tuple[str, str, str, str, Any, str]] = [
         lambda base: {"base-url": f"{base}/langflow", "flow-id": "demo-flow", "api-key": "lf-demo-key"},
         "Hello Langflow, what does this flow do?",
     ),
+    (
+        "coze",
+        "Coze",
+        "agentrunner_runners.coze:CozeRunner",
+        "plugin:langbot/coze-agent/default",
+        lambda base: {"api-base": f"{base}/coze", "api-key": "pat-demo-key", "bot-id": "7350000000000001"},
+        "mock:reasoning 你好 Coze, think before you answer.",
+    ),
+    (
+        "dashscope",
+        "DashScope",
+        "agentrunner_runners.dashscope:DashScopeRunner",
+        "plugin:langbot/dashscope-agent/default",
+        lambda base: {"base-url": f"{base}/dashscope/api/v1", "api-key": "sk-demo-key", "app-id": "demoapp"},
+        "mock:refs What is the return policy?",
+    ),
+    (
+        "tbox",
+        "Tbox",
+        "agentrunner_runners.tbox:TboxRunner",
+        "plugin:langbot/tbox-agent/default",
+        lambda base: {"base-url": f"{base}/tbox", "api-key": "tbox-demo-key", "app-id": "demo-app"},
+        "mock:image 百宝箱, draw me a cat.",
+    ),
 ]
 MOCK_READY = "MOCK_SERVICES_LISTENING"
 

@@ -10,9 +10,12 @@ import pytest
 from agentrunner.config import validate_config
 from agentrunner.runner import Runner
 from agentrunner_host.legacy import migrate_pipeline, pipeline_to_agent
+from agentrunner_runners.coze import CozeRunner
+from agentrunner_runners.dashscope import DashScopeRunner
 from agentrunner_runners.dify import DifyRunner
 from agentrunner_runners.langflow import LangflowRunner
 from agentrunner_runners.n8n import N8nRunner
+from agentrunner_runners.tbox import TboxRunner
 
 LEGACY: dict[str, Any] = {
     "ai": {
@@ -43,6 +46,20 @@ LEGACY: dict[str, Any] = {
             "output-type": "chat",
             "tweaks": '{"ChatInput-1": {"should_store_message": true}}',
         },
+        "coze-api": {
+            "api-key": "pat_x",
+            "bot-id": "7350000000000001",
+            "api-base": "https://api.coze.com",
+            "auto-save-history": True,
+            "timeout": 120.0,
+        },
+        "dashscope-app-api": {
+            "app-type": "workflow",
+            "api-key": "sk-x",
+            "app-id": "a1b2c3",
+            "references_quote": "参考资料来自:",
+        },
+        "tbox-app-api": {"api-key": "tbox-x", "app-id": "20250101"},
     },
     "output": {"misc": {"remove-think": True, "stream": True}},
 }
@@ -51,6 +68,9 @@ RUNNERS: dict[str, type[Runner]] = {
     "plugin:langbot/dify-agent/default": DifyRunner,
     "plugin:langbot/n8n-agent/default": N8nRunner,
     "plugin:langbot/langflow-agent/default": LangflowRunner,
+    "plugin:langbot/coze-agent/default": CozeRunner,
+    "plugin:langbot/dashscope-agent/default": DashScopeRunner,
+    "plugin:langbot/tbox-agent/default": TboxRunner,
 }
 
 
@@ -77,6 +97,12 @@ def test_pipeline_level_settings_follow_and_values_keep_their_meaning() -> None:
     assert langflow.tweaks == {"ChatInput-1": {"should_store_message": True}}
     n8n = accepted(N8nRunner, configs["plugin:langbot/n8n-agent/default"])
     assert n8n.auth_type == "jwt" and n8n.jwt_secret == "s3cret"
+    coze = accepted(CozeRunner, configs["plugin:langbot/coze-agent/default"])
+    assert coze.api_base == "https://api.coze.com" and coze.timeout == 120
+    dashscope = accepted(DashScopeRunner, configs["plugin:langbot/dashscope-agent/default"])
+    assert dashscope.app_type == "workflow" and dashscope.references_quote == "参考资料来自:"
+    tbox = accepted(TboxRunner, configs["plugin:langbot/tbox-agent/default"])
+    assert tbox.base_url == "https://api.tbox.cn"  # the vendor SDK's fixed host is the default
     agent = pipeline_to_agent(LEGACY, "support")
     assert (
         agent["runner_id"] == "plugin:langbot/dify-agent/default" and agent["runner_config"]["remove-think"]

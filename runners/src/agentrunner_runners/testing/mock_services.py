@@ -22,16 +22,26 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from agentrunner_runners.testing.coze_mock import CozeMock
+from agentrunner_runners.testing.dashscope_mock import DashScopeMock
 from agentrunner_runners.testing.dify_mock import DifyMock
 from agentrunner_runners.testing.langflow_mock import LangflowMock
 from agentrunner_runners.testing.mockkit import Recorded, Recorder
 from agentrunner_runners.testing.n8n_mock import N8nMock
+from agentrunner_runners.testing.tbox_mock import TboxMock
 
 READY = "MOCK_SERVICES_LISTENING"
 
 
 def build_app(recorder: Recorder) -> Starlette:
-    mocks: list[Any] = [DifyMock(recorder), N8nMock(recorder), LangflowMock(recorder)]
+    mocks: list[Any] = [
+        DifyMock(recorder),
+        N8nMock(recorder),
+        LangflowMock(recorder),
+        CozeMock(recorder),
+        DashScopeMock(recorder),
+        TboxMock(recorder),
+    ]
 
     async def requests(_: Request) -> JSONResponse:
         return JSONResponse([r.to_json() for r in recorder.requests])

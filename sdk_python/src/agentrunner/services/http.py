@@ -20,7 +20,14 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource, ServerSentEvent, SSEError
 
-from agentrunner.services.errors import Redactor, ServiceError, find_message, from_http_status, from_transport
+from agentrunner.services.errors import (
+    Redactor,
+    ServiceError,
+    find_message,
+    from_http_status,
+    from_transport,
+    parse_retry_after,
+)
 from agentrunner.services.parsers import BodyTooLarge, InvalidJson, JsonLines, JsonSequence
 
 __all__ = [
@@ -245,6 +252,8 @@ class Upstream:
             with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
                 error = self._json_error(json.loads(body), response.status_code)
                 if error is not None:
+                    _with_retry_after(error, response)
+                    error.message = self.redact(error.message)
                     return error
         error = from_http_status(self.provider, response.status_code, response.headers, body)
         error.message = self.redact(error.message)
@@ -254,6 +263,17 @@ class Upstream:
         error = from_transport(self.provider, exc, started=started)
         error.message = self.redact(error.message)
         return error
+
+
+def _with_retry_after(error: ServiceError, response: httpx.Response) -> None:
+    """Adds the `Retry-After` hint of a rate-limited or unavailable answer to a runner-made error."""
+    wait = parse_retry_after(response.headers.get("retry-after"))
+    if wait is None or error.retry_after is not None:
+        return
+    error.retry_after = wait
+    if error.status is None:
+        error.status = response.status_code
+    error.message += f"; retry after {wait:g} s"
 
 
 def _is_json(response: httpx.Response) -> bool:

@@ -27,6 +27,7 @@ __all__ = [
     "JsonSequence",
     "ThinkSplitter",
     "aiter_parsed",
+    "partial_suffix",
 ]
 
 #: Largest single JSON value / line a parser buffers (a service sending more is broken or hostile).
@@ -268,7 +269,7 @@ class ThinkSplitter:
             tag = self.CLOSE if self._thinking else self.OPEN
             at = text.find(tag)
             if at < 0:
-                keep = _partial_suffix(text, tag)
+                keep = partial_suffix(text, tag)
                 body, self._held = text[: len(text) - keep], text[len(text) - keep :]
                 self._emit(body, answer, reasoning)
                 break
@@ -299,7 +300,7 @@ class ThinkSplitter:
         answer.append(body)
 
 
-def _partial_suffix(text: str, tag: str) -> int:
+def partial_suffix(text: str, tag: str) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
     for size in range(min(len(tag) - 1, len(text)), 0, -1):
         if tag.startswith(text[-size:]):
