@@ -34,3 +34,23 @@ def test_demo_runs_both_conversations_offline() -> None:
     assert 'bot > You told me earlier: "Hi! I\'m Ada, and my favourite fruit is the tangerine."' in out
     assert "4 earlier message(s) via the history API" in out
     assert out.rstrip().endswith("demo finished")
+
+
+def test_services_demo_runs_one_turn_per_service_against_the_mocks() -> None:
+    env = {**os.environ, "COLUMNS": "200"}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentrunner_host.demo_services"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "every turn goes to the bundled mock services" in out  # it says it uses mocks
+    for heard in ("Dify heard:", "n8n heard:", "Langflow heard:", "Coze heard:", "Tbox heard:"):
+        assert f"bot > {heard}" in out, heard
+    assert "[1] 售后手册.pdf" in out and "(reasoning, not the answer:" in out
+    assert "image in the answer: https://tbox.example/img/cat.png" in out
+    assert out.count("(completed, stop;") == 6 and out.rstrip().endswith("services demo finished")

@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 
 from agentrunner.protocol import result_type
+from agentrunner.results import kind_name
 from agentrunner.services import AnswerStream, Redactor, from_http_status, parse_retry_after
 from agentrunner.services.runner import ExternalIds
 from agentrunner.v1 import common_pb2, result_pb2
@@ -82,6 +83,7 @@ async def test_reasoning_and_progress_never_join_the_answer() -> None:
     await answer.progress("calling search")
     await answer.add("Answer")
     assert final_texts(answer.terminal()) == ["Answer"]
+    assert [kind_name(r.message_delta.kind) for r in sink.results] == ["reasoning", "progress", "answer"]
     assert {r.message_delta.message_id for r in sink.results} == {
         answer.message_id,
         f"{answer.message_id}.reasoning",

@@ -23,6 +23,7 @@ import yaml
 from google.protobuf import json_format
 from rich.console import Console
 
+from agentrunner.results import is_answer, kind_name
 from agentrunner.v1 import common_pb2, host_service_pb2_grpc
 from agentrunner_host.cli import _request
 from agentrunner_host.config import load_config
@@ -134,6 +135,8 @@ async def one_turn(console: Console, address: str, name: str, label: str, text: 
     console.print("[green]bot[/green] > ", end="")
     request = _request(text, "", "", f"demo-{name}", "demo-bot", True)
     streamed, final, ids, status, reason = "", "", [], 0, ""
+    side: dict[str, str] = {}
+    images: list[str] = []
     async with grpc.aio.insecure_channel(address) as channel:
         async for update in host_service_pb2_grpc.HostServiceStub(channel).Run(request, timeout=60):
             if update.HasField("finished"):
@@ -142,11 +145,15 @@ async def one_turn(console: Console, address: str, name: str, label: str, text: 
                 continue
             r = update.result
             kind = r.WhichOneof("payload")
-            if kind == "message_delta" and r.message_delta.text and not r.message_delta.message_id.count("."):
+            if kind == "message_delta" and r.message_delta.text and is_answer(r.message_delta):
                 streamed += r.message_delta.text
                 console.print(r.message_delta.text, end="", markup=False, highlight=False)
-            elif kind in ("message_completed", "run_completed") and getattr(r, kind).message.content:
-                final = getattr(r, kind).message.content
+            elif kind == "message_delta" and r.message_delta.text:  # reasoning / progress, shown apart
+                name = kind_name(r.message_delta.kind)
+                side[name] = side.get(name, "") + r.message_delta.text
+            elif kind in ("message_completed", "run_completed") and is_answer(getattr(r, kind).message):
+                final = getattr(r, kind).message.content or final
+                images = [c.image.uri for c in getattr(r, kind).message.contents if c.HasField("image")]
             elif kind == "state_updated":
                 value = json_format.MessageToDict(r.state_updated.value)
                 ids.append(f"{r.state_updated.key}={value}")
@@ -155,6 +162,10 @@ async def one_turn(console: Console, address: str, name: str, label: str, text: 
     if final and not streamed:
         console.print(final, markup=False, highlight=False, end="")
     console.print()
+    for uri in images:
+        console.print(f"[dim]   (image in the answer: {uri})[/dim]", highlight=False)
+    for name, text in side.items():
+        console.print(f"[dim]   ({name}, not the answer: {' '.join(text.split())})[/dim]", highlight=False)
     state = common_pb2.RunStatus.Name(status).removeprefix("RUN_STATUS_").lower()
     kept = f"; kept in host state: {', '.join(ids)}" if ids else ""
     console.print(

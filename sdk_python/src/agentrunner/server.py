@@ -149,6 +149,9 @@ class RunnerServer(int):
         await _wait_finished(servicer.active, 1.0)  # let the `run.failed` results reach the host
         await self.server.stop(0.5)
         await close_channels()
+        services = sys.modules.get("agentrunner.services.http")  # only when a service runner used it
+        if services is not None:
+            await services.close_http_clients()
 
     async def wait_for_termination(self) -> None:
         await self.server.wait_for_termination()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from agentrunner.results import is_answer, kind_name
 from agentrunner.testing import HostDouble
 from agentrunner.v1 import common_pb2, proxy_service_pb2
 from agentrunner_runners.coze import CozeRunner
@@ -22,23 +23,13 @@ def config(mock: MockServices, **extra: Any) -> dict[str, Any]:
     return {"api-base": mock.url("/coze"), "api-key": KEY, "bot-id": "7350000000000001", **extra}
 
 
-def side(out: Any, suffix: str) -> str:
-    return "".join(
-        r.message_delta.text
-        for r in out.of_type("message.delta")
-        if r.message_delta.message_id.endswith(suffix)
-    )
-
-
 async def test_answer_once_with_usage_follow_ups_and_conversation(
     host: HostDouble, mock: MockServices
 ) -> None:
     out = await host.run(CozeRunner, "你好，Coze！😀", config=config(mock))
     assert out.completed, out.results
     assert out.text == "Coze heard: 你好，Coze！😀"
-    answer_deltas = [
-        r.message_delta.text for r in out.of_type("message.delta") if "." not in r.message_delta.message_id
-    ]
+    answer_deltas = [r.message_delta.text for r in out.of_type("message.delta") if is_answer(r.message_delta)]
     assert "".join(answer_deltas) == out.text  # the completed message's repeat was not sent again
     usage = out.terminal.usage
     assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (18, 12, 30)
@@ -63,15 +54,15 @@ async def test_answer_once_with_usage_follow_ups_and_conversation(
 async def test_reasoning_comes_before_and_apart_from_the_answer(host: HostDouble, mock: MockServices) -> None:
     out = await host.run(CozeRunner, "mock:reasoning why?", config=config(mock))
     assert out.text == "Coze heard: why?"
-    assert side(out, ".reasoning") == "Let me think about the question first. "
-    kinds = [r.message_delta.message_id.rpartition(".")[2] for r in out.of_type("message.delta")]
-    assert kinds.index("reasoning") < min(i for i, k in enumerate(kinds) if k.startswith("msg_"))
+    assert out.reasoning == "Let me think about the question first. "
+    kinds = [kind_name(r.message_delta.kind) for r in out.of_type("message.delta")]
+    assert kinds.index("reasoning") < kinds.index("answer")  # reasoning first, never in the answer
 
 
 async def test_function_call_messages_are_progress_not_answer(host: HostDouble, mock: MockServices) -> None:
     out = await host.run(CozeRunner, "mock:function weather", config=config(mock))
     assert out.text == "Coze heard: weather"
-    assert side(out, ".progress") == "calling weather\ntool result received\n"
+    assert out.progress == ["calling weather\ntool result received\n"]
 
 
 async def test_non_streaming_surface(host: HostDouble, mock: MockServices) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from agentrunner.results import is_answer
 from agentrunner.testing import HostDouble
 from agentrunner.v1 import common_pb2
 from agentrunner_runners.dashscope import DashScopeRunner
@@ -23,14 +24,6 @@ def config(mock: MockServices, **extra: Any) -> dict[str, Any]:
     return {"base-url": mock.url("/dashscope/api/v1"), "api-key": KEY, "app-id": "app0001", **extra}
 
 
-def progress(out: Any) -> str:
-    return "".join(
-        r.message_delta.text
-        for r in out.of_type("message.delta")
-        if r.message_delta.message_id.endswith(".progress")
-    )
-
-
 @pytest.mark.parametrize("incremental", [True, False])
 async def test_incremental_and_cumulative_give_the_same_answer(
     host: HostDouble, mock: MockServices, incremental: bool
@@ -42,9 +35,7 @@ async def test_incremental_and_cumulative_give_the_same_answer(
     [state] = out.of_type("state.updated")
     session = state.state_updated.value.string_value
     assert out.text == f"百炼 heard: 退货政策是什么？ (session {session[:6]})"
-    answer = [
-        r.message_delta.text for r in out.of_type("message.delta") if "." not in r.message_delta.message_id
-    ]
+    answer = [r.message_delta.text for r in out.of_type("message.delta") if is_answer(r.message_delta)]
     assert "".join(answer) == out.text and len(answer) > 2
     sent = mock.of("dashscope")[0]
     assert sent.headers["x-dashscope-sse"] == "enable" and sent.headers["authorization"] == f"Bearer {KEY}"
@@ -64,7 +55,7 @@ async def test_incremental_and_cumulative_give_the_same_answer(
 async def test_thoughts_are_progress_once(host: HostDouble, mock: MockServices) -> None:
     out = await host.run(DashScopeRunner, "mock:thoughts q", config=config(mock))
     assert out.text.startswith("百炼 heard: q")
-    assert progress(out) == "The user asks a question; I will search the knowledge base.\n"
+    assert out.progress == ["The user asks a question; I will search the knowledge base.\n"]
 
 
 @pytest.mark.parametrize("incremental", [True, False])

@@ -68,6 +68,12 @@ async def test_non_streaming_surface_gets_one_message_completed(host: HostDouble
     out = await host.run(DifyRunner, "hello", config=config(mock), streaming=False)
     assert out.types == ["message.completed", "state.updated", "run.completed"]
     assert out.of_type("message.completed")[0].message_completed.message.content == "Dify heard: hello"
+
+
+async def test_non_streaming_keeps_reasoning_as_its_own_message(host: HostDouble, mock: MockServices) -> None:
+    out = await host.run(DifyRunner, "mock:think x", config=config(mock), streaming=False)
+    assert out.types == ["message.completed", "message.completed", "state.updated", "run.completed"]
+    assert out.text == "Dify heard: x" and out.reasoning == "Let me think about größe…"
     assert not out.terminal.run_completed.HasField("message")
 
 
@@ -79,28 +85,16 @@ async def test_agent_thoughts_are_progress_and_files_are_content(
     final = out.terminal.run_completed.message
     assert final.content == "Dify heard: weather"
     assert [c.image.uri for c in final.contents] == [mock.url("/dify/files/tools/chart.png?sign=abc")]
-    progress = [
-        r.message_delta.text
-        for r in out.of_type("message.delta")
-        if r.message_delta.message_id.endswith(".progress")
-    ]
-    assert progress == ["calling web_search\n"]
+    assert out.progress == ["calling web_search\n"]  # a progress message, never answer text
 
 
 async def test_think_is_kept_apart_or_removed(host: HostDouble, mock: MockServices) -> None:
     out = await host.run(DifyRunner, "mock:think x", config=config(mock))
     assert out.text == "Dify heard: x"
-    reasoning = "".join(
-        r.message_delta.text
-        for r in out.of_type("message.delta")
-        if r.message_delta.message_id.endswith(".reasoning")
-    )
-    assert reasoning == "Let me think about größe…"
+    assert out.reasoning == "Let me think about größe…"
     removed = await host.run(DifyRunner, "mock:think x", config=config(mock, **{"remove-think": True}))
     assert removed.text == "Dify heard: x"
-    assert not any(
-        r.message_delta.message_id.endswith(".reasoning") for r in removed.of_type("message.delta")
-    )
+    assert removed.reasoning == ""
 
 
 async def test_moderation_replace_and_unknown_events(host: HostDouble, mock: MockServices) -> None:

@@ -47,12 +47,7 @@ async def test_streamed_answer_and_conversation_reuse(host: HostDouble, mock: Mo
 async def test_thinking_is_reasoning(host: HostDouble, mock: MockServices) -> None:
     out = await host.run(TboxRunner, "mock:thinking q", config=config(mock))
     assert out.text == "Tbox heard: q"
-    reasoning = "".join(
-        r.message_delta.text
-        for r in out.of_type("message.delta")
-        if r.message_delta.message_id.endswith(".reasoning")
-    )
-    assert reasoning == "Considering the question carefully. "
+    assert out.reasoning == "Considering the question carefully. "
 
 
 async def test_interleaved_image_lane_is_content(host: HostDouble, mock: MockServices) -> None:
@@ -65,8 +60,11 @@ async def test_interleaved_image_lane_is_content(host: HostDouble, mock: MockSer
 
 async def test_non_streaming_body(host: HostDouble, mock: MockServices) -> None:
     out = await host.run(TboxRunner, "hi", config=config(mock, streaming=False))
-    assert out.types == ["message.completed", "state.updated", "run.completed"], out.results
-    assert out.text == "Tbox heard: hi" and mock.of("tbox")[0].body["stream"] is False
+    assert out.types == ["message.completed", "message.completed", "state.updated", "run.completed"], (
+        out.results
+    )
+    assert out.text == "Tbox heard: hi" and out.reasoning == "thinking it over"
+    assert mock.of("tbox")[0].body["stream"] is False
 
 
 async def test_image_attachment_is_uploaded(host: HostDouble, mock: MockServices) -> None:

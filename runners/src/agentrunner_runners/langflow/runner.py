@@ -13,13 +13,13 @@ whose answer is at `outputs[0].outputs[0].results.message.text`, or the older
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentrunner import RunContext
+from agentrunner.config import JsonConfig
 from agentrunner.services import JsonSequence, ServiceRunner, ServiceTurn
 from agentrunner.services.config import HttpUrl
 
@@ -34,16 +34,9 @@ class LangflowConfig(BaseModel):
     flow_id: str = Field(alias="flow-id", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     input_type: str = Field("chat", alias="input-type")
     output_type: str = Field("chat", alias="output-type")
-    tweaks: dict[str, Any] = Field(default_factory=dict)
+    tweaks: JsonConfig[dict[str, Any]] = Field(default_factory=dict)
     streaming: bool = True
     timeout: float = Field(120, gt=0, le=3600)
-
-    @field_validator("tweaks", mode="before")
-    @classmethod
-    def _tweaks(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return json.loads(value) if value.strip() else {}
-        return value
 
 
 class LangflowRunner(ServiceRunner):

@@ -8,11 +8,13 @@ Services deliver an answer in one of three ways: increments (`"Hel"`, `"lo"`), c
   sent so far is sent as `cumulative_text`, which the host takes as authoritative), then the final
   answer exactly once, as the message of `run.completed`;
 - non-streaming run (the surface cannot stream, or the config turns it off): no deltas; one
-  `message.completed` with the answer, then `run.completed` without a message.
+  `message.completed` with the answer (after the reasoning and progress notes, as `message.completed`
+  of their kinds), then `run.completed` without a message.
 
 Never both `message.completed` and `run.completed.message` for the same answer. Non-text parts
 (images a service returns) go with the answer (delta `contents` while streaming, and in the final
-message). Reasoning and progress are kept out of the answer text.
+message). Reasoning and progress are never answer text: they carry their message kind
+(`MESSAGE_KIND_REASONING` / `MESSAGE_KIND_PROGRESS`) and a message id of their own.
 """
 
 from __future__ import annotations
@@ -108,6 +110,26 @@ class AnswerStream:
             content=self.text, contents=self.contents, message_id=self.message_id
         )
         extra = list(before_completed or [])
+        if not self.streaming:  # what a streaming run showed as it came, kept as complete messages
+            side = (
+                [
+                    results.message(
+                        self.reasoning_text, kind="reasoning", message_id=f"{self.message_id}.reasoning"
+                    )
+                ]
+                if self.reasoning_text
+                else []
+            )
+            if self.progress_notes:
+                notes = "\n".join(self.progress_notes)
+                side.append(results.message(notes, kind="progress", message_id=f"{self.message_id}.progress"))
+            extra = [*side, *extra]
+            return [
+                *extra[: len(side)],
+                results.message(message),
+                *extra[len(side) :],
+                results.completed(finish_reason=finish_reason, usage=usage, metadata=metadata),
+            ]
         if self.streamed:
             return [
                 *extra,
@@ -121,5 +143,5 @@ class AnswerStream:
 
 
 def _side_delta(text: str, kind: str, answer_id: str) -> result_pb2.RunResult:
-    """A delta outside the answer (reasoning / progress), grouped under its own message id."""
-    return results.delta(text, message_id=f"{answer_id}.{kind}", metadata={"kind": kind})
+    """A delta outside the answer (reasoning / progress), with its kind and a message id of its own."""
+    return results.delta(text, message_id=f"{answer_id}.{kind}", kind=kind)

@@ -18,6 +18,8 @@ from typing import Any
 
 import httpx
 
+from agentrunner.failures import failure_kind
+
 __all__ = [
     "Redactor",
     "ServiceError",
@@ -26,7 +28,8 @@ __all__ = [
     "parse_retry_after",
 ]
 
-#: reason -> failure kind (`details.kind`) and whether retrying the run may succeed.
+#: reason -> failure kind (`details.kind`, a word of `agentrunner.failures.FailureKind`) and whether
+#: retrying the run may succeed.
 REASONS: dict[str, tuple[str, bool]] = {
     "config_invalid": ("config_invalid", False),
     "auth_error": ("auth_error", False),
@@ -76,7 +79,7 @@ class ServiceError(Exception):
         self.reason = reason
         self.message = message
         self.retryable = default_retryable if retryable is None else retryable
-        self.kind = kind or default_kind
+        self.kind = failure_kind(kind or default_kind).value
         self.status = status
         self.retry_after = retry_after
         self.stale_id = stale_id

@@ -27,6 +27,7 @@ import structlog
 
 from agentrunner import results
 from agentrunner.context import RunContext
+from agentrunner.failures import FailureKind
 from agentrunner.protocol import FINISH_ACKNOWLEDGED
 from agentrunner.runner import Runner
 from agentrunner.services.answer import AnswerStream
@@ -190,15 +191,26 @@ class ServiceRunner(Runner):
                     await self.exchange(ctx, turn)
             closing = self._closing(turn)
         except _Cancelled as exc:
-            yield results.failed(CANCELLED, redact(str(exc)), details={"kind": "cancelled"}, usage=turn.usage)
+            yield results.failed(CANCELLED, redact(str(exc)), kind=FailureKind.CANCELLED, usage=turn.usage)
             return
         except ServiceError as exc:
             log.warning("service failed", provider=self.provider, code=exc.code, error=redact(exc.message))
+            details = exc.failure_details()
             yield results.failed(
                 exc.code,
                 redact(exc.message),
                 retryable=exc.retryable,
-                details=exc.failure_details(),
+                kind=details.pop("kind"),
+                details=details,
+                usage=turn.usage,
+            )
+            return
+        except Exception as exc:  # a bug, or a library error no mapping knows: never a secret in it
+            log.error("service runner failed", provider=self.provider, error=redact(repr(exc)))
+            yield results.failed(
+                f"{self.provider}.unexpected_error",
+                redact(f"{type(exc).__name__}: {exc}")[:500],
+                kind=FailureKind.INTERNAL_ERROR,
                 usage=turn.usage,
             )
             return
