@@ -4,7 +4,8 @@
 Each language has its own buf template writing into `.gen/<lang>` (cleaned on each run); the result is
 mirrored into the package that ships it, stale generated files are removed:
 
-- Python (`buf.gen.yaml`: protoc from grpcio-tools + a local gRPC shim) -> `sdk_python/src/agentrunner/v1`
+- Python (`buf.gen.yaml`: protoc from grpcio-tools + a local gRPC shim, typed stubs from mypy-protobuf) ->
+  `sdk_python/src/agentrunner/v1`
 - Go (`buf.gen.go.yaml`: protoc-gen-go, protoc-gen-go-grpc, `tool` deps of sdk_go/go.mod) ->
   `sdk_go/agentrunnerv1`
 - TypeScript (`buf.gen.ts.yaml`: protoc-gen-es from sdk_ts's devDependencies) -> `sdk_ts/src/gen`
@@ -27,7 +28,7 @@ PY_DEST = ROOT / "sdk_python" / "src" / "agentrunner" / "v1"
 GO_DEST = ROOT / "sdk_go" / "agentrunnerv1"
 TS_ROOT = ROOT / "sdk_ts"
 TS_DEST = TS_ROOT / "src" / "gen"
-PY_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+PY_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
 
 class GenError(Exception):

@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 import secrets
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from agentrunner.v1 import common_pb2, context_pb2, manifest_pb2
 from agentrunner_host.capabilities.models import MODEL_OPERATIONS
@@ -63,7 +63,10 @@ _RUN_OPS = {
 TOKEN_BYTES = 32
 
 
-def _names(values: Iterable[int], table: Mapping[int, str]) -> frozenset[str]:
+EnumT = TypeVar("EnumT", bound=int)
+
+
+def _names(values: Iterable[EnumT], table: Mapping[EnumT, str]) -> frozenset[str]:
     return frozenset(table[v] for v in values if v in table)
 
 

@@ -8,7 +8,6 @@ import gc
 import json
 import pathlib
 import signal
-import sys
 from typing import Annotated, Any
 
 import grpc
@@ -619,4 +618,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

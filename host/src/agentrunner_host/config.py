@@ -102,6 +102,9 @@ class RunnerEndpointConfig(_Strict):
 
 
 Selector = list[str] | Literal["*"]
+StorageArea = Literal["plugin", "workspace", "binding"]
+RunOperation = Literal["get", "list", "events_page", "cancel", "append_result", "finalize"]
+StateScopeName = Literal["conversation", "actor", "subject", "runner", "binding", "workspace"]
 
 
 class ResourcePolicy(_Strict):
@@ -115,9 +118,9 @@ class ResourcePolicy(_Strict):
     events: bool = True
     artifacts: bool = True
     cross_conversation: bool = False
-    storage: list[Literal["plugin", "workspace", "binding"]] = Field(default_factory=lambda: ["plugin"])
-    runs: list[Literal["get", "list", "events_page", "cancel", "append_result", "finalize"]] = Field(
-        default_factory=lambda: ["get", "list", "events_page", "cancel"]
+    storage: list[StorageArea] = Field(default_factory=lambda: list[StorageArea](["plugin"]))
+    runs: list[RunOperation] = Field(
+        default_factory=lambda: list[RunOperation](["get", "list", "events_page", "cancel"])
     )
     prompt: bool = True
     platform_actions: list[str] = Field(default_factory=list)
@@ -129,8 +132,8 @@ class ResourcePolicy(_Strict):
 
 
 class StatePolicy(_Strict):
-    scopes: list[Literal["conversation", "actor", "subject", "runner", "binding", "workspace"]] = Field(
-        default_factory=lambda: ["conversation", "actor", "subject", "runner"]
+    scopes: list[StateScopeName] = Field(
+        default_factory=lambda: list[StateScopeName](["conversation", "actor", "subject", "runner"])
     )
 
 

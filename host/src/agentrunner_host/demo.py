@@ -402,7 +402,7 @@ async def main() -> int:
                 )
             ok = await local_agent_conversation(console, f"127.0.0.1:{port}", endpoint) and ok
         except grpc.RpcError as exc:
-            console.print(f"[red]demo failed[/red]: {exc.code().name}")  # type: ignore[attr-defined]
+            console.print(f"[red]demo failed[/red]: {exc.code().name}")
             ok = False
         finally:
             await host.stop(1.0)

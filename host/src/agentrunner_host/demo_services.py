@@ -166,7 +166,9 @@ async def one_turn(console: Console, address: str, name: str, label: str, text: 
         console.print(f"[dim]   (image in the answer: {uri})[/dim]", highlight=False)
     for name, text in side.items():
         console.print(f"[dim]   ({name}, not the answer: {' '.join(text.split())})[/dim]", highlight=False)
-    state = common_pb2.RunStatus.Name(status).removeprefix("RUN_STATUS_").lower()
+    state = (
+        common_pb2.RunStatus.Name(common_pb2.RunStatus.ValueType(status)).removeprefix("RUN_STATUS_").lower()
+    )
     kept = f"; kept in host state: {', '.join(ids)}" if ids else ""
     console.print(
         f"[dim]   ({state}{', ' + reason if reason else ''}; answered by the {label} mock{kept})[/dim]\n"
@@ -194,7 +196,7 @@ async def main() -> int:
                 console.rule(f"{label} ({runner_id})")
                 ok = await one_turn(console, f"127.0.0.1:{port}", name, label, text) and ok
         except grpc.RpcError as exc:
-            console.print(f"[red]demo failed[/red]: {exc.code().name}")  # type: ignore[attr-defined]
+            console.print(f"[red]demo failed[/red]: {exc.code().name}")
             ok = False
         finally:
             await host.stop(1.0)

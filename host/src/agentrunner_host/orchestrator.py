@@ -37,7 +37,7 @@ import datetime as dt
 import hashlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -105,7 +105,7 @@ DELTA_BATCH_SECONDS = 0.25
 #: runner messages read ahead of the run loop (at most)
 READ_AHEAD = 32
 
-STATUS_NAMES = {
+STATUS_NAMES: dict[int, str] = {
     v: common_pb2.RunStatus.Name(v).removeprefix("RUN_STATUS_").lower() for v in common_pb2.RunStatus.values()
 }
 
@@ -338,7 +338,7 @@ def _now_ts() -> timestamp_pb2.Timestamp:
     return ts
 
 
-def _status_for_terminal(result: result_pb2.RunResult) -> tuple[int, str]:
+def _status_for_terminal(result: result_pb2.RunResult) -> tuple[common_pb2.RunStatus.ValueType, str]:
     if result.HasField("run_completed"):
         return common_pb2.RUN_STATUS_COMPLETED, result.run_completed.finish_reason or "stop"
     code = result.run_failed.code
@@ -424,7 +424,7 @@ class Orchestrator:
         metadata: Iterable[tuple[str, Any]] = (),
         *,
         wire: bool = False,
-    ) -> AsyncIterator[Update | bytes]:
+    ) -> AsyncGenerator[Update | bytes, None]:
         """Streams one event's run: accepted, validated results (exactly one terminal), finished.
         Raises typed errors (binding not found, ALREADY_EXISTS, ...) before the first update.
 
@@ -505,9 +505,9 @@ class Orchestrator:
             self._live[run_id] = live
             self.hub.open(run_id)
             structlog.contextvars.bind_contextvars(run_id=run_id, trace_id=live.record.trace_id)
-            async with contextlib.aclosing(self._execute(live, event, agent, span, wire)) as updates:
-                async for update in updates:
-                    yield update
+            async with contextlib.aclosing(self._execute(live, event, agent, span, wire)) as items:
+                async for item in items:
+                    yield item
         finally:
             if not live.unrecorded:
                 try:
@@ -602,7 +602,7 @@ class Orchestrator:
         agent: AgentConfig,
         span: trace.Span,
         wire: bool = False,
-    ) -> AsyncIterator[Update | bytes]:
+    ) -> AsyncGenerator[Update | bytes, None]:
         run_id = live.run_id
         record = live.record
         started = time.monotonic()
@@ -613,7 +613,8 @@ class Orchestrator:
         first = True
         # `accepted` goes out once the runner call is on its way (the runner starts while the client
         # receives it), or before the failure when the run fails before that.
-        accepted: Update | None = Update(
+        accepted_sent = False
+        accepted = Update(
             accepted=host_service_pb2.RunAccepted(
                 run_id=run_id,
                 runner_id=record.runner_id,
@@ -682,7 +683,7 @@ class Orchestrator:
                 )
                 del request, ctx
                 yield accepted
-                accepted = None
+                accepted_sent = True
                 drain_until: float | None = None
                 try:
                     while True:
@@ -805,7 +806,7 @@ class Orchestrator:
         finally:
             if call is not None and not call.done():
                 call.cancel()
-        if accepted is not None:
+        if not accepted_sent:
             yield accepted
         if failure is not None:
             failure.sequence = live.next_sequence()
@@ -907,7 +908,10 @@ class Orchestrator:
         )
 
     async def _store(
-        self, live: LiveRun, result: result_pb2.RunResult, finish: tuple[int, str] | None = None
+        self,
+        live: LiveRun,
+        result: result_pb2.RunResult,
+        finish: tuple[common_pb2.RunStatus.ValueType, str] | None = None,
     ) -> None:
         """Records a validated result (batched for `message.delta`) and tells followers. Raises
         `HostStoreError` when the write fails (the batch is rolled back whole).
@@ -968,7 +972,10 @@ class Orchestrator:
         live.pending.clear()
 
     async def _flush_terminal(
-        self, live: LiveRun, terminal: result_pb2.RunResult, finish: tuple[int, str] | None
+        self,
+        live: LiveRun,
+        terminal: result_pb2.RunResult,
+        finish: tuple[common_pb2.RunStatus.ValueType, str] | None,
     ) -> None:
         status, reason = finish or _status_for_terminal(terminal)
         usage = json_format.MessageToDict(terminal.usage) if terminal.HasField("usage") else None
@@ -1010,7 +1017,11 @@ class Orchestrator:
         )
 
     async def _finish(
-        self, live: LiveRun, status: int, reason: str, terminal: result_pb2.RunResult | None
+        self,
+        live: LiveRun,
+        status: common_pb2.RunStatus.ValueType,
+        reason: str,
+        terminal: result_pb2.RunResult | None,
     ) -> Update:
         live.done = True
         if live.validator is not None:
@@ -1031,7 +1042,7 @@ class Orchestrator:
         final_status = record.status if record else status
         finished = host_service_pb2.RunFinished(
             run_id=live.run_id, status=final_status, reason=record.status_reason if record else reason
-        )  # type: ignore[arg-type]
+        )
         if terminal is not None and terminal.HasField("usage"):
             finished.usage.CopyFrom(terminal.usage)
         update = Update(finished=finished)
@@ -1098,7 +1109,7 @@ class Orchestrator:
     # -- followers -------------------------------------------------------------------------------------
     async def follow(
         self, run_id: str, after_sequence: int = 0, attached: bool = False
-    ) -> AsyncIterator[Update]:
+    ) -> AsyncGenerator[Update, None]:
         """A run's stream for a second caller: stored results after `after_sequence`, then live ones."""
         record = await self.ledger.get_run(run_id)
         if record is None:
@@ -1174,7 +1185,7 @@ class Orchestrator:
     def _finished_from(record: RunRecord | None, run_id: str) -> Update:
         finished = host_service_pb2.RunFinished(run_id=run_id)
         if record is not None:
-            finished.status = record.status  # type: ignore[assignment]
+            finished.status = record.status
             finished.reason = record.status_reason
             if record.usage:
                 json_format.ParseDict(record.usage, finished.usage, ignore_unknown_fields=True)
@@ -1286,7 +1297,7 @@ class Orchestrator:
 
     async def _steer_into(
         self, live: LiveRun, event: host_service_pb2.EventEnvelope
-    ) -> AsyncIterator[Update]:
+    ) -> AsyncGenerator[Update, None]:
         after = live.validator.host_sequence if live.validator is not None else 0
         await self.steer(live.run_id, event)
         async with contextlib.aclosing(self.follow(live.run_id, after, attached=True)) as updates:

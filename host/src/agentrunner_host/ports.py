@@ -144,7 +144,7 @@ class RunRecord:
     agent_id: str
     binding_id: str
     runner_id: str
-    status: int = common_pb2.RUN_STATUS_CREATED
+    status: common_pb2.RunStatus.ValueType = common_pb2.RUN_STATUS_CREATED
     status_reason: str = ""
     conversation_id: str = ""
     thread_id: str = ""
@@ -196,7 +196,11 @@ class RunLedger(Protocol):
     async def request_cancel(self, run_id: str, at: dt.datetime) -> RunRecord | None: ...
 
     async def finish_run(
-        self, run_id: str, status: int, reason: str, usage: Mapping[str, Any] | None = None
+        self,
+        run_id: str,
+        status: common_pb2.RunStatus.ValueType,
+        reason: str,
+        usage: Mapping[str, Any] | None = None,
     ) -> RunRecord | None:
         """Sets the terminal status once; a second call leaves the first status in place."""
         ...

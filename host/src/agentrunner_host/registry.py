@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import pathlib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -25,6 +26,9 @@ from agentrunner.v1 import (
 )
 from agentrunner_host.config import HostConfig, HostEnv, RunnerEndpointConfig, TlsConfig
 from agentrunner_host.ports import utcnow
+
+if TYPE_CHECKING:
+    from google.protobuf.internal.enum_type_wrapper import _EnumTypeWrapper
 
 log = structlog.get_logger("agentrunner_host.registry")
 
@@ -40,8 +44,8 @@ class ManifestError(ValueError):
     """A manifest the host refuses; the message says which field and why."""
 
 
-def _check_enum(values: Iterable[int], enum: object, field: str) -> None:
-    known = set(enum.values())  # type: ignore[attr-defined]
+def _check_enum(values: Iterable[int], enum: _EnumTypeWrapper[Any], field: str) -> None:
+    known = set(enum.values())
     for value in values:
         if value == 0 or value not in known:
             raise ManifestError(f"permissions.{field}: invalid value {value}")
@@ -203,7 +207,7 @@ class RunnerRegistry:
                     metadata=endpoint.metadata,
                 )
             except grpc.RpcError as exc:
-                self._drop_endpoint(endpoint, f"{exc.code().name}: {exc.details()}")  # type: ignore[attr-defined]
+                self._drop_endpoint(endpoint, f"{exc.code().name}: {exc.details()}")
                 return
             now = utcnow()
             fresh: dict[str, RegisteredRunner] = {}

@@ -211,12 +211,12 @@ class ResultValidator:
             self._open_tools.add(p.tool_call_id)
             return None
         if kind == "tool_call_completed":
-            p = result.tool_call_completed
-            if not p.tool_call_id:
+            done = result.tool_call_completed
+            if not done.tool_call_id:
                 return "invalid_tool_call_completed"
-            if p.tool_call_id not in self._open_tools:
-                log.warning("result.tool_call_unmatched", run_id=self.run_id, tool_call_id=p.tool_call_id)
-            self._open_tools.discard(p.tool_call_id)
+            if done.tool_call_id not in self._open_tools:
+                log.warning("result.tool_call_unmatched", run_id=self.run_id, tool_call_id=done.tool_call_id)
+            self._open_tools.discard(done.tool_call_id)
             return None
         if kind == "artifact_created":
             a = result.artifact_created
@@ -239,15 +239,15 @@ class ResultValidator:
                 return "state_value_too_large"
             return None
         if kind == "action_requested":
-            a = result.action_requested
-            if not a.action:
+            action = result.action_requested
+            if not action.action:
                 return "invalid_action"
             # Telemetry only in v1: recorded, never executed.
             log.info(
                 "result.action_requested",
                 run_id=self.run_id,
-                action=a.action,
-                idempotency_key=a.idempotency_key,
+                action=action.action,
+                idempotency_key=action.idempotency_key,
                 executed=False,
             )
             return None

@@ -12,11 +12,12 @@ remains the enforcer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,7 +37,8 @@ from agentrunner.v1 import (
 )
 
 P = proxy_service_pb2
-M = TypeVar("M", bound=pb_message.Message)
+RequestT = TypeVar("RequestT", bound=pb_message.Message)
+ResponseT = TypeVar("ResponseT", bound=pb_message.Message)
 
 #: Default per-call timeouts in seconds (clipped by the run's remaining deadline).
 DEFAULT_TIMEOUTS: dict[str, float] = {
@@ -98,7 +100,9 @@ class HostTls:
         return cls(**paths, server_name=values["server_name"])
 
     def credentials(self) -> grpc.ChannelCredentials:
-        read = lambda p: p.read_bytes() if p else None  # noqa: E731
+        def read(path: Path | None) -> bytes | None:
+            return path.read_bytes() if path else None
+
         return grpc.ssl_channel_credentials(
             root_certificates=read(self.ca_file),
             private_key=read(self.key_file),
@@ -169,20 +173,20 @@ _SCOPES = {"conversation", "actor", "subject", "runner", "binding", "workspace"}
 _AREAS = {"plugin", "workspace", "binding"}
 
 
-def _scope(scope: str | int) -> int:
+def _scope(scope: str | int) -> common_pb2.StateScope.ValueType:
     if isinstance(scope, str):
         if scope not in _SCOPES:
             raise ValueError(f"unknown state scope {scope!r}")
         return common_pb2.StateScope.Value("STATE_SCOPE_" + scope.upper())
-    return scope
+    return common_pb2.StateScope.ValueType(scope)
 
 
-def _area(area: str | int) -> int:
+def _area(area: str | int) -> P.StorageAreaName.ValueType:
     if isinstance(area, str):
         if area not in _AREAS:
             raise ValueError(f"unknown storage area {area!r}")
         return P.StorageAreaName.Value("STORAGE_AREA_NAME_" + area.upper())
-    return area
+    return P.StorageAreaName.ValueType(area)
 
 
 class HostApi:
@@ -208,7 +212,7 @@ class HostApi:
         self._resources = resources or context_pb2.Resources()
         self._apis = available_apis or context_pb2.ContextApis()
         self._precheck = precheck
-        self._stub: proxy_service_pb2_grpc.ProxyServiceStub | None = None
+        self._stub: proxy_service_pb2_grpc.ProxyServiceAsyncStub | None = None
 
     @property
     def available(self) -> bool:
@@ -216,7 +220,7 @@ class HostApi:
         return bool(self.endpoint)
 
     @property
-    def stub(self) -> proxy_service_pb2_grpc.ProxyServiceStub:
+    def stub(self) -> proxy_service_pb2_grpc.ProxyServiceAsyncStub:
         if not self.endpoint:
             raise UnauthorizedError("the host gave this run no API endpoint")
         if self._stub is None:
@@ -261,7 +265,7 @@ class HostApi:
         if self._precheck and action not in self._resources.platform_actions:
             raise UnauthorizedError(f"{method}: platform action {action!r} is not granted to this run")
 
-    def _need_storage(self, area: int, method: str) -> None:
+    def _need_storage(self, area: P.StorageAreaName.ValueType, method: str) -> None:
         self._need_api("storage", method)
         if not self._precheck:
             return
@@ -272,9 +276,18 @@ class HostApi:
     # -- transport ----------------------------------------------------------------------------
 
     async def call(self, method: str, request: pb_message.Message, *, timeout: float | None = None) -> Any:
-        """Calls one unary ProxyService method by name (no pre-check)."""
+        """Calls one unary ProxyService method by name (no pre-check); the typed methods below are the
+        usual way (their responses are typed)."""
+        return await self._unary(method, getattr(self.stub, method), request, timeout)
+
+    async def _unary(
+        self,
+        method: str,
+        rpc: grpc.aio.UnaryUnaryMultiCallable[RequestT, ResponseT],
+        request: RequestT,
+        timeout: float | None,
+    ) -> ResponseT:
         call_timeout = self.timeout(method, timeout)
-        rpc = getattr(self.stub, method)
         try:
             return await rpc(request, timeout=call_timeout, metadata=self.metadata())
         except grpc.RpcError as exc:
@@ -282,10 +295,22 @@ class HostApi:
 
     async def stream(
         self, method: str, request: pb_message.Message, *, timeout: float | None = None
-    ) -> AsyncIterator[Any]:
-        """Calls one server-streaming ProxyService method; closing the iterator cancels the call."""
+    ) -> AsyncGenerator[Any, None]:
+        """Calls one server-streaming ProxyService method by name; closing the iterator cancels the call."""
+        rpc = getattr(self.stub, method)
+        async with contextlib.aclosing(self._server_stream(method, rpc, request, timeout)) as items:
+            async for item in items:
+                yield item
+
+    async def _server_stream(
+        self,
+        method: str,
+        rpc: grpc.aio.UnaryStreamMultiCallable[RequestT, ResponseT],
+        request: RequestT,
+        timeout: float | None,
+    ) -> AsyncGenerator[ResponseT, None]:
         call_timeout = self.timeout(method, timeout)
-        call = getattr(self.stub, method)(request, timeout=call_timeout, metadata=self.metadata())
+        call = rpc(request, timeout=call_timeout, metadata=self.metadata())
         try:
             async for item in call:
                 yield item
@@ -314,7 +339,7 @@ class HostApi:
             extra_args=to_struct(extra_args),
             remove_think=remove_think,
         )
-        return await self.call("InvokeModel", req, timeout=timeout)
+        return await self._unary("InvokeModel", self.stub.InvokeModel, req, timeout)
 
     async def stream_model(
         self,
@@ -325,7 +350,7 @@ class HostApi:
         extra_args: Mapping[str, Any] | None = None,
         remove_think: bool = False,
         timeout: float | None = None,
-    ) -> AsyncIterator[P.StreamModelResponse]:
+    ) -> AsyncGenerator[P.StreamModelResponse, None]:
         self._need_resource("models", "model_id", model_id, "stream", "StreamModel")
         req = P.StreamModelRequest(
             model_id=model_id,
@@ -334,7 +359,7 @@ class HostApi:
             extra_args=to_struct(extra_args),
             remove_think=remove_think,
         )
-        async for item in self.stream("StreamModel", req, timeout=timeout):
+        async for item in self._server_stream("StreamModel", self.stub.StreamModel, req, timeout):
             yield item
 
     async def rerank_documents(
@@ -348,7 +373,7 @@ class HostApi:
     ) -> P.RerankDocumentsResponse:
         self._need_resource("models", "model_id", model_id, "rerank", "RerankDocuments")
         req = P.RerankDocumentsRequest(model_id=model_id, query=query, documents=list(documents), top_k=top_k)
-        return await self.call("RerankDocuments", req, timeout=timeout)
+        return await self._unary("RerankDocuments", self.stub.RerankDocuments, req, timeout)
 
     async def count_tokens(
         self,
@@ -360,7 +385,7 @@ class HostApi:
     ) -> P.CountTokensResponse:
         self._need_resource("models", "model_id", model_id, "count_tokens", "CountTokens")
         req = P.CountTokensRequest(model_id=model_id, messages=_messages(messages), tools=_tools(tools))
-        return await self.call("CountTokens", req, timeout=timeout)
+        return await self._unary("CountTokens", self.stub.CountTokens, req, timeout)
 
     # -- tools --------------------------------------------------------------------------------
 
@@ -368,7 +393,9 @@ class HostApi:
         self, tool_name: str, *, timeout: float | None = None
     ) -> P.GetToolDetailResponse:
         self._need_resource("tools", "tool_name", tool_name, "detail", "GetToolDetail")
-        return await self.call("GetToolDetail", P.GetToolDetailRequest(tool_name=tool_name), timeout=timeout)
+        return await self._unary(
+            "GetToolDetail", self.stub.GetToolDetail, P.GetToolDetailRequest(tool_name=tool_name), timeout
+        )
 
     async def call_tool(
         self,
@@ -382,12 +409,14 @@ class HostApi:
         req = P.CallToolRequest(
             tool_name=tool_name, parameters=to_struct(parameters), tool_call_id=tool_call_id
         )
-        return await self.call("CallTool", req, timeout=timeout)
+        return await self._unary("CallTool", self.stub.CallTool, req, timeout)
 
     # -- knowledge ----------------------------------------------------------------------------
 
     async def list_knowledge_bases(self, *, timeout: float | None = None) -> P.ListKnowledgeBasesResponse:
-        return await self.call("ListKnowledgeBases", P.ListKnowledgeBasesRequest(), timeout=timeout)
+        return await self._unary(
+            "ListKnowledgeBases", self.stub.ListKnowledgeBases, P.ListKnowledgeBasesRequest(), timeout
+        )
 
     async def retrieve_knowledge(
         self,
@@ -402,13 +431,13 @@ class HostApi:
         req = P.RetrieveKnowledgeRequest(
             kb_id=kb_id, query_text=query_text, top_k=top_k, filters=to_struct(filters)
         )
-        return await self.call("RetrieveKnowledge", req, timeout=timeout)
+        return await self._unary("RetrieveKnowledge", self.stub.RetrieveKnowledge, req, timeout)
 
     # -- prompt, history, events --------------------------------------------------------------
 
     async def get_prompt(self, *, timeout: float | None = None) -> P.GetPromptResponse:
         self._need_api("prompt_get", "GetPrompt")
-        return await self.call("GetPrompt", P.GetPromptRequest(), timeout=timeout)
+        return await self._unary("GetPrompt", self.stub.GetPrompt, P.GetPromptRequest(), timeout)
 
     async def list_history(
         self,
@@ -417,7 +446,7 @@ class HostApi:
         before_cursor: str = "",
         after_cursor: str = "",
         limit: int = 0,
-        direction: int = P.PAGE_DIRECTION_UNSPECIFIED,
+        direction: P.PageDirection.ValueType = P.PAGE_DIRECTION_UNSPECIFIED,
         include_artifacts: bool = False,
         timeout: float | None = None,
     ) -> P.ListHistoryResponse:
@@ -430,7 +459,7 @@ class HostApi:
             direction=direction,
             include_artifacts=include_artifacts,
         )
-        return await self.call("ListHistory", req, timeout=timeout)
+        return await self._unary("ListHistory", self.stub.ListHistory, req, timeout)
 
     async def search_history(
         self,
@@ -445,11 +474,13 @@ class HostApi:
         req = P.SearchHistoryRequest(
             query=query, conversation_id=conversation_id, roles=list(roles), top_k=top_k
         )
-        return await self.call("SearchHistory", req, timeout=timeout)
+        return await self._unary("SearchHistory", self.stub.SearchHistory, req, timeout)
 
     async def get_event(self, event_id: str, *, timeout: float | None = None) -> P.GetEventResponse:
         self._need_api("event_get", "GetEvent")
-        return await self.call("GetEvent", P.GetEventRequest(event_id=event_id), timeout=timeout)
+        return await self._unary(
+            "GetEvent", self.stub.GetEvent, P.GetEventRequest(event_id=event_id), timeout
+        )
 
     async def list_events(
         self,
@@ -467,7 +498,7 @@ class HostApi:
             before_cursor=before_cursor,
             limit=limit,
         )
-        return await self.call("ListEvents", req, timeout=timeout)
+        return await self._unary("ListEvents", self.stub.ListEvents, req, timeout)
 
     # -- artifacts ----------------------------------------------------------------------------
 
@@ -476,22 +507,25 @@ class HostApi:
     ) -> P.GetArtifactMetadataResponse:
         self._need_api("artifact_metadata", "GetArtifactMetadata")
         req = P.GetArtifactMetadataRequest(artifact_id=artifact_id)
-        return await self.call("GetArtifactMetadata", req, timeout=timeout)
+        return await self._unary("GetArtifactMetadata", self.stub.GetArtifactMetadata, req, timeout)
 
     async def read_artifact(
         self, artifact_id: str, *, offset: int = 0, length: int = 0, timeout: float | None = None
     ) -> P.ReadArtifactResponse:
         self._need_api("artifact_read", "ReadArtifact")
         req = P.ReadArtifactRequest(artifact_id=artifact_id, offset=offset, length=length)
-        return await self.call("ReadArtifact", req, timeout=timeout)
+        return await self._unary("ReadArtifact", self.stub.ReadArtifact, req, timeout)
 
     async def download_artifact(self, artifact_id: str, *, timeout: float | None = None) -> bytes:
         """The whole body of an artifact (streamed in chunks by the host)."""
         self._need_api("artifact_read", "DownloadArtifact")
         chunks = [
             c.data
-            async for c in self.stream(
-                "DownloadArtifact", P.DownloadArtifactRequest(artifact_id=artifact_id), timeout=timeout
+            async for c in self._server_stream(
+                "DownloadArtifact",
+                self.stub.DownloadArtifact,
+                P.DownloadArtifactRequest(artifact_id=artifact_id),
+                timeout,
             )
         ]
         return b"".join(chunks)
@@ -501,7 +535,9 @@ class HostApi:
     async def get_state(self, scope: str | int, key: str, *, timeout: float | None = None) -> Any:
         """The JSON value of a state key, or None when it does not exist."""
         self._need_api("state", "GetState")
-        resp = await self.call("GetState", P.GetStateRequest(scope=_scope(scope), key=key), timeout=timeout)
+        resp = await self._unary(
+            "GetState", self.stub.GetState, P.GetStateRequest(scope=_scope(scope), key=key), timeout
+        )
         if not resp.found:
             return None
         return json_format.MessageToDict(resp.value)
@@ -511,12 +547,12 @@ class HostApi:
     ) -> None:
         self._need_api("state", "SetState")
         req = P.SetStateRequest(scope=_scope(scope), key=key, value=to_value(value))
-        await self.call("SetState", req, timeout=timeout)
+        await self._unary("SetState", self.stub.SetState, req, timeout)
 
     async def delete_state(self, scope: str | int, key: str, *, timeout: float | None = None) -> bool:
         self._need_api("state", "DeleteState")
-        resp = await self.call(
-            "DeleteState", P.DeleteStateRequest(scope=_scope(scope), key=key), timeout=timeout
+        resp = await self._unary(
+            "DeleteState", self.stub.DeleteState, P.DeleteStateRequest(scope=_scope(scope), key=key), timeout
         )
         return bool(resp.deleted)
 
@@ -525,7 +561,7 @@ class HostApi:
     ) -> P.ListStateResponse:
         self._need_api("state", "ListState")
         req = P.ListStateRequest(scope=_scope(scope), prefix=prefix, limit=limit)
-        return await self.call("ListState", req, timeout=timeout)
+        return await self._unary("ListState", self.stub.ListState, req, timeout)
 
     # -- storage ------------------------------------------------------------------------------
 
@@ -533,7 +569,9 @@ class HostApi:
         """The bytes stored under `key`, or None when absent."""
         a = _area(area)
         self._need_storage(a, "GetStorage")
-        resp = await self.call("GetStorage", P.GetStorageRequest(area=a, key=key), timeout=timeout)
+        resp = await self._unary(
+            "GetStorage", self.stub.GetStorage, P.GetStorageRequest(area=a, key=key), timeout
+        )
         return bytes(resp.value) if resp.found else None
 
     async def set_storage(
@@ -541,12 +579,16 @@ class HostApi:
     ) -> None:
         a = _area(area)
         self._need_storage(a, "SetStorage")
-        await self.call("SetStorage", P.SetStorageRequest(area=a, key=key, value=value), timeout=timeout)
+        await self._unary(
+            "SetStorage", self.stub.SetStorage, P.SetStorageRequest(area=a, key=key, value=value), timeout
+        )
 
     async def delete_storage(self, area: str | int, key: str, *, timeout: float | None = None) -> bool:
         a = _area(area)
         self._need_storage(a, "DeleteStorage")
-        resp = await self.call("DeleteStorage", P.DeleteStorageRequest(area=a, key=key), timeout=timeout)
+        resp = await self._unary(
+            "DeleteStorage", self.stub.DeleteStorage, P.DeleteStorageRequest(area=a, key=key), timeout
+        )
         return bool(resp.deleted)
 
     async def list_storage(
@@ -555,13 +597,15 @@ class HostApi:
         a = _area(area)
         self._need_storage(a, "ListStorage")
         req = P.ListStorageRequest(area=a, prefix=prefix, limit=limit)
-        return await self.call("ListStorage", req, timeout=timeout)
+        return await self._unary("ListStorage", self.stub.ListStorage, req, timeout)
 
     # -- steering, platform, run records ------------------------------------------------------
 
     async def pull_steering(self, *, limit: int = 0, timeout: float | None = None) -> P.PullSteeringResponse:
         self._need_api("steering_pull", "PullSteering")
-        return await self.call("PullSteering", P.PullSteeringRequest(limit=limit), timeout=timeout)
+        return await self._unary(
+            "PullSteering", self.stub.PullSteering, P.PullSteeringRequest(limit=limit), timeout
+        )
 
     async def request_platform_action(
         self,
@@ -581,12 +625,12 @@ class HostApi:
             idempotency_key=idempotency_key,
             bot_id=bot_id,
         )
-        return await self.call("RequestPlatformAction", req, timeout=timeout)
+        return await self._unary("RequestPlatformAction", self.stub.RequestPlatformAction, req, timeout)
 
     async def send_reply(
         self,
         reply_id: str,
-        mode: int,
+        mode: common_pb2.ReplyMode.ValueType,
         message: common_pb2.AssistantMessage | None = None,
         *,
         quote_origin: bool = False,
@@ -595,7 +639,7 @@ class HostApi:
         """One `SendReply` call; `ctx.reply` / `ctx.reply_stream` are the friendly forms."""
         self._need_api("reply", "SendReply")
         req = P.SendReplyRequest(reply_id=reply_id, mode=mode, message=message, quote_origin=quote_origin)
-        return await self.call("SendReply", req, timeout=timeout)
+        return await self._unary("SendReply", self.stub.SendReply, req, timeout)
 
     async def send_message(
         self,
@@ -615,19 +659,21 @@ class HostApi:
             message=message,
             idempotency_key=idempotency_key,
         )
-        return await self.call("SendMessage", req, timeout=timeout)
+        return await self._unary("SendMessage", self.stub.SendMessage, req, timeout)
 
     async def get_run_record(
         self, run_id: str = "", *, timeout: float | None = None
     ) -> P.GetRunRecordResponse:
         self._need_api("run_get", "GetRunRecord")
-        return await self.call("GetRunRecord", P.GetRunRecordRequest(run_id=run_id), timeout=timeout)
+        return await self._unary(
+            "GetRunRecord", self.stub.GetRunRecord, P.GetRunRecordRequest(run_id=run_id), timeout
+        )
 
     async def list_run_records(
         self,
         *,
         conversation_id: str = "",
-        statuses: Sequence[int] = (),
+        statuses: Sequence[common_pb2.RunStatus.ValueType] = (),
         before_cursor: str = "",
         limit: int = 0,
         timeout: float | None = None,
@@ -636,35 +682,40 @@ class HostApi:
         req = P.ListRunRecordsRequest(
             conversation_id=conversation_id, statuses=list(statuses), before_cursor=before_cursor, limit=limit
         )
-        return await self.call("ListRunRecords", req, timeout=timeout)
+        return await self._unary("ListRunRecords", self.stub.ListRunRecords, req, timeout)
 
     async def list_run_record_events(
         self, run_id: str = "", *, after_sequence: int = 0, limit: int = 0, timeout: float | None = None
     ) -> P.ListRunRecordEventsResponse:
         self._need_api("run_events_page", "ListRunRecordEvents")
         req = P.ListRunRecordEventsRequest(run_id=run_id, after_sequence=after_sequence, limit=limit)
-        return await self.call("ListRunRecordEvents", req, timeout=timeout)
+        return await self._unary("ListRunRecordEvents", self.stub.ListRunRecordEvents, req, timeout)
 
     async def cancel_run_record(
         self, run_id: str = "", *, reason: str = "", timeout: float | None = None
     ) -> P.CancelRunRecordResponse:
         self._need_api("run_cancel", "CancelRunRecord")
         req = P.CancelRunRecordRequest(run_id=run_id, reason=reason)
-        return await self.call("CancelRunRecord", req, timeout=timeout)
+        return await self._unary("CancelRunRecord", self.stub.CancelRunRecord, req, timeout)
 
     async def append_run_result(
         self, result: result_pb2.RunResult, *, run_id: str = "", timeout: float | None = None
     ) -> P.AppendRunResultResponse:
         self._need_api("run_append_result", "AppendRunResult")
         req = P.AppendRunResultRequest(run_id=run_id, result=result)
-        return await self.call("AppendRunResult", req, timeout=timeout)
+        return await self._unary("AppendRunResult", self.stub.AppendRunResult, req, timeout)
 
     async def finalize_run_record(
-        self, status: int, *, run_id: str = "", reason: str = "", timeout: float | None = None
+        self,
+        status: common_pb2.RunStatus.ValueType,
+        *,
+        run_id: str = "",
+        reason: str = "",
+        timeout: float | None = None,
     ) -> P.FinalizeRunRecordResponse:
         self._need_api("run_finalize", "FinalizeRunRecord")
         req = P.FinalizeRunRecordRequest(run_id=run_id, status=status, reason=reason)
-        return await self.call("FinalizeRunRecord", req, timeout=timeout)
+        return await self._unary("FinalizeRunRecord", self.stub.FinalizeRunRecord, req, timeout)
 
 
 def tool_text(response: P.CallToolResponse) -> str:

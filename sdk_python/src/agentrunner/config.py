@@ -69,7 +69,7 @@ def __getattr__(name: str) -> Any:
     if name == "JsonConfig":
         from pydantic import BeforeValidator
 
-        alias = Annotated[_T, BeforeValidator(_json_before)]  # type: ignore[valid-type]
+        alias = Annotated[_T, BeforeValidator(_json_before)]
         globals()["JsonConfig"] = alias
         return alias
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -88,7 +88,7 @@ class ConfigInvalid(ValueError):
         self.field = field
 
 
-def _type_name(kind: int) -> str:
+def _type_name(kind: manifest_pb2.ConfigFieldType.ValueType) -> str:
     return T.Name(kind).removeprefix("CONFIG_FIELD_TYPE_").lower().replace("_", "-")
 
 

@@ -194,7 +194,7 @@ class ReplyStream:
         self._lock = asyncio.Lock()
 
     async def _send(
-        self, mode: int, message: common_pb2.AssistantMessage | None
+        self, mode: common_pb2.ReplyMode.ValueType, message: common_pb2.AssistantMessage | None
     ) -> proxy_service_pb2.SendReplyResponse:
         self.result = await self._api.send_reply(self.reply_id, mode, message, quote_origin=self.quote_origin)
         return self.result
@@ -270,9 +270,9 @@ class RunRecords:
         return (await self._api.finalize_run_record(_status(status), run_id=run_id, reason=reason)).run
 
 
-def _status(status: int | str) -> int:
+def _status(status: int | str) -> common_pb2.RunStatus.ValueType:
     if isinstance(status, int):
-        return status
+        return common_pb2.RunStatus.ValueType(status)
     name = "RUN_STATUS_" + status.upper()
     if name not in common_pb2.RunStatus.keys() or status.upper() == "UNSPECIFIED":
         raise ValueError(f"unknown run status {status!r}")

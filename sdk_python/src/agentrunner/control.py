@@ -44,11 +44,15 @@ class ControlClient:
         self.connected = asyncio.Event()
         self.unimplemented = False
 
-    async def _write(self, call: grpc.aio.StreamStreamCall, request: P.ControlRequest) -> None:
+    async def _write(
+        self, call: grpc.aio.StreamStreamCall[P.ControlRequest, P.ControlResponse], request: P.ControlRequest
+    ) -> None:
         async with self._write_lock:
             await call.write(request)
 
-    async def _heartbeats(self, call: grpc.aio.StreamStreamCall, interval: float) -> None:
+    async def _heartbeats(
+        self, call: grpc.aio.StreamStreamCall[P.ControlRequest, P.ControlResponse], interval: float
+    ) -> None:
         while True:
             await asyncio.sleep(interval)
             beat = P.ControlHeartbeat(last_sequence=self._last_sequence())
@@ -71,7 +75,7 @@ class ControlClient:
         remaining = self._ctx.remaining()
         timeout = None if remaining is None else max(remaining, 0.0) + 5.0
         heartbeat: asyncio.Task[None] | None = None
-        call: grpc.aio.StreamStreamCall | None = None
+        call: grpc.aio.StreamStreamCall[P.ControlRequest, P.ControlResponse] | None = None
         try:
             call = api.stub.Control(metadata=api.metadata(), timeout=timeout)
             hello = P.ControlHello(run_id=self._ctx.run_id, run_token=self._token, accepts=self._accepts)
@@ -80,7 +84,7 @@ class ControlClient:
                 self._ctx.steering.control_active = True
             while True:
                 msg = await call.read()
-                if msg is grpc.aio.EOF:
+                if not isinstance(msg, P.ControlResponse):  # EOF
                     break
                 kind = msg.WhichOneof("signal")
                 if kind == "welcome":
@@ -108,7 +112,7 @@ class ControlClient:
                     if accepted:
                         self._apply(msg)
         except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else None  # type: ignore[attr-defined]
+            code = exc.code() if hasattr(exc, "code") else None
             if code == grpc.StatusCode.UNIMPLEMENTED:
                 self.unimplemented = True
                 log.info("host has no control stream; continuing without it", run_id=self._ctx.run_id)

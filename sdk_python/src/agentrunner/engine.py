@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import structlog
@@ -200,8 +200,9 @@ class RunExecution:
                 traceback="".join(traceback.format_exception(exc)),
             )
         finally:
-            with contextlib.suppress(BaseException):
-                await gen.aclose()
+            if isinstance(gen, AsyncGenerator):
+                with contextlib.suppress(BaseException):
+                    await gen.aclose()
 
     def _prepare(self) -> tuple[RunContext | None, result_pb2.RunResult | None]:
         """The context, or the terminal result that ends the run before it starts."""
@@ -238,7 +239,7 @@ class RunExecution:
             )
         return ctx, None
 
-    async def results(self) -> AsyncIterator[result_pb2.RunResult]:
+    async def results(self) -> AsyncGenerator[result_pb2.RunResult, None]:
         """The run's results, ending with exactly one terminal result (unless the call is cancelled)."""
         ctx, early = self._prepare()
         if ctx is None:

@@ -236,9 +236,10 @@ def _status_code(value: int) -> grpc.StatusCode:
 
 def from_rpc_error(error: grpc.RpcError) -> AgentRunnerError:
     """The typed error carried by a failed call (`grpc.aio.AioRpcError` or a sync `grpc.RpcError`)."""
+    # (grpc.aio's errors are not `grpc.Call`s, but have what `from_call` reads from one)
     status = rpc_status.from_call(error)  # type: ignore[arg-type]
-    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN  # type: ignore[attr-defined]
-    message = (error.details() if hasattr(error, "details") else None) or str(code)  # type: ignore[attr-defined]
+    code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+    message = (error.details() if hasattr(error, "details") else None) or str(code)
     if status is not None:
         for detail in status.details:
             info = error_details_pb2.ErrorInfo()
@@ -253,7 +254,7 @@ def from_rpc_error(error: grpc.RpcError) -> AgentRunnerError:
     return cls(message, retryable=code in _RETRYABLE_CODES or None, code=code)
 
 
-async def abort_with(context: grpc.aio.ServicerContext, error: AgentRunnerError) -> NoReturn:
+async def abort_with(context: grpc.aio.ServicerContext[Any, Any], error: AgentRunnerError) -> NoReturn:
     """Ends a server call with the error's rich status (the one server-side mapping point)."""
     await context.abort_with_status(rpc_status.to_status(error.to_status()))
     raise AssertionError("unreachable: abort_with_status raises")  # pragma: no cover

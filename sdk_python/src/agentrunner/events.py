@@ -66,7 +66,7 @@ def _scalar(value: Any, field: FD) -> Any:
         if isinstance(value, float) and value.is_integer():
             return str(int(value))
         return value if isinstance(value, str) else str(value)
-    if field.type == FD.TYPE_ENUM:
+    if field.type == FD.TYPE_ENUM and field.enum_type is not None:
         return _enum_value(value, field.enum_type)
     return value
 

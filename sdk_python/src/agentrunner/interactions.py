@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from agentrunner.errors import InvalidArgumentError, PayloadTooLargeError
 from agentrunner.protocol import (
@@ -29,21 +29,25 @@ from agentrunner.protocol import (
 from agentrunner.results import to_struct, to_value
 from agentrunner.v1 import common_pb2
 
+if TYPE_CHECKING:
+    from google.protobuf.internal.enum_type_wrapper import _EnumTypeWrapper
+
 C = common_pb2
 
 __all__ = ["action", "build", "fallback_text", "field", "option", "validate"]
 
 FieldSpec = C.InteractionField | Mapping[str, Any]
-ActionSpec = C.InteractionAction | Mapping[str, Any] | tuple[str, str] | str
+ActionSpec = C.InteractionAction | Mapping[str, Any] | tuple[str, str] | tuple[str, str, str] | str
 OptionSpec = C.InteractionOption | Mapping[str, Any] | tuple[str, str] | str
 
 _FALLBACK_MAX = 20000
+EnumT = TypeVar("EnumT", bound=int)
 _CHOICE_TYPES = (C.INTERACTION_FIELD_TYPE_SELECT, C.INTERACTION_FIELD_TYPE_MULTISELECT)
 
 
-def _enum(enum: Any, prefix: str, value: str | int, what: str) -> int:
+def _enum(enum: _EnumTypeWrapper[EnumT], prefix: str, value: str | int, what: str) -> EnumT:
     if isinstance(value, int):
-        return value
+        return cast(EnumT, value)  # an enum number as given (protobuf enums are open)
     name = prefix + value.upper()
     if name not in enum.keys() or name.endswith("_UNSPECIFIED"):
         allowed = ", ".join(

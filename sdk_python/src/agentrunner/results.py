@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from google.protobuf import json_format, struct_pb2
 
@@ -19,7 +19,7 @@ from agentrunner.v1 import common_pb2, result_pb2
 RunResult = result_pb2.RunResult
 JSON = Any
 #: A message kind: `"answer"` (the default), `"reasoning"`, `"progress"`, or a `common_pb2.MessageKind`.
-Kind = str | common_pb2.MessageKind.ValueType
+Kind: TypeAlias = str | common_pb2.MessageKind.ValueType
 
 ANSWER: Final = common_pb2.MESSAGE_KIND_ANSWER
 REASONING: Final = common_pb2.MESSAGE_KIND_REASONING
@@ -92,7 +92,11 @@ def kind_name(kind: int) -> str:
     """`answer`, `reasoning` or `progress` for an enum value (unset reads as `answer`)."""
     if kind == common_pb2.MESSAGE_KIND_UNSPECIFIED or kind not in common_pb2.MessageKind.values():
         return "answer"
-    return common_pb2.MessageKind.Name(kind).removeprefix("MESSAGE_KIND_").lower()
+    return (
+        common_pb2.MessageKind.Name(common_pb2.MessageKind.ValueType(kind))
+        .removeprefix("MESSAGE_KIND_")
+        .lower()
+    )
 
 
 def is_answer(item: result_pb2.MessageDelta | common_pb2.AssistantMessage) -> bool:

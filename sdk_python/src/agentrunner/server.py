@@ -75,12 +75,20 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         return None
 
     async def ListRunners(
-        self, request: runner_service_pb2.ListRunnersRequest, context: grpc.aio.ServicerContext
+        self,
+        request: runner_service_pb2.ListRunnersRequest,
+        context: grpc.aio.ServicerContext[
+            runner_service_pb2.ListRunnersRequest, runner_service_pb2.ListRunnersResponse
+        ],
     ) -> runner_service_pb2.ListRunnersResponse:
         return runner_service_pb2.ListRunnersResponse(runners=[r.get_manifest() for r in self._runners])
 
     async def DescribeRunner(
-        self, request: runner_service_pb2.DescribeRunnerRequest, context: grpc.aio.ServicerContext
+        self,
+        request: runner_service_pb2.DescribeRunnerRequest,
+        context: grpc.aio.ServicerContext[
+            runner_service_pb2.DescribeRunnerRequest, runner_service_pb2.DescribeRunnerResponse
+        ],
     ) -> runner_service_pb2.DescribeRunnerResponse:
         runner = self.find(request.runner_id) if request.runner_id else None
         if runner is None:
@@ -88,7 +96,9 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         return runner_service_pb2.DescribeRunnerResponse(runner=runner.get_manifest())
 
     async def Run(
-        self, request: runner_service_pb2.RunRequest, context: grpc.aio.ServicerContext
+        self,
+        request: runner_service_pb2.RunRequest,
+        context: grpc.aio.ServicerContext[runner_service_pb2.RunRequest, runner_service_pb2.RunResponse],
     ) -> AsyncIterator[runner_service_pb2.RunResponse]:
         if self.draining:
             await abort_with(context, RunnerUnavailableError("the runner server is shutting down"))
@@ -127,7 +137,7 @@ class RunnerServer(int):
 
     server: grpc.aio.Server
     servicer: RunnerServicer
-    health: health.aio.HealthServicer  # type: ignore[name-defined]
+    health: health.aio.HealthServicer
     host: str
 
     @property

@@ -206,7 +206,12 @@ class RunOutcome:
 class RunHandle:
     """A run in progress: read results as they come, cancel the call, or wait for the end."""
 
-    def __init__(self, run_id: str, context: context_pb2.RunContext, call: Any) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        context: context_pb2.RunContext,
+        call: grpc.aio.UnaryStreamCall[runner_service_pb2.RunRequest, runner_service_pb2.RunResponse],
+    ) -> None:
         self.run_id = run_id
         self.context = context
         self.call = call
@@ -224,7 +229,7 @@ class RunHandle:
                 msg = await self.call.read()
         except grpc.RpcError as exc:
             self._done = True
-            self._code = exc.code()  # type: ignore[attr-defined]
+            self._code = exc.code()
             self._error = from_rpc_error(exc)
             return None
         except asyncio.CancelledError:
@@ -233,7 +238,7 @@ class RunHandle:
                 self._code = grpc.StatusCode.CANCELLED
                 return None
             raise
-        if msg is grpc.aio.EOF:
+        if not isinstance(msg, runner_service_pb2.RunResponse):  # EOF
             self._done = True
             return None
         self.results.append(msg.result)
@@ -495,7 +500,7 @@ class HostDouble:
                 ("grpc.max_send_message_length", 16 << 20),
             ]
         )
-        handlers: dict[str, grpc.RpcMethodHandler] = {}
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         for name, method in PROXY_METHODS.items():
             req_cls = message_factory.GetMessageClass(method.input_type)
             resp_cls = message_factory.GetMessageClass(method.output_type)
@@ -566,7 +571,7 @@ class HostDouble:
     @property
     def replies(self) -> list[proxy_service_pb2.SendReplyRequest]:
         """Every `SendReply` request the double received, in order."""
-        return [c.request for c in self.calls if c.method == "SendReply"]  # type: ignore[misc]
+        return [c.request for c in self.calls if isinstance(c.request, proxy_service_pb2.SendReplyRequest)]
 
     def reply_log(self) -> list[tuple[str, str, str]]:
         """`SendReply` calls as `(reply_id, mode, text)`, mode without its prefix (`UPDATE`, `FINISH`)."""
@@ -582,7 +587,10 @@ class HostDouble:
         return queue.pop(0) if len(queue) > 1 else queue[0]
 
     async def _record(
-        self, method: str, request: pb_message.Message, context: grpc.aio.ServicerContext
+        self,
+        method: str,
+        request: pb_message.Message,
+        context: grpc.aio.ServicerContext[pb_message.Message, pb_message.Message],
     ) -> ProxyCall:
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
         call = ProxyCall(method, request, metadata, context.time_remaining())
@@ -602,7 +610,8 @@ class HostDouble:
 
     def _unary(self, method: str, resp_cls: type[pb_message.Message]) -> Callable[..., Any]:
         async def handler(
-            request: pb_message.Message, context: grpc.aio.ServicerContext
+            request: pb_message.Message,
+            context: grpc.aio.ServicerContext[pb_message.Message, pb_message.Message],
         ) -> pb_message.Message:
             call = await self._record(method, request, context)
             try:
@@ -615,13 +624,18 @@ class HostDouble:
                 return resp_cls()
             if isinstance(answer, Mapping):
                 return json_format.ParseDict(dict(answer), resp_cls())
+            if not isinstance(answer, pb_message.Message):
+                raise TypeError(
+                    f"a {method} script answered {type(answer).__name__}: use a message, a dict, None or an error"
+                )
             return answer
 
         return handler
 
     def _streaming(self, method: str, resp_cls: type[pb_message.Message]) -> Callable[..., Any]:
         async def handler(
-            request: pb_message.Message, context: grpc.aio.ServicerContext
+            request: pb_message.Message,
+            context: grpc.aio.ServicerContext[pb_message.Message, pb_message.Message],
         ) -> AsyncIterator[pb_message.Message]:
             call = await self._record(method, request, context)
             try:
@@ -639,11 +653,17 @@ class HostDouble:
 
     # -- control stream -----------------------------------------------------------------------
 
-    async def _control(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+    async def _control(
+        self,
+        request_iterator: Any,
+        context: grpc.aio.ServicerContext[
+            proxy_service_pb2.ControlRequest, proxy_service_pb2.ControlResponse
+        ],
+    ) -> None:
         if not self.control_enabled:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
-        first = await context.read()
-        if first is grpc.aio.EOF or first.WhichOneof("message") != "hello":
+        first: object = await context.read()  # (EOF when the client closed its side)
+        if not isinstance(first, proxy_service_pb2.ControlRequest) or first.WhichOneof("message") != "hello":
             await abort_with(context, RunTokenInvalidError("the first control message must be hello"))
         hello = first.hello
         metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
@@ -660,8 +680,8 @@ class HostDouble:
 
         async def reader() -> None:
             while True:
-                msg = await context.read()
-                if msg is grpc.aio.EOF:
+                msg: object = await context.read()
+                if not isinstance(msg, proxy_service_pb2.ControlRequest):  # EOF
                     return
                 kind = msg.WhichOneof("message")
                 if kind == "ack":

@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import Mapped, mapped_column
 
 from agentrunner.errors import InvalidArgumentError, NotFoundError
-from agentrunner_host.store.base import Base
+from agentrunner_host.store.base import Base, table_of
 
 log = structlog.get_logger(__name__)
 
@@ -146,7 +146,7 @@ class KbChunk(Base):
     embedding_model: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
-KNOWLEDGE_TABLES = [KbDocument.__table__, KbChunk.__table__]
+KNOWLEDGE_TABLES = [table_of(KbDocument), table_of(KbChunk)]
 
 # Kept identical to migration 0002_knowledge.
 SQLITE_FTS_DDL = (
@@ -410,7 +410,9 @@ async def _store_document(
     async with db.begin() as conn:
         await _delete_document(conn, doc_id)
         await conn.execute(
-            KbDocument.__table__.insert().values(
+            table_of(KbDocument)
+            .insert()
+            .values(
                 id=doc_id,
                 kb_id=kb_id,
                 path=rel,
@@ -437,7 +439,7 @@ async def _store_document(
             for seq, content in enumerate(chunks)
         ]
         if rows:
-            await conn.execute(KbChunk.__table__.insert(), rows)
+            await conn.execute(table_of(KbChunk).insert(), rows)
             if conn.dialect.name == "sqlite":
                 await conn.execute(
                     text(
@@ -563,7 +565,7 @@ class BuiltinRetriever:
                 KbChunk.embedding_model == self.embedding_model,
             )
         )
-        scored = [(cid, _cosine(qvec, _unpack(blob))) for cid, blob in rows]
+        scored = [(cid, _cosine(qvec, _unpack(blob))) for cid, blob in rows if blob is not None]
         scored.sort(key=lambda kv: -kv[1])
         return [s for s in scored[:limit] if s[1] > 0]
 

@@ -14,7 +14,7 @@ import json
 import math
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -334,13 +334,16 @@ class ModelRegistry:
         if response.status_code != 200:
             raise _provider_error(response, config.id)
         try:
-            return response.json()
+            answer: dict[str, Any] = response.json()  # (the provider's JSON: checked by the callers)
+            return answer
         except ValueError:
             raise RuntimeFailureError(
                 f"model {config.id}: provider answered with invalid JSON", metadata={"modelId": config.id}
             ) from None
 
-    async def _message_json(self, config: ModelConfig, message: common_pb2.ModelMessage, run_id: str) -> dict:
+    async def _message_json(
+        self, config: ModelConfig, message: common_pb2.ModelMessage, run_id: str
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {"role": message.role or "user"}
         if message.name:
             out["name"] = message.name
@@ -456,7 +459,7 @@ class ModelRegistry:
         remove_think: bool = False,
         time_remaining: float | None = None,
         run_id: str = "",
-    ) -> AsyncIterator[proxy_service_pb2.StreamModelResponse]:
+    ) -> AsyncGenerator[proxy_service_pb2.StreamModelResponse, None]:
         """Streams chunks, then the usage. Closing the iterator (or cancelling its consumer) closes
         the upstream HTTP response, which the provider sees as a client disconnect."""
         config = self.get(model_id, "llm")

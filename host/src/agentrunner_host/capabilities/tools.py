@@ -292,7 +292,7 @@ async def _http_transport(url: str, headers: Mapping[str, str]) -> Any:
     from mcp.client.streamable_http import streamable_http_client
 
     if headers:
-        from mcp.shared._httpx_utils import create_mcp_http_client  # type: ignore[import-not-found]
+        from mcp.shared._httpx_utils import create_mcp_http_client
 
         client = create_mcp_http_client(headers=dict(headers))
         async with client, streamable_http_client(url, http_client=client) as streams:

@@ -25,7 +25,7 @@ from typing import Any
 import structlog
 
 from agentrunner.errors import AlreadyExistsError, FailedPreconditionError
-from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2
+from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
 from agentrunner_host.delivery.store import DeliveryStore
 
 log = structlog.get_logger("agentrunner_host.delivery")
@@ -39,8 +39,8 @@ class AppendedResult:
     """A result another caller appended to this open run (`AppendRunResult`): the run's own read loop
     validates, numbers and stores it like a runner result, then resolves `future` (None: dropped)."""
 
-    result: Any
-    future: asyncio.Future[Any]
+    result: result_pb2.RunResult
+    future: asyncio.Future[result_pb2.RunResult | None]
 
 
 @dataclasses.dataclass(slots=True)
@@ -71,16 +71,24 @@ class ReplyBook:
         self.replies: dict[str, ReplyState] = {}
 
     def _item(
-        self, reply_id: str, mode: int, message: common_pb2.AssistantMessage | None, quote: bool
+        self,
+        reply_id: str,
+        mode: common_pb2.ReplyMode.ValueType,
+        message: common_pb2.AssistantMessage | None,
+        quote: bool,
     ) -> host_service_pb2.Reply:
-        item = host_service_pb2.Reply(run_id=self.run_id, reply_id=reply_id, mode=mode, quote_origin=quote)  # type: ignore[arg-type]
+        item = host_service_pb2.Reply(run_id=self.run_id, reply_id=reply_id, mode=mode, quote_origin=quote)
         if message is not None:
             item.message.CopyFrom(message)
         item.create_time.GetCurrentTime()
         return item
 
     def apply(
-        self, reply_id: str, mode: int, message: common_pb2.AssistantMessage, quote_origin: bool
+        self,
+        reply_id: str,
+        mode: common_pb2.ReplyMode.ValueType,
+        message: common_pb2.AssistantMessage,
+        quote_origin: bool,
     ) -> ReplyStep:
         state = self.replies.get(reply_id)
         if mode == R.REPLY_MODE_FULL and state is not None:
@@ -206,12 +214,14 @@ class RunChannel:
                 out.append(item)
         return out
 
-    async def append(self, result: Any, wait_seconds: float = 10.0) -> Any:
+    async def append(
+        self, result: result_pb2.RunResult, wait_seconds: float = 10.0
+    ) -> result_pb2.RunResult | None:
         """Hands an appended result to the run's read loop; the stored result, or None when dropped."""
         if self.closed:
             return None
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.outbox.put_nowait(AppendedResult(result, future))  # type: ignore[arg-type]
+        future: asyncio.Future[result_pb2.RunResult | None] = asyncio.get_running_loop().create_future()
+        self.outbox.put_nowait(AppendedResult(result, future))
         return await asyncio.wait_for(future, wait_seconds)
 
 

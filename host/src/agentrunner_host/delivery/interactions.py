@@ -21,7 +21,7 @@ import asyncio
 import datetime as dt
 import math
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 import structlog
@@ -52,7 +52,7 @@ from agentrunner_host.store.common import message_to_json
 log = structlog.get_logger("agentrunner_host.interactions")
 
 C = common_pb2
-_STATUS = {SUBMITTED: "answered", EXPIRED: "expired", CANCELLED: "cancelled"}
+_STATUS: dict[int, str] = {SUBMITTED: "answered", EXPIRED: "expired", CANCELLED: "cancelled"}
 
 
 # -- request --------------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ class InteractionService:
                 out.add(artifact_id)
         return out
 
-    async def _attach(self, row: InteractionRow) -> AsyncIterator[Update]:
+    async def _attach(self, row: InteractionRow) -> AsyncGenerator[Update, None]:
         run_id = row.submitted_run_id
         for _ in range(50):  # the answer's run is being created right now: wait for its id
             if run_id:
@@ -227,7 +227,7 @@ class InteractionService:
 
     async def submit(
         self, request: host_service_pb2.SubmitInteractionRequest, metadata: Iterable[tuple[str, Any]] = ()
-    ) -> AsyncIterator[Update]:
+    ) -> AsyncGenerator[Update, None]:
         """The answer's run stream (items like `Run`); typed errors before the first item."""
         if not request.interaction_id:
             raise InvalidArgumentError("interaction_id is required", field="interaction_id")

@@ -107,7 +107,7 @@ def interaction_to_proto(row: InteractionRow) -> host_service_pb2.Interaction:
     out = host_service_pb2.Interaction(
         run_id=row.run_id,
         conversation_id=row.conversation_id,
-        status=row.status,  # type: ignore[arg-type]
+        status=host_service_pb2.InteractionStatus.ValueType(row.status),
         submitted_run_id=row.submitted_run_id,
     )
     out.request.ParseFromString(row.request)

@@ -118,7 +118,7 @@ def capability_handlers(
             async for item in stream:
                 yield item
         finally:
-            await stream.aclose()  # type: ignore[attr-defined]
+            await stream.aclose()
 
     async def rerank_documents(
         call: ProxyCall, request: proxy_service_pb2.RerankDocumentsRequest
@@ -220,7 +220,7 @@ def capability_handlers(
 
 # --------------------------------------------------------------------------- selectors
 
-_SELECTOR_TYPES = {
+_SELECTOR_TYPES: dict[int, str] = {
     manifest_pb2.CONFIG_FIELD_TYPE_MODEL_FALLBACK_SELECTOR: "model-fallback-selector",
     manifest_pb2.CONFIG_FIELD_TYPE_LLM_MODEL_SELECTOR: "llm-model-selector",
     manifest_pb2.CONFIG_FIELD_TYPE_RERANK_MODEL_SELECTOR: "rerank-model-selector",

@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import structlog
 from google.protobuf import message_factory
+from google.protobuf.message import Message
 
 from agentrunner.errors import (
     AgentRunnerError,
@@ -43,9 +44,17 @@ SERVICE_NAME = "agentrunner.v1.ProxyService"
 #: call went out), or a read may lag the write; only refused calls wait for it
 SESSION_RECHECK_SECONDS = 0.05
 _SERVICE = proxy_service_pb2.DESCRIPTOR.services_by_name["ProxyService"]
+#: a proxy call's context (requests and responses are the methods' messages: dispatch is by name)
+_Context = grpc.aio.ServicerContext[Message, Message]
 
 
-def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+def _loop_deadline(call: ProxyCall) -> float:
+    """The call's deadline (`ProxyCall.deadline`, always set by `_begin`) on the event loop's clock."""
+    remaining = call.time_remaining()
+    return asyncio.get_running_loop().time() + (remaining if remaining is not None else 24 * 3600.0)
+
+
+def _metadata(context: _Context) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in context.invocation_metadata() or ():
         out[key] = value if isinstance(value, str) else value.decode(errors="replace")
@@ -90,7 +99,7 @@ class ProxyServicer:
         return session
 
     @staticmethod
-    def _deadline(session: RunSession, context: grpc.aio.ServicerContext) -> float:
+    def _deadline(session: RunSession, context: _Context) -> float:
         """min(gRPC deadline, run deadline) as a monotonic time."""
         now = time.monotonic()
         deadline = now + 24 * 3600.0
@@ -104,7 +113,7 @@ class ProxyServicer:
         return deadline
 
     # -- dispatch --------------------------------------------------------------------------------------
-    async def _begin(self, method: str, context: grpc.aio.ServicerContext) -> ProxyCall:
+    async def _begin(self, method: str, context: _Context) -> ProxyCall:
         metadata = _metadata(context)
         try:
             session = await self.authenticate(metadata)
@@ -155,18 +164,18 @@ class ProxyServicer:
         log.error("proxy.handler_error", method=method, error=type(exc).__name__, exc_info=exc)
         return RuntimeFailureError(f"{method} failed inside the host")
 
-    async def unary(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def unary(self, method: str, request: Any, context: _Context) -> Any:
         try:
             call = await self._begin(method, context)
-        except AgentRunnerError as err:
-            await abort_with(context, err)
+        except AgentRunnerError as refused:
+            await abort_with(context, refused)
         span = start_server_span(f"agentrunner.proxy/{method}", context.invocation_metadata())
         span.set_attribute("agentrunner.run_id", call.run_id)
         err: AgentRunnerError | None = None
         try:
             handler = self._handler(method)
             try:
-                async with asyncio.timeout_at(asyncio.get_running_loop().time() + call.time_remaining()):  # type: ignore[operator]
+                async with asyncio.timeout_at(_loop_deadline(call)):
                     response = await handler(call, request)
             except TimeoutError:
                 raise DeadlineExceededError(
@@ -183,15 +192,15 @@ class ProxyServicer:
         await self._finish(call, err.reason, err)
         await abort_with(context, err)
 
-    async def stream(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+    async def stream(self, method: str, request: Any, context: _Context) -> None:
         try:
             call = await self._begin(method, context)
-        except AgentRunnerError as err:
-            await abort_with(context, err)
+        except AgentRunnerError as refused:
+            await abort_with(context, refused)
         err: AgentRunnerError | None = None
         try:
             handler = self._handler(method)
-            async with asyncio.timeout_at(asyncio.get_running_loop().time() + call.time_remaining()):  # type: ignore[operator]
+            async with asyncio.timeout_at(_loop_deadline(call)):
                 gen = handler(call, request)
                 try:
                     async for item in gen:
@@ -212,7 +221,7 @@ class ProxyServicer:
         await abort_with(context, err)
 
     # -- control stream --------------------------------------------------------------------------------
-    async def control(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+    async def control(self, request_iterator: Any, context: _Context) -> None:
         metadata = _metadata(context)
         try:
             try:
@@ -221,7 +230,7 @@ class ProxyServicer:
                 raise InvalidArgumentError(
                     "the control stream must start with hello", field="hello"
                 ) from None
-            if first is grpc.aio.EOF or not first.HasField("hello"):
+            if not isinstance(first, proxy_service_pb2.ControlRequest) or not first.HasField("hello"):
                 raise InvalidArgumentError("the control stream must start with hello", field="hello")
             hello = first.hello
             try:
@@ -261,10 +270,10 @@ class ProxyServicer:
             reader.cancel()
             channel.connected = False
 
-    async def _control_reader(self, context: grpc.aio.ServicerContext, run_id: str) -> None:
+    async def _control_reader(self, context: _Context, run_id: str) -> None:
         while True:
             message = await context.read()
-            if message is grpc.aio.EOF:
+            if not isinstance(message, proxy_service_pb2.ControlRequest):  # EOF
                 return
             kind = message.WhichOneof("message")
             if kind == "ack":
@@ -274,7 +283,7 @@ class ProxyServicer:
 
     # -- gRPC wiring -----------------------------------------------------------------------------------
     def generic_handler(self) -> grpc.GenericRpcHandler:
-        handlers: dict[str, grpc.RpcMethodHandler] = {}
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         for method in _SERVICE.methods:
             req_cls = message_factory.GetMessageClass(method.input_type)
             resp_cls = message_factory.GetMessageClass(method.output_type)
@@ -292,13 +301,13 @@ class ProxyServicer:
         return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 
     def _bind_unary(self, name: str) -> Callable[..., Any]:
-        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def handle(request: Any, context: _Context) -> Any:
             return await self.unary(name, request, context)
 
         return handle
 
     def _bind_stream(self, name: str) -> Callable[..., Any]:
-        async def handle(request: Any, context: grpc.aio.ServicerContext) -> None:
+        async def handle(request: Any, context: _Context) -> None:
             await self.stream(name, request, context)
 
         return handle

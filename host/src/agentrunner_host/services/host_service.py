@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
 
 import grpc
 import structlog
-from google.protobuf import timestamp_pb2
+from google.protobuf import message_factory, timestamp_pb2
 
 from agentrunner.errors import AgentRunnerError, InvalidArgumentError, RuntimeFailureError, abort_with
 from agentrunner.protocol import INTERACTION_SUBMITTED_EVENT
@@ -22,7 +23,7 @@ log = structlog.get_logger("agentrunner_host.host_service")
 
 
 @contextlib.asynccontextmanager
-async def _status_on_error(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+async def _status_on_error(context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
     """Typed errors raised before or while a stream is written become the call's status (streams are
     async generators: gRPC writes what they yield, one Python level less per message than
     `context.write` from a coroutine)."""
@@ -46,9 +47,14 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         self.registry = registry
         self.interactions = interactions
 
-    async def Run(
-        self, request: host_service_pb2.HostServiceRunRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Update | bytes]:  # type: ignore[override]
+    # The three streams answer with `Update`s (and `Run` also with pre-serialized bytes): their response
+    # types have exactly `Update`'s fields and `add_host_service` serializes them as they are, which the
+    # generated base class's signatures cannot say (hence the `override` ignores).
+    async def Run(  # type: ignore[override]
+        self,
+        request: host_service_pb2.HostServiceRunRequest,
+        context: grpc.aio.ServicerContext[host_service_pb2.HostServiceRunRequest, Update | bytes],
+    ) -> AsyncGenerator[Update | bytes, None]:
         async with _status_on_error(context):
             if request.event.event_type == INTERACTION_SUBMITTED_EVENT:
                 raise InvalidArgumentError(
@@ -61,9 +67,11 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                 async for update in updates:
                     yield update
 
-    async def SubmitInteraction(
-        self, request: host_service_pb2.SubmitInteractionRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Update]:  # type: ignore[override]
+    async def SubmitInteraction(  # type: ignore[override]
+        self,
+        request: host_service_pb2.SubmitInteractionRequest,
+        context: grpc.aio.ServicerContext[host_service_pb2.SubmitInteractionRequest, Update],
+    ) -> AsyncGenerator[Update, None]:
         """Yields `Update`s: `SubmitInteractionResponse` has the same fields (`add_host_service`)."""
         async with _status_on_error(context):
             if self.interactions is None:
@@ -73,9 +81,11 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                 async for update in updates:
                     yield update
 
-    async def AttachRun(
-        self, request: host_service_pb2.AttachRunRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Update]:  # type: ignore[override]
+    async def AttachRun(  # type: ignore[override]
+        self,
+        request: host_service_pb2.AttachRunRequest,
+        context: grpc.aio.ServicerContext[host_service_pb2.AttachRunRequest, Update],
+    ) -> AsyncGenerator[Update, None]:
         """Yields `Update`s: `AttachRunResponse` has the same fields (`add_host_service`)."""
         async with _status_on_error(context):
             if not request.run_id:
@@ -86,8 +96,10 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                     yield update
 
     async def GetRun(
-        self, request: host_service_pb2.GetRunRequest, context: grpc.aio.ServicerContext
-    ) -> host_service_pb2.GetRunResponse:  # type: ignore[override]
+        self,
+        request: host_service_pb2.GetRunRequest,
+        context: grpc.aio.ServicerContext[host_service_pb2.GetRunRequest, host_service_pb2.GetRunResponse],
+    ) -> host_service_pb2.GetRunResponse:
         try:
             record = await self.orchestrator.get_run(request.run_id)
         except AgentRunnerError as err:
@@ -95,8 +107,12 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         return host_service_pb2.GetRunResponse(run=run_to_proto(record))
 
     async def CancelRun(
-        self, request: host_service_pb2.CancelRunRequest, context: grpc.aio.ServicerContext
-    ) -> host_service_pb2.CancelRunResponse:  # type: ignore[override]
+        self,
+        request: host_service_pb2.CancelRunRequest,
+        context: grpc.aio.ServicerContext[
+            host_service_pb2.CancelRunRequest, host_service_pb2.CancelRunResponse
+        ],
+    ) -> host_service_pb2.CancelRunResponse:
         try:
             record = await self.orchestrator.cancel_run(request.run_id, request.reason)
         except AgentRunnerError as err:
@@ -104,8 +120,12 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         return host_service_pb2.CancelRunResponse(run=run_to_proto(record))
 
     async def ListRunners(
-        self, request: host_service_pb2.HostServiceListRunnersRequest, context: grpc.aio.ServicerContext
-    ) -> host_service_pb2.HostServiceListRunnersResponse:  # type: ignore[override]
+        self,
+        request: host_service_pb2.HostServiceListRunnersRequest,
+        context: grpc.aio.ServicerContext[
+            host_service_pb2.HostServiceListRunnersRequest, host_service_pb2.HostServiceListRunnersResponse
+        ],
+    ) -> host_service_pb2.HostServiceListRunnersResponse:
         out = host_service_pb2.HostServiceListRunnersResponse()
         for runner in self.registry.runners():
             endpoint = self.registry.endpoints[runner.endpoint_id]
@@ -128,30 +148,27 @@ UPDATE_STREAMS = ("Run", "AttachRun", "SubmitInteraction")
 def _serialize_update(message: Update | bytes) -> bytes:
     """The response serializer of `UPDATE_STREAMS`: an `Update`'s bytes; updates the orchestrator already
     serialized (`Run`, `wire=True`) go as they are."""
-    return message if type(message) is bytes else message.SerializeToString()
-
-
-class _Handlers:
-    """Stands in for a server to receive the generated code's method handlers."""
-
-    handlers: dict[str, grpc.RpcMethodHandler]
-
-    def add_generic_rpc_handlers(self, _handlers: object) -> None:
-        pass
-
-    def add_registered_method_handlers(
-        self, _service: str, handlers: dict[str, grpc.RpcMethodHandler]
-    ) -> None:
-        self.handlers = handlers
+    return message if isinstance(message, bytes) else message.SerializeToString()
 
 
 def add_host_service(servicer: HostServicer, server: grpc.aio.Server) -> None:
-    """`add_HostServiceServicer_to_server`, with `UPDATE_STREAMS` answering through `_serialize_update`."""
-    capture = _Handlers()
-    host_service_pb2_grpc.add_HostServiceServicer_to_server(servicer, capture)
-    handlers = dict(capture.handlers)
-    for method in UPDATE_STREAMS:
-        handlers[method] = handlers[method]._replace(response_serializer=_serialize_update)  # type: ignore[attr-defined]
-    name = host_service_pb2.DESCRIPTOR.services_by_name["HostService"].full_name
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
-    server.add_registered_method_handlers(name, handlers)
+    """What `add_HostServiceServicer_to_server` registers, with `UPDATE_STREAMS` answering through
+    `_serialize_update`: one handler per method of the service, by its streaming kind."""
+    service = host_service_pb2.DESCRIPTOR.services_by_name["HostService"]
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in service.methods:
+        request_type = message_factory.GetMessageClass(method.input_type)
+        response_type = message_factory.GetMessageClass(method.output_type)
+        serializer = _serialize_update if method.name in UPDATE_STREAMS else response_type.SerializeToString
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if method.server_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=request_type.FromString,
+            response_serializer=serializer,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, Table
 from sqlalchemy.orm import DeclarativeBase
 
 NAMING_CONVENTION = {
@@ -18,3 +18,11 @@ class Base(DeclarativeBase):
     """Base class of all host ORM models."""
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def table_of(model: type[Base]) -> Table:
+    """A model's `Table` (SQLAlchemy types `__table__` as any `FromClause`; a declarative model's is a
+    `Table`), for Core statements on the hot paths."""
+    table = model.__table__
+    assert isinstance(table, Table)
+    return table

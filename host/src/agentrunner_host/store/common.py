@@ -49,7 +49,7 @@ def message_to_json(message: Message) -> dict[str, Any]:
 
 
 def json_to_message(data: Mapping[str, Any], message: M) -> M:
-    json_format.ParseDict(data, message, ignore_unknown_fields=True)
+    json_format.ParseDict(dict(data), message, ignore_unknown_fields=True)
     return message
 
 

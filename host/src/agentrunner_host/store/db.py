@@ -22,7 +22,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -141,7 +141,9 @@ def json_text(value: Any) -> str:
 
 def _driver_error(conn: Connection, statement: str, params: Any, exc: Exception) -> DBAPIError:
     """A pysqlite error as the `DBAPIError` subclass `conn.execute` would have raised."""
-    return DBAPIError.instance(statement, params, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect)
+    error = DBAPIError.instance(statement, params, exc, conn.dialect.loaded_dbapi.Error, dialect=conn.dialect)
+    assert isinstance(error, DBAPIError)  # (a driver error always makes one)
+    return error
 
 
 def _on_driver(conn: Connection, what: str, call: Callable[..., Any], *args: Any) -> Any:
@@ -202,7 +204,8 @@ def _tuple_function(cells: list[tuple[str | None, Any]]) -> Callable[[Any], tupl
         else:
             env[f"f{n}"] = extra
             parts.append(f"f{n}({expr}), ")
-    return eval(f"lambda x: ({''.join(parts)})", env)
+    fn: Callable[[Any], tuple[Any, ...]] = eval(f"lambda x: ({''.join(parts)})", env)
+    return fn
 
 
 class _Plan:
@@ -278,7 +281,7 @@ class FastResult:
 
     __slots__ = ("rows",)
 
-    def __init__(self, rows: list[Any]) -> None:
+    def __init__(self, rows: Sequence[Any]) -> None:
         self.rows = rows
 
     def first(self) -> Any:
@@ -549,7 +552,8 @@ class Database:
                 driver = (await conn.get_raw_connection()).driver_connection
                 assert driver is not None
                 cursor = await driver.execute(sql, params)
-                return await cursor.fetchall()
+                rows: list[tuple[Any, ...]] = await cursor.fetchall()
+                return rows
         except (DBAPIError, psycopg.Error) as exc:
             cause = getattr(exc, "orig", exc)
             raise StoreError(f"database read failed: {type(cause).__name__}", retryable=True) from exc
@@ -640,7 +644,7 @@ class Database:
         if self._drainer is None:
             self._drainer = loop.create_task(self._drain())
         try:
-            return await asyncio.shield(queued.future)  # type: ignore[no-any-return]
+            return await asyncio.shield(queued.future)
         except asyncio.CancelledError:
             if queued in self._queued:
                 self._queued.remove(queued)

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.v1 import host_service_pb2, proxy_service_pb2
+from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import (
     CursorCodec,
     UnitOfWork,
@@ -124,14 +125,17 @@ def incoming_fields(
 @functools.cache
 def _insert_returning_seq(dialect: str) -> Any:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    table = EventLogRow.__table__
+    table = table_of(EventLogRow)
     return insert(table).on_conflict_do_nothing(index_elements=["record_id"]).returning(table.c.seq)
 
 
 def append_sync(conn: Connection, values: Mapping[str, Any]) -> int | None:
     """`EventLog.append` in a caller's sync transaction (`Database.run_write`); `values` from
     `log_values`. The statement is built once and executed with parameters."""
-    return fast_execute(conn, _insert_returning_seq(conn.dialect.name), dict(values)).scalar_one_or_none()
+    seq: int | None = fast_execute(
+        conn, _insert_returning_seq(conn.dialect.name), dict(values)
+    ).scalar_one_or_none()
+    return seq
 
 
 class EventLog:

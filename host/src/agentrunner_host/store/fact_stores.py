@@ -349,7 +349,7 @@ class FactStores:
         self,
         snapshot: AuthorizationSnapshot,
         results: Sequence[result_pb2.RunResult],
-        status: int,
+        status: common_pb2.RunStatus.ValueType,
         reason: str,
         usage: dict[str, Any] | None = None,
         *,

@@ -8,7 +8,7 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, select, update
+from sqlalchemy import BindParameter, and_, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -18,6 +18,7 @@ from agentrunner.errors import AlreadyExistsError, InvalidArgumentError
 from agentrunner.protocol import result_type
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
 from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
+from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import (
     CursorCodec,
     UnitOfWork,
@@ -148,8 +149,8 @@ def result_rows(
 
 # Sync hot-path statements are built once per dialect and executed with parameters: building
 # `.values(**row)` per call costs more CPU (cache keys for every literal) than SQLite's whole commit.
-_RUNS = RunRow.__table__
-_RESULTS = RunResultRow.__table__
+_RUNS = table_of(RunRow)
+_RESULTS = table_of(RunResultRow)
 _RECORD_COLUMNS = (*(_RUNS.c[name] for name in _RECORD_FIELDS), _RUNS.c["metadata"])
 
 
@@ -159,7 +160,7 @@ def _statements(dialect: str) -> dict[str, Any]:
     # `status <> a AND status <> b ...` rather than NOT IN (list): plain binds, so `fast_execute` can
     # run it without SQLAlchemy's expanding-parameter step
     not_terminal = and_(*(_RUNS.c.status != status for status in sorted(TERMINAL_STATUSES)))
-    finish = {
+    finish: dict[str, BindParameter[Any]] = {
         "status": bindparam("b_status"),
         "status_reason": bindparam("b_reason"),
         "finished_at": bindparam("b_at"),
@@ -248,7 +249,11 @@ def insert_results_sync(conn: Connection, run_id: str, results: Sequence[result_
 
 
 def finish_run_sync(
-    conn: Connection, run_id: str, status: int, reason: str, usage: Mapping[str, Any] | None = None
+    conn: Connection,
+    run_id: str,
+    status: common_pb2.RunStatus.ValueType,
+    reason: str,
+    usage: Mapping[str, Any] | None = None,
 ) -> RunRecord | None:
     """`SqlRunLedger.finish_run` in a sync transaction (a run already ended keeps its status)."""
     if status not in TERMINAL_STATUSES:
@@ -277,7 +282,7 @@ def run_to_proto(record: RunRecord) -> host_service_pb2.Run:
         runner_id=record.runner_id,
         conversation_id=record.conversation_id,
         thread_id=record.thread_id,
-        status=record.status,  # type: ignore[arg-type]
+        status=record.status,
         status_reason=record.status_reason,
         last_sequence=record.last_sequence,
         trace_id=record.trace_id,
@@ -395,7 +400,7 @@ class SqlRunLedger:
         sequence raises, rolling the transaction back)."""
         if not results:
             return
-        await session.execute(RunResultRow.__table__.insert(), result_rows(run_id, results))
+        await session.execute(_RESULTS.insert(), result_rows(run_id, results))
         last = max(r.sequence for r in results)
         await session.execute(
             update(RunRow)
@@ -471,7 +476,11 @@ class SqlRunLedger:
         return None if row is None else _to_record(row)
 
     async def finish_run(
-        self, run_id: str, status: int, reason: str, usage: Mapping[str, Any] | None = None
+        self,
+        run_id: str,
+        status: common_pb2.RunStatus.ValueType,
+        reason: str,
+        usage: Mapping[str, Any] | None = None,
     ) -> RunRecord | None:
         if status not in TERMINAL_STATUSES:
             raise InvalidArgumentError(f"status {status} is not terminal", field="status")

@@ -11,10 +11,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token, utcnow
+from agentrunner_host.store.base import table_of
 from agentrunner_host.store.db import Database, fast_execute
 from agentrunner_host.store.models import RunSessionRow
 
-_SESSIONS = RunSessionRow.__table__
+_SESSIONS = table_of(RunSessionRow)
 _UPSERT_KEYS = ("token_hash", "runner_id", "expires_at", "snapshot", "revoked")
 
 

@@ -42,13 +42,14 @@ class FinalizingConnection(aiosqlite.Connection):
                 cursor.close()
         self._cursors.clear()
 
+    # (aiosqlite's `_execute` carries no annotations: the two calls below are to untyped code)
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        return await super()._execute(self._tracked, fn, *args, **kwargs)
+        return await super()._execute(self._tracked, fn, *args, **kwargs)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         """Finalizes the statements (queued after every one already submitted), then closes."""
         if self._connection is not None:
-            await super()._execute(self._close_cursors)
+            await super()._execute(self._close_cursors)  # type: ignore[no-untyped-call]
         await super().close()
 
     def stop(self) -> Any:
@@ -62,7 +63,8 @@ def connect(database: str, *, iter_chunk_size: int = 64, **kwargs: Any) -> Final
     """`aiosqlite.connect` returning a `FinalizingConnection` (SQLAlchemy's `async_creator_fn`)."""
 
     def connector() -> sqlite3.Connection:
-        return sqlite3.connect(str(database), **kwargs)
+        connection: sqlite3.Connection = sqlite3.connect(str(database), **kwargs)
+        return connection
 
     connection = FinalizingConnection(connector, iter_chunk_size)
     connection._thread.daemon = True  # as SQLAlchemy does for aiosqlite: never blocks interpreter exit

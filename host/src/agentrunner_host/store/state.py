@@ -7,6 +7,7 @@ runner's or binding's state, and a scope must be granted by the snapshot.
 
 from __future__ import annotations
 
+import builtins
 import json
 from typing import Any
 
@@ -176,7 +177,7 @@ class StateStore:
 
     async def list(
         self, snapshot: AuthorizationSnapshot, scope: int | str, prefix: str = "", limit: int = LIST_CAP
-    ) -> tuple[list[str], bool]:
+    ) -> tuple[builtins.list[str], bool]:
         name, owner = self.owner_key(snapshot, scope)
         limit = max(1, min(limit or LIST_CAP, LIST_CAP))
         stmt = select(StateRow.key).where(StateRow.scope == name, StateRow.owner_key == owner)
@@ -187,9 +188,9 @@ class StateStore:
             keys = list((await s.scalars(stmt)).all())
         return keys[:limit], len(keys) > limit
 
-    def _scope_owners(self, snapshot: AuthorizationSnapshot) -> list[tuple[str, str]]:
+    def _scope_owners(self, snapshot: AuthorizationSnapshot) -> builtins.list[tuple[str, str]]:
         """`(scope, owner key)` of every granted scope the run has an identity for."""
-        owners: list[tuple[str, str]] = []
+        owners: builtins.list[tuple[str, str]] = []
         for name in SCOPE_NAMES.values():
             if name not in snapshot.state_scopes:
                 continue

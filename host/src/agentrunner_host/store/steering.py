@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import func, select, update
 
 from agentrunner.v1 import proxy_service_pb2
-from agentrunner_host.store.common import new_id, to_timestamp, utcnow
+from agentrunner_host.store.common import new_id, utcnow
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import SteeringRow
 
@@ -24,7 +24,7 @@ class SteeringQueue:
             stored.steering_id = new_id("steer")
         now = utcnow()
         if not stored.HasField("receive_time"):
-            stored.receive_time.CopyFrom(to_timestamp(now))
+            stored.receive_time.FromDatetime(now)
         async with self.db.write() as s:
             s.add(
                 SteeringRow(

@@ -17,6 +17,7 @@ from typing import Any
 
 from google.protobuf import timestamp_pb2
 from sqlalchemy import (
+    BindParameter,
     Text,
     TypeDecorator,
     bindparam,
@@ -33,6 +34,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.v1 import common_pb2, proxy_service_pb2
+from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import (
     CursorCodec,
     UnitOfWork,
@@ -98,14 +100,14 @@ def _bump(conversation_id: str) -> Any:
     )
 
 
-_ITEMS = TranscriptRow.__table__
-_CONVERSATIONS = ConversationRow.__table__
+_ITEMS = table_of(TranscriptRow)
+_CONVERSATIONS = table_of(ConversationRow)
 
 
 @functools.cache
 def _statements(dialect: str) -> dict[str, Any]:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    cid = bindparam("b_conversation")
+    cid: BindParameter[str] = bindparam("b_conversation")
     return {
         "bump": update(_CONVERSATIONS)
         .where(_CONVERSATIONS.c.conversation_id == cid)
@@ -314,7 +316,7 @@ class Transcript:
         metadata: Mapping[str, Any] | None = None,
         session: AsyncSession | None = None,
     ) -> TranscriptRow:
-        fields = {
+        fields: dict[str, Any] = {
             "conversation_id": conversation_id,
             "role": role,
             "content": content,
@@ -372,6 +374,7 @@ class Transcript:
         )
         total: int | None = None
         make = (PageRowWithTotal if joined_total else PageRow)._make
+        rows: list[Any]  # PageRow / PageRowWithTotal (fields built from the columns at import)
         if self.db.is_sqlite:
             async with self.db.read_connection() as conn:
                 rows = [make(row) for row in await conn.execute(stmt, params)]
@@ -415,12 +418,12 @@ class Transcript:
                 if thread_id is not None:
                     sql += " AND t.thread_id = :thread"
                     params["thread"] = thread_id
-                stmt = text(sql + (" AND t.role IN :roles" if roles else "") + " ORDER BY f.rank LIMIT :k")
+                fts = text(sql + (" AND t.role IN :roles" if roles else "") + " ORDER BY f.rank LIMIT :k")
                 if roles:
-                    stmt = stmt.bindparams(bindparam("roles", expanding=True))
+                    fts = fts.bindparams(bindparam("roles", expanding=True))
                     params["roles"] = list(roles)
                 params["k"] = top_k
-                ids = [r[0] for r in (await s.execute(stmt, params)).all()]
+                ids = [r[0] for r in (await s.execute(fts, params)).all()]
                 if not ids:
                     return []
                 found = {

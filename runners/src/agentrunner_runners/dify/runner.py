@@ -301,8 +301,9 @@ def _finished(turn: ServiceTurn, data: dict[str, Any]) -> str:
     if not isinstance(outputs, dict) or not outputs:
         return ""
     for key in ("answer", "text", "result", "output", "summary"):
-        if isinstance(outputs.get(key), str):
-            return outputs[key]
+        value = outputs.get(key)
+        if isinstance(value, str):
+            return value
     strings = [v for v in outputs.values() if isinstance(v, str)]
     return strings[0] if len(strings) == 1 else json.dumps(outputs, ensure_ascii=False)
 

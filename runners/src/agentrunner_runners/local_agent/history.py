@@ -60,7 +60,7 @@ class Checkpoint:
     @staticmethod
     def build(
         summary: str, through: Entry, *, model_id: str, items: int, previous: Checkpoint | None
-    ) -> dict:
+    ) -> dict[str, Any]:
         return {
             "schema": CHECKPOINT_SCHEMA,
             "summary": summary,

@@ -277,7 +277,7 @@ def _with_retry_after(error: ServiceError, response: httpx.Response) -> None:
 
 
 def _is_json(response: httpx.Response) -> bool:
-    kind = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    kind: str = response.headers.get("content-type", "").partition(";")[0].strip().lower()
     return kind == "application/json" or kind.endswith("+json")
 
 

@@ -5,9 +5,12 @@ Used programmatically by `agentrunner_host.store.db.upgrade`; the URL arrives as
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from alembic import context
+from alembic.runtime.migration import MigrationContext, MigrationInfo
+from alembic.script import Script
 from sqlalchemy import create_engine, pool
 
 from agentrunner_host.delivery import store as delivery_store  # noqa: F401  (0003 tables)
@@ -18,16 +21,20 @@ config = context.config
 target_metadata = Base.metadata
 
 
-def _on_version_apply(*, ctx: Any, step: Any, heads: Any, run_args: Any) -> None:
+def _on_version_apply(
+    ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]
+) -> None:
     progress = config.attributes.get("progress")
     if progress is not None:
-        script = step.up_revision if step.is_upgrade else step.down_revision
+        script = step.up_revision  # (the revision applied, or undone by a downgrade step)
         revision = ", ".join(step.up_revision_ids if step.is_upgrade else step.down_revision_ids) or "base"
-        progress(f"{revision} ({script.doc if script is not None else ''})")
+        progress(f"{revision} ({script.doc if isinstance(script, Script) else ''})")
 
 
 def run_migrations_online() -> None:
     url = config.attributes.get("url") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise RuntimeError("the migrations were given no database URL")
     engine = create_engine(url, poolclass=pool.NullPool)
     try:
         with engine.connect() as connection:
