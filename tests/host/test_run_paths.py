@@ -1,5 +1,5 @@
 """End to end: host in process, runners as separate processes over real gRPC. One test per path of the
-orchestrator (issue item 6) and the host service (item 7)."""
+run service (issue item 6) and the host service (item 7)."""
 
 from __future__ import annotations
 
@@ -241,7 +241,7 @@ async def test_client_cancel_cancels_the_runner_call_within_a_second(
             break
         await asyncio.sleep(0.02)
     assert run.status == common_pb2.RUN_STATUS_CANCELLED
-    assert host.app.orchestrator.open_runs == 0
+    assert host.app.runs.open_runs == 0
 
 
 async def test_cancel_run_goes_over_the_control_stream(host: Host) -> None:

@@ -1,6 +1,6 @@
-"""`Run` streams `message.delta` results as bytes the orchestrator serialized itself (no response object
+"""`Run` streams `message.delta` results as bytes the run serialized itself (no response object
 built and copied per delta): those bytes must be exactly protobuf's own serialization of the update.
-`AttachRun` and `SubmitInteraction` send the orchestrator's updates as they are: their responses must
+`AttachRun` and `SubmitInteraction` send the run service's updates as they are: their responses must
 keep exactly the update's fields."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ from __future__ import annotations
 import pytest
 
 from agentrunner.v1 import host_service_pb2, result_pb2
-from agentrunner_host.orchestrator import wire_result
-from agentrunner_host.services.host_service import UPDATE_STREAMS, _serialize_update
+from agentrunner_host.services.wire import UPDATE_STREAMS, serialize_update, wire_result
 
 
 @pytest.mark.parametrize("size", [0, 3, 120, 127, 128, 300, 16_383, 16_384, 70_000, 3_000_000])
@@ -25,8 +24,8 @@ def test_a_delta_on_the_wire_is_the_update_protobuf_would_write(size: int) -> No
 def test_the_run_serializer_passes_bytes_through_and_serializes_updates() -> None:
     update = host_service_pb2.HostServiceRunResponse()
     update.accepted.run_id = "run_1"
-    assert _serialize_update(b"\x12\x00") == b"\x12\x00"
-    assert _serialize_update(update) == update.SerializeToString()
+    assert serialize_update(b"\x12\x00") == b"\x12\x00"
+    assert serialize_update(update) == update.SerializeToString()
 
 
 def _shape(descriptor: object) -> list[tuple[object, ...]]:

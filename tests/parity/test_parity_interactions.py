@@ -61,7 +61,7 @@ async def test_round_trip_starts_an_interaction_submitted_run(host: Host) -> Non
     assert report["interaction"]["requestRunId"] == request_run
     assert (report["typed"], report["submission_id"]) == ("InteractionSubmittedEvent", iid)
     assert report["subject"] == iid and report["actor"] == "user-1"  # the requesting run's actor
-    row = await host.app.orchestrator.interaction_store.get(iid)
+    row = await host.app.runs.interaction_store.get(iid)
     assert row is not None and row.status == SUBMITTED
     assert row.submitted_run_id == answer[0].accepted.run_id
 
@@ -82,12 +82,12 @@ async def test_double_submission_is_refused_and_the_same_event_id_attaches(host:
 async def test_expired_interaction_fails_closed(host: Host) -> None:
     iid = new_id()
     await ask(host, iid, expires_in=1)
-    row = await host.app.orchestrator.interaction_store.get(iid)
+    row = await host.app.runs.interaction_store.get(iid)
     assert row is not None and row.status == PENDING
     await asyncio.sleep(1.3)
     reason, meta = await refused(host, iid, action_id="deploy", values={"env": "prod"})
     assert (reason, meta.get("status")) == ("FAILED_PRECONDITION", "expired")
-    row = await host.app.orchestrator.interaction_store.get(iid)
+    row = await host.app.runs.interaction_store.get(iid)
     assert row is not None and row.status == EXPIRED and row.submitted_run_id == ""
 
 
@@ -109,7 +109,7 @@ async def test_unknown_and_invalid_answers_are_refused_before_any_run(host: Host
         assert (reason, meta.get("field")) == ("INVALID_ARGUMENT", field), kwargs
     reason, _ = await refused(host, iid, action_id="deploy", values={"env": "prod", "notes": "n" * 300_000})
     assert reason == "PAYLOAD_TOO_LARGE"
-    row = await host.app.orchestrator.interaction_store.get(iid)
+    row = await host.app.runs.interaction_store.get(iid)
     assert row is not None and row.status == PENDING  # nothing consumed it
     # still answerable after the refusals
     ok = await host.submit(iid, action_id="deploy", values={"env": "staging"})
@@ -122,7 +122,7 @@ async def test_answer_routed_to_a_discard_binding_starts_no_run(host: Host) -> N
     updates = await host.submit(iid, action_id="confirm")
     assert kinds(updates) == ["accepted", "finished"]
     assert updates[-1].finished.status == common_pb2.RUN_STATUS_DISCARDED
-    row = await host.app.orchestrator.interaction_store.get(iid)
+    row = await host.app.runs.interaction_store.get(iid)
     assert row is not None and row.status == SUBMITTED and row.submitted_run_id == ""
 
 
@@ -143,7 +143,7 @@ async def test_over_limit_requests_are_dropped_and_the_run_continues(host: Host)
     seqs = [r.sequence for r in results_of(updates)]
     assert seqs == list(range(1, len(seqs) + 1))
     for kind in ("fields", "actions", "bytes", "expiry"):
-        assert await host.app.orchestrator.interaction_store.get(f"{prefix}-{kind}") is None
+        assert await host.app.runs.interaction_store.get(f"{prefix}-{kind}") is None
 
 
 async def test_surface_without_interactions_gets_the_fallback_text(host: Host) -> None:
@@ -154,7 +154,7 @@ async def test_surface_without_interactions_gets_the_fallback_text(host: Host) -
     assert "interaction" not in kinds(updates)
     fallback = [u.reply for u in updates if u.HasField("reply")]
     assert len(fallback) == 1 and fallback[0].message.content.startswith("Really?")
-    row = await host.app.orchestrator.interaction_store.get(iid)
+    row = await host.app.runs.interaction_store.get(iid)
     assert row is not None and row.status == PENDING  # still answerable by id
 
 
@@ -164,5 +164,5 @@ async def test_interaction_ids_are_unique_per_host(host: Host) -> None:
     updates = await ask(host, iid, conversation="c-dup-2")
     assert "interaction" not in kinds(updates)
     assert finished(updates).status == common_pb2.RUN_STATUS_FAILED  # dropped -> no output
-    row = await host.app.orchestrator.interaction_store.get(iid)
+    row = await host.app.runs.interaction_store.get(iid)
     assert row is not None and row.conversation_id == "c-dup-1"

@@ -1,6 +1,6 @@
 """Builds the run context (PROTOCOL_V1 §5): event-first, nothing from history inlined.
 
-The orchestrator records the event first (`FactStores.record_event`) and reads the state snapshot; the
+The run start records the event first (`FactStores.record_event`) and reads the state snapshot; the
 builder only projects what it is given: the event's position and attachment refs, the state of the
 granted scopes and the resources of the frozen snapshot.
 """

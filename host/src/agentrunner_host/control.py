@@ -1,6 +1,6 @@
 """The per-run control channel behind `ProxyService.Control` (hello/welcome, cancel, steering, acks).
 
-The orchestrator pushes signals by run id; the proxy servicer owns the gRPC stream and drains the
+The run path pushes signals by run id; the proxy servicer owns the gRPC stream and drains the
 channel's queue. Signals pushed before the runner said hello are queued and delivered after welcome.
 Steering inputs are also kept for `PullSteering` (each delivered once, by whichever path comes first).
 """

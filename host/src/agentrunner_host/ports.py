@@ -1,8 +1,9 @@
 """The seams between the host core and its stores.
 
-The orchestrator and the proxy service talk to these protocols only. `memory.py`-style implementations
-serve unit tests and single-process use; the SQLAlchemy implementations in `agentrunner_host.store` let
-several host replicas share one database (HOST_SDK_INFRASTRUCTURE §4.6–§4.7).
+The run path (`agentrunner_host.run`) reaches the stores through `RunStore` only, and delivery reaches
+an open run through `RunView`; the proxy service uses `SessionRegistry`. `agentrunner_host.store`
+implements them on SQLAlchemy (SQLite embedded, PostgreSQL shared by several host replicas,
+HOST_SDK_INFRASTRUCTURE §4.6–§4.7); the run path's unit tests use in-memory ones.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import dataclasses
 import datetime as dt
 import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
-from agentrunner.v1 import common_pb2, result_pb2
+from agentrunner.v1 import common_pb2, host_service_pb2, proxy_service_pb2, result_pb2
 
 
 def utcnow() -> dt.datetime:
@@ -217,4 +218,156 @@ class RunLedger(Protocol):
 
     async def mark_interrupted(self) -> int:
         """Marks runs left `created`/`running` by a crash as `interrupted`; returns how many."""
+        ...
+
+
+@dataclasses.dataclass(slots=True)
+class RecordedEvent:
+    """What recording an incoming event stored, for building `RunContext.input` and `ContextAccess`."""
+
+    event_seq: int | None
+    #: the user message's transcript sequence (None for non-message events)
+    transcript_seq: int | None
+    #: cursor to page history *before* the current message (ContextAccess.latest_cursor)
+    latest_cursor: str
+    has_history_before: bool
+    #: incoming attachments registered as artifacts, in order (RunInput.attachments)
+    attachments: list[common_pb2.ArtifactRef]
+    #: False when the event id was already recorded (a duplicate delivery): nothing was written
+    created: bool
+    #: the run context's state snapshot, when the run start was asked to read it in its transaction
+    state: dict[str, dict[str, Any]] | None = None
+
+
+class HeldCommit(Protocol):
+    """A run-start transaction whose statements ran and whose COMMIT is still to come."""
+
+    def commit(self) -> None:
+        """Commits (a second call is a no-op); raises `StoreError` with nothing recorded."""
+        ...
+
+    def rollback(self) -> None: ...
+
+
+@dataclasses.dataclass(slots=True)
+class StartedRun:
+    """What `RunStore.start_run` recorded: the run (the stored one for a duplicate event), the event
+    (None for a duplicate: nothing was written) and, when the store held the transaction open, its
+    commit, still to come."""
+
+    record: RunRecord
+    recorded: RecordedEvent | None
+    held: HeldCommit | None = None
+
+    def commit(self) -> None:
+        """Commits the run start if it is still held; a no-op once committed."""
+        held, self.held = self.held, None
+        if held is not None:
+            held.commit()
+
+
+RunStatus: TypeAlias = common_pb2.RunStatus.ValueType
+
+
+class SteeringStore(Protocol):
+    async def enqueue(
+        self, *, conversation_id: str, thread_id: str, item: proxy_service_pb2.SteeringInput
+    ) -> proxy_service_pb2.SteeringInput: ...
+
+    async def claim(self, *, run_id: str, conversation_id: str) -> Any: ...
+
+
+class TranscriptAppender(Protocol):
+    """Adds one item to a conversation's transcript."""
+
+    async def append(
+        self,
+        *,
+        conversation_id: str,
+        role: str,
+        content: str = "",
+        thread_id: str = "",
+        event_id: str = "",
+        run_id: str = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Any: ...
+
+
+class RunStore(Protocol):
+    """Everything the run path records and reads. Each write is one transaction, all or nothing."""
+
+    @property
+    def ledger(self) -> RunLedger: ...
+
+    @property
+    def sessions(self) -> SessionRegistry: ...
+
+    @property
+    def steering(self) -> SteeringStore: ...
+
+    @property
+    def transcript(self) -> TranscriptAppender: ...
+
+    async def start_run(
+        self,
+        record: RunRecord,
+        envelope: host_service_pb2.EventEnvelope,
+        session: RunSession | None = None,
+        state_of: AuthorizationSnapshot | None = None,
+        *,
+        hold: bool = False,
+    ) -> StartedRun:
+        """The run row, the event (log + transcript message), the session and the state snapshot's read
+        in ONE transaction; `hold`: the store may return it still open (`StartedRun.held`)."""
+        ...
+
+    async def record_event(
+        self,
+        envelope: host_service_pb2.EventEnvelope,
+        *,
+        run_id: str = "",
+        runner_id: str = "",
+        binding_id: str = "",
+    ) -> RecordedEvent: ...
+
+    async def record_results(
+        self, snapshot: AuthorizationSnapshot, results: Sequence[result_pb2.RunResult]
+    ) -> None: ...
+
+    async def record_deltas(self, batches: Sequence[tuple[str, Sequence[result_pb2.RunResult]]]) -> None: ...
+
+    async def finish_run(
+        self,
+        snapshot: AuthorizationSnapshot,
+        results: Sequence[result_pb2.RunResult],
+        status: RunStatus,
+        reason: str,
+        usage: dict[str, Any] | None = None,
+    ) -> RunRecord | None:
+        """The run's unwritten results, its final status and the revoked token in ONE transaction."""
+        ...
+
+
+class RunView(Protocol):
+    """An open run as delivery sees it (`delivery.channel.RunChannel`, interactions)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def record(self) -> RunRecord: ...
+
+    @property
+    def snapshot(self) -> AuthorizationSnapshot: ...
+
+    def publish(self, update: host_service_pb2.HostServiceRunResponse) -> None:
+        """Hands an update to the run's followers."""
+        ...
+
+    def last_sequence(self) -> int:
+        """The sequence of the last result handed out (0: none yet)."""
+        ...
+
+    def mark_output(self) -> None:
+        """Something the run delivered counts as its output (grammar rule 7)."""
         ...

@@ -251,7 +251,7 @@ class RunnerRegistry:
         endpoint.last_error = reason
 
     def mark_unreachable(self, runner: RegisteredRunner, reason: str) -> None:
-        """Called by the orchestrator when a run could not reach the runner's endpoint."""
+        """Called by the run (`run/execution.py`) when a run could not reach the runner's endpoint."""
         endpoint = self.endpoints.get(runner.endpoint_id)
         if endpoint is not None:
             self._drop_endpoint(endpoint, reason)

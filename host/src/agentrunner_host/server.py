@@ -2,7 +2,7 @@
 
 `HostApp.open(config)` is the wiring: it opens the database (refusing an un-migrated one), the fact
 stores, the model / tool / knowledge backends, registers every proxy handler family (facts,
-capabilities, platform) and builds the orchestrator. `stop()` closes all of it.
+capabilities, platform) and builds the run service (`run/`). `stop()` closes all of it.
 """
 
 from __future__ import annotations
@@ -25,15 +25,17 @@ from agentrunner_host.capabilities.tools import ToolRegistry
 from agentrunner_host.config import AgentConfig, HostConfig, HostEnv
 from agentrunner_host.control import ControlHub
 from agentrunner_host.delivery.adapters import AdapterRegistry, GrpcDeliveryAdapter
+from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.handlers import delivery_handlers
 from agentrunner_host.delivery.interactions import InteractionService
+from agentrunner_host.delivery.store import DeliveryStore, InteractionStore
 from agentrunner_host.observability import configure_tracing
-from agentrunner_host.orchestrator import Orchestrator
 from agentrunner_host.proxy.capabilities import AgentModelOptions, Backends, capability_handlers
 from agentrunner_host.proxy.facts import fact_handlers
 from agentrunner_host.proxy.servicer import SERVICE_NAME as PROXY_SERVICE_NAME
 from agentrunner_host.proxy.servicer import ProxyServicer
 from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.run.service import RunService
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database, ensure_current, upgrade
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
@@ -114,11 +116,13 @@ class HostApp:
         self.registry = RunnerRegistry(config, env)
         self.hub = ControlHub()
         self.proxy_address = ""
-        self.orchestrator = Orchestrator(
+        self.runs = RunService(
             config,
             self.registry,
             stores,
             self.hub,
+            DeliveryHub(DeliveryStore(db)),
+            InteractionStore(db),
             self.backends,
             proxy_endpoint=lambda: self.proxy_address,
         )
@@ -129,17 +133,15 @@ class HostApp:
             heartbeat_interval=config.limits.heartbeat_interval_seconds,
         )
         # delivery adapters: this host's own gRPC surface (replies, `send_message` to host conversations)
-        self.adapters = AdapterRegistry(
-            [GrpcDeliveryAdapter(self.orchestrator.deliveries, stores.transcript)]
-        )
-        self.orchestrator.contexts.adapter_actions = self.adapters.actions()
-        self.interactions = InteractionService(self.orchestrator, self.orchestrator.interaction_store)
+        self.adapters = AdapterRegistry([GrpcDeliveryAdapter(self.runs.deliveries, stores.transcript)])
+        self.runs.contexts.adapter_actions = self.adapters.actions()
+        self.interactions = InteractionService(self.runs, self.runs.interaction_store, stores.artifacts)
         self.proxy.register(
             delivery_handlers(
-                self.orchestrator.deliveries,
+                self.runs.deliveries,
                 self.adapters,
                 stores.transcript,
-                self.orchestrator.deliveries.store,
+                self.runs.deliveries.store,
             )
         )
         self.proxy.register(
@@ -147,7 +149,7 @@ class HostApp:
                 stores,
                 prompt_lookup=lambda agent_id: agent_prompt(config.agent(agent_id)),
                 on_cancel=self._cancel,
-                on_append=self.orchestrator.append_to_open_run,
+                on_append=self.runs.append_to_open_run,
             )
         )
         self.proxy.register(
@@ -207,7 +209,7 @@ class HostApp:
 
     async def _cancel(self, run_id: str, reason: str) -> None:
         with contextlib.suppress(AgentRunnerError):
-            await self.orchestrator.cancel_run(run_id, reason)
+            await self.runs.cancel_run(run_id, reason)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self, address: str | None = None) -> int:
@@ -225,7 +227,7 @@ class HostApp:
         await self.tools.start()
         address = address or self.config.listen.address
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        add_host_service(HostServicer(self.orchestrator, self.registry, self.interactions), server)
+        add_host_service(HostServicer(self.runs, self.registry, self.interactions), server)
         server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
@@ -270,8 +272,8 @@ class HostApp:
         loop = asyncio.get_running_loop()
         until = loop.time() + grace
         idle = min(grace, IDLE_CANCEL_SECONDS)
-        while self.orchestrator.open_runs and loop.time() < until:
-            self.orchestrator.cancel_idle(idle)
+        while self.runs.open_runs and loop.time() < until:
+            self.runs.cancel_idle(idle)
             await asyncio.sleep(0.05)
         if self.server is not None:
             await self.server.stop(0.5)

@@ -175,7 +175,7 @@ class ResultValidator:
         return False
 
     def report_metrics(self) -> None:
-        """Adds the deltas accepted since the last report to the results counter (the orchestrator
+        """Adds the deltas accepted since the last report to the results counter (the run
         calls it when the run ends, whatever way it ends)."""
         if self._unreported_deltas:
             _DELTA_COUNTER.inc(self._unreported_deltas)

@@ -1,11 +1,11 @@
 """The per-run delivery channel: one fan-out for the items a run delivers besides its results.
 
 `SendReply`, accepted interactions and their fallbacks become `Reply` / `Interaction` stream items. The
-orchestrator opens a `RunChannel` once the run context is built; an item delivered on it is
+run (`run/execution.py`) opens a `RunChannel` once its context is built; an item delivered on it is
 
 - stored (`run_deliveries`, with the last result sequence handed out, so `AttachRun` replays it in
   order with the results),
-- queued for the run's own `Run` / `SubmitInteraction` caller (the orchestrator's reader task puts the
+- queued for the run's own `Run` / `SubmitInteraction` caller (the run's reader task puts the
   runner's messages into this same queue, so items go out in the order they happen), and
 - published to followers (`AttachRun`, duplicate events, steering callers).
 
@@ -20,13 +20,13 @@ import asyncio
 import collections
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
 
 import structlog
 
 from agentrunner.errors import AlreadyExistsError, FailedPreconditionError
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
 from agentrunner_host.delivery.store import DeliveryStore
+from agentrunner_host.ports import RunView
 
 log = structlog.get_logger("agentrunner_host.delivery")
 
@@ -136,7 +136,7 @@ class Outbox:
     __slots__ = ("_items", "_waiter")
 
     def __init__(self) -> None:
-        self._items: collections.deque[Any] = collections.deque()
+        self._items: collections.deque[object] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
 
     def __len__(self) -> int:
@@ -145,17 +145,17 @@ class Outbox:
     def empty(self) -> bool:
         return not self._items
 
-    def put_nowait(self, item: Any) -> None:
+    def put_nowait(self, item: object) -> None:
         self._items.append(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def get_nowait(self) -> Any:
+    def get_nowait(self) -> object:
         """The oldest item; raises IndexError when there is none."""
         return self._items.popleft()
 
-    async def get(self) -> Any:
+    async def get(self) -> object:
         while not self._items:
             if self._waiter is not None:
                 raise RuntimeError("an outbox has one reader")
@@ -170,10 +170,10 @@ class Outbox:
 class RunChannel:
     """Delivery state of one open run (see the module docstring)."""
 
-    def __init__(self, hub: DeliveryHub, live: Any, delivery: context_pb2.DeliveryContext) -> None:
+    def __init__(self, hub: DeliveryHub, run: RunView, delivery: context_pb2.DeliveryContext) -> None:
         self.hub = hub
-        self.live = live
-        self.run_id: str = live.run_id
+        self.run = run
+        self.run_id: str = run.run_id
         self.delivery = delivery
         self.outbox = Outbox()
         self.book = ReplyBook(self.run_id, delivery.supports_streaming)
@@ -185,14 +185,11 @@ class RunChannel:
         return self.delivery.interactions if self.delivery.HasField("interactions") else None
 
     def after_sequence(self) -> int:
-        validator = getattr(self.live, "validator", None)
-        return int(validator.host_sequence) if validator is not None else 0
+        return self.run.last_sequence()
 
     def mark_output(self) -> None:
         """A delivered reply is the run's output (grammar rule 7)."""
-        validator = getattr(self.live, "validator", None)
-        if validator is not None:
-            validator.saw_message = True
+        self.run.mark_output()
 
     async def deliver(self, update: Update) -> None:
         """Stores the item, then hands it to the run's caller and its followers."""
@@ -200,7 +197,7 @@ class RunChannel:
             raise FailedPreconditionError("the run has ended", metadata={"runId": self.run_id})
         await self.hub.store.add(self.run_id, self.after_sequence(), update)
         self.outbox.put_nowait(update)
-        self.live.publish(update)
+        self.run.publish(update)
 
     def drain(self) -> list[Update]:
         out: list[Update] = []
@@ -232,8 +229,8 @@ class DeliveryHub:
         self.store = store
         self._channels: dict[str, RunChannel] = {}
 
-    def open(self, live: Any, delivery: context_pb2.DeliveryContext) -> RunChannel:
-        channel = RunChannel(self, live, delivery)
+    def open(self, run: RunView, delivery: context_pb2.DeliveryContext) -> RunChannel:
+        channel = RunChannel(self, run, delivery)
         self._channels[channel.run_id] = channel
         return channel
 
@@ -245,7 +242,7 @@ class DeliveryHub:
         return [
             c
             for c in self._channels.values()
-            if not c.closed and getattr(c.live.record, "conversation_id", "") == conversation_id
+            if not c.closed and c.run.record.conversation_id == conversation_id
         ]
 
     async def close(self, run_id: str) -> list[Update]:

@@ -18,11 +18,12 @@ requesting run's agent). Resubmitting with the answer's `event_id` attaches to t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import math
 import uuid
 from collections.abc import AsyncGenerator, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from google.protobuf import json_format, struct_pb2
@@ -46,8 +47,12 @@ from agentrunner_host.delivery.store import (
     InteractionStore,
     interaction_to_proto,
 )
-from agentrunner_host.ports import utcnow
+from agentrunner_host.ports import RunView, TranscriptAppender, utcnow
+from agentrunner_host.store.artifacts import ArtifactStore
 from agentrunner_host.store.common import message_to_json
+
+if TYPE_CHECKING:
+    from agentrunner_host.run.service import RunService
 
 log = structlog.get_logger("agentrunner_host.interactions")
 
@@ -58,9 +63,9 @@ _STATUS: dict[int, str] = {SUBMITTED: "answered", EXPIRED: "expired", CANCELLED:
 # -- request --------------------------------------------------------------------------------------------
 
 
-def _row(live: Any, event_actor: dict[str, Any], result: result_pb2.RunResult) -> InteractionRow:
+def _row(run: RunView, event_actor: dict[str, Any], result: result_pb2.RunResult) -> InteractionRow:
     request = result.interaction_requested.interaction
-    rec = live.record
+    rec = run.record
     return InteractionRow(
         interaction_id=request.interaction_id,
         run_id=rec.run_id,
@@ -80,15 +85,15 @@ def _row(live: Any, event_actor: dict[str, Any], result: result_pb2.RunResult) -
 
 
 async def record_requested(
-    store: InteractionStore, live: Any, actor: context_pb2.ActorContext, result: result_pb2.RunResult
+    store: InteractionStore, run: RunView, actor: context_pb2.ActorContext, result: result_pb2.RunResult
 ) -> bool:
     """Stores an accepted request; False (drop the result) when its id is already taken on this host."""
     actor_json = message_to_json(actor) if actor.ByteSize() else {}
-    if await store.insert(_row(live, actor_json, result)):
+    if await store.insert(_row(run, actor_json, result)):
         return True
     log.warning(
         "result.invalid_interaction",
-        run_id=live.run_id,
+        run_id=run.run_id,
         reason="interaction_id_taken",
         interaction_id=result.interaction_requested.interaction.interaction_id[:64],
     )
@@ -96,7 +101,7 @@ async def record_requested(
 
 
 async def deliver_requested(
-    channel: RunChannel | None, store: InteractionStore, interaction_id: str, transcript: Any
+    channel: RunChannel | None, store: InteractionStore, interaction_id: str, transcript: TranscriptAppender
 ) -> None:
     """Pushes the stored interaction (or its fallback text) to the run's client."""
     row = await store.get(interaction_id)
@@ -113,7 +118,7 @@ async def deliver_requested(
     )
     reply.message.content = text
     reply.create_time.GetCurrentTime()
-    if channel.live.snapshot is not None and channel.live.snapshot.reply:
+    if channel.run.snapshot.reply:
         await channel.deliver(Update(reply=reply))
     if row.conversation_id:
         await transcript.append(
@@ -122,7 +127,7 @@ async def deliver_requested(
             role="assistant",
             content=text,
             run_id=row.run_id,
-            event_id=channel.live.record.event_id,
+            event_id=channel.run.record.event_id,
             metadata={"source": "interaction", "interaction_id": interaction_id},
         )
 
@@ -192,14 +197,15 @@ def validate_answer(
 class InteractionService:
     """`HostService.SubmitInteraction` (transport-neutral) and the expiry sweep."""
 
-    def __init__(self, orchestrator: Any, store: InteractionStore) -> None:
-        self.orchestrator = orchestrator
+    def __init__(self, runs: RunService, store: InteractionStore, artifacts: ArtifactStore) -> None:
+        self.runs = runs
         self.store = store
+        self.artifacts = artifacts
 
     async def _visible_artifacts(self, row: InteractionRow, values: dict[str, Any]) -> set[str]:
         ids = {v for v in values.values() if isinstance(v, str)}
         out: set[str] = set()
-        artifacts = self.orchestrator.stores.artifacts
+        artifacts = self.artifacts
         for artifact_id in ids:
             found = await artifacts.get(artifact_id)
             if found is not None and (
@@ -222,7 +228,7 @@ class InteractionService:
                 "the interaction was answered; its run is not available yet",
                 metadata={"interactionId": row.interaction_id},
             )
-        async for update in self.orchestrator.follow(run_id, 0, attached=True):
+        async for update in self.runs.follow(run_id, 0, attached=True):
             yield update
 
     async def submit(
@@ -269,7 +275,7 @@ class InteractionService:
         )
         # Route first (fail closed, nothing consumed when no binding takes the event) ...
         ev = run_request.event
-        self.orchestrator.resolver.resolve(
+        self.runs.resolver.resolve(
             EventKey(
                 ev.event_type,
                 bot_id=ev.bot_id,
@@ -290,11 +296,12 @@ class InteractionService:
             )
         started = False
         try:
-            async for update in self.orchestrator.run(run_request, metadata):
-                if not started and update.HasField("accepted"):
-                    started = True
-                    await self.store.set_submitted_run(row.interaction_id, update.accepted.run_id)
-                yield update
+            async with contextlib.aclosing(await self.runs.open(run_request, metadata)) as updates:
+                async for update in updates:
+                    if not started and update.HasField("accepted"):
+                        started = True
+                        await self.store.set_submitted_run(row.interaction_id, update.accepted.run_id)
+                    yield update
         finally:
             if not started:
                 await self.store.reopen(row.interaction_id, event_id)

@@ -35,7 +35,7 @@ pb = proxy_service_pb2
 PromptLookup = Callable[
     [str], Sequence[common_pb2.ModelMessage] | Awaitable[Sequence[common_pb2.ModelMessage]]
 ]
-#: (run id, reason) -> asks the orchestrator to cancel a run (after the ledger records the request)
+#: (run id, reason) -> asks the run service to cancel a run (after the ledger records the request)
 CancelHook = Callable[[str, str], Awaitable[None]]
 #: (run id, result) -> appends to a run open in this process through its own stream: the stored result,
 #: None when the run's validator dropped it, False when the run is not open here

@@ -1,1 +1,1 @@
-"""gRPC servicers of the host: thin adapters over the transport-neutral orchestrator."""
+"""gRPC servicers of the host: thin adapters over the transport-neutral run service (`run/`)."""

@@ -1,4 +1,4 @@
-"""`HostService`: thin gRPC adapter over the orchestrator (all behaviour lives there)."""
+"""`HostService`: thin gRPC adapter over `run.RunService` (all behaviour lives there)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from agentrunner.protocol import INTERACTION_SUBMITTED_EVENT
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.context_parity import check_envelope
 from agentrunner_host.delivery.interactions import InteractionService
-from agentrunner_host.orchestrator import Orchestrator, Update
 from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.run.service import RunService, Update
+from agentrunner_host.services.wire import UPDATE_STREAMS, serialize_update
 from agentrunner_host.store.ledger import run_to_proto
 
 log = structlog.get_logger("agentrunner_host.host_service")
@@ -39,11 +40,11 @@ async def _status_on_error(context: grpc.aio.ServicerContext[Any, Any]) -> Async
 class HostServicer(host_service_pb2_grpc.HostServiceServicer):
     def __init__(
         self,
-        orchestrator: Orchestrator,
+        runs: RunService,
         registry: RunnerRegistry,
         interactions: InteractionService | None = None,
     ) -> None:
-        self.orchestrator = orchestrator
+        self.runs = runs
         self.registry = registry
         self.interactions = interactions
 
@@ -63,7 +64,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                 )
             check_envelope(request.event)
             metadata = context.invocation_metadata() or ()
-            async with contextlib.aclosing(self.orchestrator.run(request, metadata, wire=True)) as updates:
+            async with contextlib.aclosing(await self.runs.open(request, metadata, wire=True)) as updates:
                 async for update in updates:
                     yield update
 
@@ -90,7 +91,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         async with _status_on_error(context):
             if not request.run_id:
                 raise InvalidArgumentError("run_id is required", field="run_id")
-            follow = self.orchestrator.follow(request.run_id, request.after_sequence)
+            follow = self.runs.follow(request.run_id, request.after_sequence)
             async with contextlib.aclosing(follow) as updates:
                 async for update in updates:
                     yield update
@@ -101,7 +102,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         context: grpc.aio.ServicerContext[host_service_pb2.GetRunRequest, host_service_pb2.GetRunResponse],
     ) -> host_service_pb2.GetRunResponse:
         try:
-            record = await self.orchestrator.get_run(request.run_id)
+            record = await self.runs.get_run(request.run_id)
         except AgentRunnerError as err:
             await abort_with(context, err)
         return host_service_pb2.GetRunResponse(run=run_to_proto(record))
@@ -114,7 +115,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         ],
     ) -> host_service_pb2.CancelRunResponse:
         try:
-            record = await self.orchestrator.cancel_run(request.run_id, request.reason)
+            record = await self.runs.cancel_run(request.run_id, request.reason)
         except AgentRunnerError as err:
             await abort_with(context, err)
         return host_service_pb2.CancelRunResponse(run=run_to_proto(record))
@@ -139,27 +140,15 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         return out
 
 
-#: streams whose response has exactly `HostServiceRunResponse`'s fields (the `Update` the orchestrator
-#: yields): they send updates as they are, without a copy into their own response type per message
-#: (tests/host/test_wire_result.py checks the three messages stay identical on the wire)
-UPDATE_STREAMS = ("Run", "AttachRun", "SubmitInteraction")
-
-
-def _serialize_update(message: Update | bytes) -> bytes:
-    """The response serializer of `UPDATE_STREAMS`: an `Update`'s bytes; updates the orchestrator already
-    serialized (`Run`, `wire=True`) go as they are."""
-    return message if isinstance(message, bytes) else message.SerializeToString()
-
-
 def add_host_service(servicer: HostServicer, server: grpc.aio.Server) -> None:
     """What `add_HostServiceServicer_to_server` registers, with `UPDATE_STREAMS` answering through
-    `_serialize_update`: one handler per method of the service, by its streaming kind."""
+    `serialize_update`: one handler per method of the service, by its streaming kind."""
     service = host_service_pb2.DESCRIPTOR.services_by_name["HostService"]
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
         request_type = message_factory.GetMessageClass(method.input_type)
         response_type = message_factory.GetMessageClass(method.output_type)
-        serializer = _serialize_update if method.name in UPDATE_STREAMS else response_type.SerializeToString
+        serializer = serialize_update if method.name in UPDATE_STREAMS else response_type.SerializeToString
         make = (
             grpc.unary_stream_rpc_method_handler
             if method.server_streaming

@@ -1,4 +1,4 @@
-"""`FactStores`: every fact store of the host, built from one `Database`, plus the orchestrator's
+"""`FactStores`: every fact store of the host, built from one `Database`, plus the run path's
 entry points that write several stores in one transaction.
 
 Typical host wiring::
@@ -9,7 +9,7 @@ Typical host wiring::
     await stores.mark_interrupted()                  # crash recovery, once at startup
     maintenance = asyncio.create_task(stores.run_maintenance())
 
-    # per event / run (orchestrator)
+    # per event / run (run/)
     record = await stores.ledger.create_run(RunRecord(...))          # duplicate event -> existing run
     recorded = await stores.record_event(envelope, run_id=..., runner_id=..., binding_id=...)
     state = await stores.state.snapshot(snapshot)                      # RunContext.state
@@ -26,7 +26,7 @@ import logging
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
@@ -35,7 +35,7 @@ from agentrunner.errors import AlreadyExistsError
 from agentrunner.protocol import result_type
 from agentrunner.results import is_answer
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
-from agentrunner_host.ports import AuthorizationSnapshot, RunRecord, RunSession
+from agentrunner_host.ports import AuthorizationSnapshot, RecordedEvent, RunRecord, RunSession, StartedRun
 from agentrunner_host.store.artifacts import ArtifactLimits, ArtifactStore
 from agentrunner_host.store.common import (
     CursorCodec,
@@ -118,33 +118,6 @@ class FactStoreSettings:
     maintenance_interval: float = 300.0
 
 
-@dataclasses.dataclass(slots=True)
-class RecordedEvent:
-    """What `record_event` stored, for building `RunContext.input` and `ContextAccess`."""
-
-    event_seq: int | None
-    #: the user message's transcript sequence (None for non-message events)
-    transcript_seq: int | None
-    #: cursor to page history *before* the current message (ContextAccess.latest_cursor)
-    latest_cursor: str
-    has_history_before: bool
-    #: incoming attachments registered as artifacts, in order (RunInput.attachments)
-    attachments: list[common_pb2.ArtifactRef]
-    #: False when the event id was already recorded (a duplicate delivery): nothing was written
-    created: bool
-    #: the run context's state snapshot, when `start_run` was asked to read it in its transaction
-    state: dict[str, dict[str, Any]] | None = None
-
-
-class RunStartWrite(NamedTuple):
-    """What `FactStores.start_run` wrote: the run (the stored one for a duplicate event), the recorded
-    event (None for a duplicate) and, with `hold=True`, the transaction still to commit."""
-
-    record: RunRecord
-    recorded: RecordedEvent | None
-    pending: PendingWrite | None = None
-
-
 class FactStores:
     def __init__(self, db: Database, codec: CursorCodec, settings: FactStoreSettings) -> None:
         self.db = db
@@ -173,7 +146,7 @@ class FactStores:
         assert secret is not None
         return cls(db, CursorCodec(secret), settings or FactStoreSettings())
 
-    # -- orchestrator entry points ---------------------------------------------------------------
+    # -- run path entry points ---------------------------------------------------------------
 
     async def record_event(
         self,
@@ -234,22 +207,22 @@ class FactStores:
         state_of: AuthorizationSnapshot | None = None,
         *,
         hold: bool = False,
-    ) -> RunStartWrite:
+    ) -> StartedRun:
         """Everything a run needs before the runner is called, in ONE transaction: the run row (status
         as given, e.g. already `running`), the incoming event (event log + user transcript message, as
         `record_event`), the run session and, for `state_of`, the state snapshot it grants. When the
         event id already has a run, nothing is written and that run comes back in `record` (with
         `recorded` None). Events with attachments take the per-store path (artifacts).
 
-        `hold=True`: the transaction may come back open (`pending`, `Database.run_write_held`): the run row,
+        `hold=True`: the transaction may come back open (`StartedRun.held`, `Database.run_write_held`): the run row,
         the event and the message's transcript position are written (so a duplicate event is refused
         and the context's positions are known), while the message itself, the session and the COMMIT
-        wait for `pending.commit()`, which the caller issues once the runner call is on its way."""
+        wait for `StartedRun.commit()`, which the caller issues once the runner call is on its way."""
         if envelope.input.attachments:
             stored, recorded = await self._start_run_stepwise(record, envelope, session)
             if recorded is not None and state_of is not None:
                 recorded.state = await self.state.snapshot(state_of)
-            return RunStartWrite(stored, recorded)
+            return StartedRun(stored, recorded)
         values = run_values(record, self.ledger.owner)
         incoming = incoming_fields(envelope, run_id=record.run_id, runner_id=record.runner_id)
         conversation_id = envelope.conversation.conversation_id
@@ -313,9 +286,9 @@ class FactStores:
                 pending.rollback()  # nothing was written
             if existing is None:
                 raise AlreadyExistsError(f"run id {record.run_id} already exists")
-            return RunStartWrite(existing, None)
+            return StartedRun(existing, None)
         position = transcript_seq if transcript_seq is not None else latest + 1
-        return RunStartWrite(
+        return StartedRun(
             record,
             RecordedEvent(
                 event_seq=seq,
@@ -509,10 +482,10 @@ class FactStores:
     async def record_results(
         self, snapshot: AuthorizationSnapshot, results: Sequence[result_pb2.RunResult]
     ) -> None:
-        """`record_result` for several results of one run in ONE transaction (the orchestrator batches
+        """`record_result` for several results of one run in ONE transaction (the run journal batches
         `message.delta` runs this way): ledger rows in one multi-row insert, then each result's other
         effects in order. All or nothing; raises like `record_result` (a stored sequence is an error
-        here, since the orchestrator numbers results itself)."""
+        here, since the run numbers results itself)."""
         known = [r for r in results if r.WhichOneof("payload") is not None]
         if not known:
             return
@@ -531,7 +504,7 @@ class FactStores:
                 await self._apply(s, snapshot, result)
 
     async def record_deltas(self, batches: Sequence[tuple[str, Sequence[result_pb2.RunResult]]]) -> None:
-        """`message.delta` results of SEVERAL runs in ONE transaction (the orchestrator's host-wide delta
+        """`message.delta` results of SEVERAL runs in ONE transaction (the run journal's host-wide delta
         batch: concurrent runs share the fixed cost of a commit). All or nothing; deltas have no effect
         beyond their ledger rows."""
         batches = [(run_id, results) for run_id, results in batches if results]

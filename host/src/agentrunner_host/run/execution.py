@@ -1,0 +1,489 @@
+"""One run in this process, from its recorded start to its release (`RunExecution`).
+
+Stages, each a method: `open` (done by `RunService.open`: binding, discard, duplicate, steer-or-start and
+the run-start transaction, all before anything streams) -> `_call` (context, delivery channel, runner
+call, reader; the run start commits once the call is on its way) -> the pump in `stream` (one loop over
+the run's outbox, dispatched by item kind) -> `_conclude` (the terminal failure if the run needs one,
+delivery closed, `finished`) -> `release` (the one exit path, idempotent).
+
+Concurrency: everything runs in the caller's task, except the reader (`RunnerCall`), the shared delta
+writes (`journal.DeltaBatcher`) and the cancel timer; a caller that goes away cancels the runner call at
+once and the run ends `cancelled` (`_abandon`). Only the validator checks results; only this object
+decides the terminal (`self.terminal`) and the phase.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING, TypeAlias
+
+import grpc
+import structlog
+from opentelemetry import trace
+
+from agentrunner.errors import AgentRunnerError
+from agentrunner.protocol import FINISH_ACKNOWLEDGED
+from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2, runner_service_pb2
+from agentrunner_host.delivery.channel import AppendedResult, RunChannel
+from agentrunner_host.delivery.interactions import deliver_requested, record_requested
+from agentrunner_host.observability import RUNS, TIME_TO_FIRST_RESULT
+from agentrunner_host.ports import AuthorizationSnapshot, RunRecord
+from agentrunner_host.run import outcomes
+from agentrunner_host.run.followers import Followers
+from agentrunner_host.run.journal import RecordFailed, RunJournal
+from agentrunner_host.run.runner_call import RunnerCall
+from agentrunner_host.run.start import RunStart
+from agentrunner_host.services.wire import wire_result
+from agentrunner_host.validation import ResultValidator
+
+if TYPE_CHECKING:
+    from agentrunner_host.run.service import RunService
+
+log = structlog.get_logger("agentrunner_host.run")
+
+Update = host_service_pb2.HostServiceRunResponse
+RunStatus: TypeAlias = common_pb2.RunStatus.ValueType
+
+
+class Phase(enum.Enum):
+    #: recorded (the start transaction may still be held open); nothing streamed yet
+    OPEN = "open"
+    #: the runner call is on its way: results are pumped
+    RUNNING = "running"
+    #: the terminal is recorded: no more results, followers and steering no longer join
+    FINISHED = "finished"
+    #: everything the run held is let go (token, delivery channel, control stream, tasks)
+    RELEASED = "released"
+    #: the run-start transaction did not commit: the run never existed
+    UNRECORDED = "unrecorded"
+
+
+class RunExecution:
+    """One open run (see the module docstring)."""
+
+    def __init__(self, service: RunService, start: RunStart, span: trace.Span) -> None:
+        self.service = service
+        self.start = start
+        self.record: RunRecord = start.record
+        self.span = span
+        self.snapshot: AuthorizationSnapshot = start.snapshot or start.minimal_snapshot()
+        self.phase = Phase.OPEN
+        self.journal: RunJournal = service.batcher.journal(self.record.run_id, self.snapshot)
+        self.followers = Followers()
+        self.validator: ResultValidator | None = None
+        self.channel: RunChannel | None = None
+        self.call: RunnerCall | None = None
+        #: the run's terminal result as decided here (the runner's, or one the host made)
+        self.terminal: result_pb2.RunResult | None = None
+        #: why the run is being cancelled ('' while it is not)
+        self.cancel_reason = ""
+        self.cancel_task: asyncio.Task[None] | None = None
+        self._accepted_sent = False
+        #: a message came from the runner (an unreachable runner differs from a broken stream)
+        self._received_any = False
+
+    # -- the view delivery and followers use (`ports.RunView`) ----------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.record.run_id
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (Phase.FINISHED, Phase.RELEASED, Phase.UNRECORDED)
+
+    def publish(self, update: Update) -> None:
+        self.followers.publish(update)
+
+    def last_sequence(self) -> int:
+        return self.validator.host_sequence if self.validator is not None else 0
+
+    def mark_output(self) -> None:
+        """A delivered reply or interaction is the run's output (grammar rule 7)."""
+        if self.validator is not None:
+            self.validator.saw_message = True
+
+    def steerable(self) -> bool:
+        v = self.validator
+        return not self.finished and v is not None and v.terminal is None and self.snapshot.steering
+
+    # -- call ------------------------------------------------------------------------------------------
+    def _accepted(self) -> Update:
+        r = self.record
+        return Update(
+            accepted=host_service_pb2.RunAccepted(
+                run_id=r.run_id,
+                runner_id=r.runner_id,
+                binding_id=r.binding_id,
+                agent_id=r.agent_id,
+                trace_id=r.trace_id,
+                event_id=r.event_id,
+            )
+        )
+
+    async def _call(self) -> RunnerCall:
+        """Builds the context, opens the delivery channel, sends the runner call and commits the run
+        start while the runner starts (before anything of the run reaches a client)."""
+        service, start = self.service, self.start
+        runner = start.runner
+        assert runner is not None and start.snapshot is not None and start.deadline_at is not None
+        validator = self.validator = ResultValidator(start.snapshot, service.limits)
+        ctx = await start.context(service.contexts, service.backends)
+        self.channel = service.deliveries.open(self, ctx.delivery)
+        validator.interaction_capabilities = self.channel.interactions
+        request = start.request(ctx, service.proxy_endpoint())
+        endpoint = service.registry.endpoint_of(runner)
+        call = self.call = RunnerCall.send(
+            endpoint, request, start.deadline_at, self.span, self.channel.outbox
+        )
+        self.phase = Phase.RUNNING
+        await asyncio.sleep(0)  # grpc.aio sends the request from a task of its own: let it go out
+        self._commit_start()
+        call.start_reading(f"read-{self.run_id}")
+        return call
+
+    def _commit_start(self) -> None:
+        """Commits the run start if it is still held (a no-op otherwise). Until then no client has seen
+        the run and no proxy call of it was served. If the commit fails the run never existed: its
+        runner call is cancelled and the `StoreError` raised, as a failed run start is."""
+        try:
+            self.start.commit()
+        except BaseException:
+            self.phase = Phase.UNRECORDED
+            if self.call is not None:
+                self.call.cancel()
+            raise
+
+    # -- the stream: call -> pump -> conclude -> release -----------------------------------------------
+    async def stream(self, *, wire: bool = False) -> AsyncGenerator[Update | bytes, None]:
+        """accepted, validated results (exactly one terminal), delivered items, finished. `wire`: deltas
+        come as their serialized update (`services.wire.wire_result`).
+
+        The pump is inline (one generator between the servicer and the runner's results, and no
+        coroutine per delta), which makes this the one function of the run path over ~80 lines."""
+        failure: result_pb2.RunResult | None = self.start.failure
+        r = self.record
+        structlog.contextvars.bind_contextvars(run_id=r.run_id, trace_id=r.trace_id)
+        log.info("run.accepted", runner_id=r.runner_id, binding_id=r.binding_id, event_id=r.event_id)
+        try:
+            if failure is None:
+                try:
+                    call = await self._call()
+                    self._accepted_sent = True
+                    yield self._accepted()
+                    started, loop = time.monotonic(), asyncio.get_running_loop()
+                    outbox, validator, journal, followers = (
+                        call.outbox,
+                        self.validator,
+                        self.journal,
+                        self.followers,
+                    )
+                    assert validator is not None
+                    drain_until: float | None = None
+                    first = True
+                    while True:
+                        if drain_until is None:  # items waiting already (usual while streaming): no coroutine
+                            item = call.take(outbox.get_nowait() if len(outbox) else await outbox.get())
+                        else:
+                            left = drain_until - loop.time()
+                            if left <= 0:
+                                break
+                            try:
+                                item = call.take(await asyncio.wait_for(outbox.get(), left))
+                            except TimeoutError:
+                                break
+                        if item is grpc.aio.EOF:
+                            break
+                        if isinstance(item, Update):  # a reply / interaction delivered meanwhile
+                            yield item
+                            continue
+                        appended = item if isinstance(item, AppendedResult) else None
+                        if appended is not None:  # AppendRunResult on this open run
+                            item = runner_service_pb2.RunResponse(result=appended.result)
+                        if not isinstance(item, runner_service_pb2.RunResponse):
+                            # grpc.aio hands back None for a message it could not deserialize
+                            if self.terminal is None:
+                                failure = outcomes.failed(self.run_id, "runner.protocol_error")
+                            log.warning("run.undecodable_message")
+                            break
+                        self._received_any = True
+                        result = validator.accept(item.result)
+                        if result is None:
+                            if appended is not None:
+                                appended.future.set_result(None)
+                            continue
+                        received: Update | bytes
+                        if validator.kind == "message_delta" and not journal.failed:  # most results
+                            due = journal.add_delta(result)
+                            if followers:
+                                followers.publish(Update(result=result))
+                            if due:
+                                await journal.write_deltas()
+                            received = wire_result(result) if wire else Update(result=result)
+                        else:
+                            taken = await self._take(result)
+                            if taken is None:
+                                continue
+                            result, received = taken, Update(result=taken)
+                        if first:
+                            first = False
+                            TIME_TO_FIRST_RESULT.observe(time.monotonic() - started)
+                        yield received
+                        if appended is not None:
+                            appended.future.set_result(result)
+                        if validator.kind == "interaction_requested":
+                            await self._deliver_interaction(result)
+                        if self.terminal is not None and drain_until is None:
+                            drain_until = loop.time() + self.service.config.limits.post_terminal_drain_seconds
+                except (Exception, asyncio.CancelledError) as exc:
+                    failure = self._failure_of(exc)
+                finally:
+                    if self.call is not None:
+                        self.call.cancel()
+                if failure is None and self.terminal is None:
+                    failure = outcomes.failed(self.run_id, "runner.no_terminal")
+            if not self._accepted_sent:
+                self._accepted_sent = True
+                yield self._accepted()
+            for update in await self._conclude(failure):
+                yield update
+        finally:
+            await self._exit()
+
+    def _failure_of(self, exc: BaseException) -> result_pb2.RunResult | None:
+        """The terminal failure an error of the call or the pump ends the run with (None: the run has
+        its terminal already); re-raises what is not the run's to handle (the caller went away, the
+        run start did not commit)."""
+        if isinstance(exc, grpc.aio.AioRpcError):
+            return self._call_failed(exc)
+        if isinstance(exc, asyncio.CancelledError):
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise exc  # the caller went away: `_exit` cleans up
+            if self.terminal is None:  # our own call.cancel() after a CancelRun grace period
+                return outcomes.failed(self.run_id, "cancelled", self.cancel_reason)
+            return None
+        if isinstance(exc, RecordFailed):
+            log.error("run.store_error", error=str(exc), cause=repr(exc.__cause__))
+            self.journal.drop()  # the failed batch was rolled back whole
+            return outcomes.failed(self.run_id, "host.store_error")
+        if self.phase is Phase.UNRECORDED:
+            raise exc
+        self._commit_start()  # (failed before the runner call went out)
+        log.error("run.host_error", exc_info=exc)
+        return outcomes.failed(self.run_id, "host.error") if self.terminal is None else None
+
+    async def _take(self, result: result_pb2.RunResult) -> result_pb2.RunResult | None:
+        """Records a validated result other than a delta; the result the client gets (None: refused)."""
+        validator = self.validator
+        assert validator is not None
+        kind = validator.kind
+        if kind == "interaction_requested":
+            if not await record_requested(
+                self.service.interaction_store, self, self.start.event.actor, result
+            ):
+                validator.retract(result)
+                return None
+            validator.saw_message = True  # an interaction is output (grammar rule 7)
+        elif kind == "run_completed" or kind == "run_failed":
+            if (
+                kind == "run_completed"
+                and not validator.saw_message
+                and result.run_completed.finish_reason != FINISH_ACKNOWLEDGED
+            ):  # grammar rule 7: no output is an error, unless the service only acknowledged
+                log.warning("run.empty_output")
+                result = outcomes.empty_output(result)
+                validator.terminal = result
+            self.terminal = result
+        await self._record(result)
+        return result
+
+    async def _record(
+        self, result: result_pb2.RunResult, finish: tuple[RunStatus, str] | None = None
+    ) -> None:
+        """Commits a result through the journal, then tells followers."""
+        await self.journal.record(result, finish)
+        if self.followers:
+            self.followers.publish(Update(result=result))
+
+    async def _deliver_interaction(self, result: result_pb2.RunResult) -> None:
+        await deliver_requested(
+            self.channel,
+            self.service.interaction_store,
+            result.interaction_requested.interaction.interaction_id,
+            self.service.stores.transcript,
+        )
+
+    def _call_failed(self, exc: grpc.aio.AioRpcError) -> result_pb2.RunResult | None:
+        if self.terminal is not None:
+            log.warning("run.error_after_terminal", code=exc.code().name)
+            return None
+        code, received_any = exc.code(), self._received_any
+        log.warning("run.runner_call_failed", code=code.name, received_any=received_any)
+        runner = self.start.runner
+        assert runner is not None
+        if code == grpc.StatusCode.UNAVAILABLE and not received_any:
+            self.service.registry.mark_unreachable(runner, f"UNAVAILABLE: {exc.details()}")
+        return outcomes.from_call_error(
+            self.run_id,
+            runner.runner_id,
+            code,
+            exc.details() or "",
+            received_any=received_any,
+            cancel_reason=self.cancel_reason,
+        )
+
+    # -- conclude and release --------------------------------------------------------------------------
+    async def _conclude(self, failure: result_pb2.RunResult | None) -> list[Update]:
+        """The run's last items: the terminal failure (recorded), delivery items not read yet, finished."""
+        out: list[Update] = []
+        if failure is not None:
+            failure.sequence = self._next_sequence()
+            self.terminal = failure
+            if self.validator is not None:
+                self.validator.terminal = failure
+            try:
+                await self._record(failure)
+            except RecordFailed as exc:
+                self.journal.drop()
+                log.error("run.store_error", error=str(exc), stage="terminal")
+                self.followers.publish(Update(result=failure))
+            out.append(Update(result=failure))
+        terminal = self.terminal
+        assert terminal is not None
+        status, reason = outcomes.status_of(terminal)
+        out.extend(await self.service.deliveries.close(self.run_id))  # open replies ABORTed, unread items
+        out.append(await self._finish(status, reason, terminal))
+        return out
+
+    def _next_sequence(self) -> int:
+        return self.validator.next_sequence() if self.validator is not None else 1
+
+    async def _finish(self, status: RunStatus, reason: str, terminal: result_pb2.RunResult | None) -> Update:
+        """The run is over: its final status (committed with the terminal already, or recorded now),
+        everything released, then `finished` for the caller and followers."""
+        self.phase = Phase.FINISHED
+        if self.validator is not None:
+            self.validator.report_metrics()
+        record = self.journal.finished
+        try:
+            if not self.journal.concluded:
+                usage = outcomes.usage_of(terminal)
+                record = await self.service.stores.ledger.finish_run(self.run_id, status, reason, usage)
+        except AgentRunnerError as exc:
+            log.error("run.finish_not_recorded", error=exc.message)
+        finally:
+            await self.release()
+        final = record.status if record is not None else status
+        finished = host_service_pb2.RunFinished(
+            run_id=self.run_id, status=final, reason=record.status_reason if record is not None else reason
+        )
+        if terminal is not None and terminal.HasField("usage"):
+            finished.usage.CopyFrom(terminal.usage)
+        update = Update(finished=finished)
+        self.followers.publish(update)
+        RUNS.labels(outcomes.terminal_status_name(final)).inc()
+        log.info("run.finished", status=outcomes.terminal_status_name(final), reason=finished.reason)
+        return update
+
+    async def release(self) -> None:
+        """The one exit path: lets go of what the run holds in this process (open-run table, delta
+        queue, delivery channel, reader, control stream, cancel timer), revokes the run token unless the
+        terminal's transaction did, and claims steering input the run never consumed. Idempotent."""
+        if self.phase is Phase.RELEASED:
+            return
+        self.service.forget(self)
+        self.journal.close()
+        self.service.deliveries.discard(self.run_id)
+        if self.call is not None:
+            self.call.stop_reading()
+        self.service.hub.close(self.run_id)
+        if self.cancel_task is not None and self.cancel_task is not asyncio.current_task():
+            self.cancel_task.cancel()
+        if self.phase is Phase.UNRECORDED:
+            return
+        self.phase = Phase.RELEASED
+        try:
+            if not self.journal.concluded:
+                await self.service.stores.sessions.unregister(self.run_id)
+            snap = self.snapshot
+            if snap.steering and snap.conversation_id:
+                # steering input queued for this run and never consumed is the run's, not the next one's
+                await self.service.stores.steering.claim(
+                    run_id=self.run_id, conversation_id=snap.conversation_id
+                )
+        except AgentRunnerError as exc:
+            log.error("run.release_failed", error=exc.message)
+
+    async def _exit(self) -> None:
+        """Runs when the stream ends on any path: the run start is committed if it still is held (the
+        caller left before the runner call went out), and a run the caller abandoned before it finished
+        ends `cancelled` and is released."""
+        if self.phase is not Phase.UNRECORDED:
+            try:
+                self._commit_start()
+            except Exception as exc:
+                log.error("run.start_commit_failed", error=repr(exc))
+        if self.call is not None:
+            self.call.cancel()
+        if self.phase is Phase.UNRECORDED:
+            log.error("run.not_recorded", reason="the run-start transaction did not commit")
+            await self.release()
+        elif not self.finished:
+            await self._abandon()
+        structlog.contextvars.unbind_contextvars("run_id", "trace_id")
+        self.span.end()
+
+    async def abandon_unstarted(self) -> None:
+        """The caller closed the stream before reading anything: the run ends as if it had left at once."""
+        await self._exit()
+
+    async def _abandon(self) -> None:
+        """The caller went away (or a write failed) before the run ended: the cancel is recorded for
+        followers and the ledger, and everything released."""
+        self.service.hub.send_cancel(self.run_id, "client cancelled", 0)
+        reason = self.cancel_reason or "client.cancelled"
+        try:
+            terminal = None
+            if self.terminal is None:
+                terminal = outcomes.failed(self.run_id, "cancelled", reason, sequence=self._next_sequence())
+                try:
+                    await self._record(terminal, (common_pb2.RUN_STATUS_CANCELLED, reason))
+                except RecordFailed:
+                    self.journal.drop()
+                    log.error("run.store_error", stage="abandon")
+            await self._finish(common_pb2.RUN_STATUS_CANCELLED, reason, terminal)
+        except Exception:
+            log.exception("run.abandon_failed")
+        finally:
+            if self.phase is Phase.OPEN or self.phase is Phase.RUNNING:
+                self.phase = Phase.FINISHED
+            await self.release()
+
+    # -- cancel ----------------------------------------------------------------------------------------
+    def cancel(self, reason: str, grace: float) -> bool:
+        """Asks the runner to stop (control stream), then cancels its call after `grace`. False when
+        a cancel is already under way."""
+        if self.cancel_reason:
+            return False
+        self.cancel_reason = reason
+        self.service.hub.send_cancel(self.run_id, reason, grace)
+        self.cancel_task = asyncio.create_task(self._cancel_after(grace), name=f"cancel-{self.run_id}")
+        return True
+
+    def cancel_if_idle(self, now: float, idle_seconds: float, reason: str) -> bool:
+        """Host stop: cancels the runner call now when the runner has sent nothing for `idle_seconds`."""
+        call = self.call
+        if self.finished or call is None or call.done() or now - call.last_activity < idle_seconds:
+            return False
+        self.cancel_reason = self.cancel_reason or reason
+        self.service.hub.send_cancel(self.run_id, self.cancel_reason, 0)
+        call.cancel()
+        return True
+
+    async def _cancel_after(self, grace: float) -> None:
+        await asyncio.sleep(grace)
+        if not self.finished and self.call is not None:
+            self.call.cancel()

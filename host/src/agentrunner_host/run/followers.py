@@ -1,0 +1,143 @@
+"""Followers: a second caller of a run's stream (`AttachRun`, a duplicate event, a steering caller).
+
+A follower gets the run's stored results after `after_sequence` (with the delivered replies and
+interactions replayed in order between them), then, while the run is open in this process, the results
+handed out but not committed yet (`RunJournal.unstored`) and the live updates; a run open on another
+replica is followed by polling the shared ledger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
+
+from google.protobuf import json_format
+
+from agentrunner.errors import NotFoundError
+from agentrunner.v1 import host_service_pb2
+from agentrunner_host.delivery.channel import DeliveryHub
+from agentrunner_host.ports import TERMINAL_STATUSES, RunLedger, RunRecord
+
+if TYPE_CHECKING:
+    from agentrunner_host.run.execution import RunExecution
+
+Update = host_service_pb2.HostServiceRunResponse
+#: how often a follower of a run open on another replica polls the shared ledger
+POLL_SECONDS = 0.2
+
+
+class Followers:
+    """The live subscribers of one open run: each gets every update the run publishes."""
+
+    __slots__ = ("queues",)
+
+    def __init__(self) -> None:
+        self.queues: list[asyncio.Queue[Update]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.queues)
+
+    def subscribe(self) -> asyncio.Queue[Update]:
+        queue: asyncio.Queue[Update] = asyncio.Queue()
+        self.queues.append(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[Update]) -> None:
+        if queue in self.queues:
+            self.queues.remove(queue)
+
+    def publish(self, update: Update) -> None:
+        for queue in self.queues:
+            queue.put_nowait(update)
+
+
+def accepted_of(record: RunRecord, *, attached: bool) -> Update:
+    return Update(
+        accepted=host_service_pb2.RunAccepted(
+            run_id=record.run_id,
+            runner_id=record.runner_id,
+            binding_id=record.binding_id,
+            agent_id=record.agent_id,
+            attached=attached,
+            trace_id=record.trace_id,
+            event_id=record.event_id,
+        )
+    )
+
+
+def finished_of(record: RunRecord | None, run_id: str) -> Update:
+    finished = host_service_pb2.RunFinished(run_id=run_id)
+    if record is not None:
+        finished.status = record.status
+        finished.reason = record.status_reason
+        if record.usage:
+            json_format.ParseDict(record.usage, finished.usage, ignore_unknown_fields=True)
+    return Update(finished=finished)
+
+
+async def follow(
+    ledger: RunLedger,
+    deliveries: DeliveryHub,
+    run_id: str,
+    open_run: RunExecution | None,
+    after_sequence: int = 0,
+    *,
+    attached: bool = False,
+) -> AsyncGenerator[Update, None]:
+    """A run's stream for a second caller (see the module docstring). Raises NOT_FOUND before the
+    first update for an unknown run."""
+    record = await ledger.get_run(run_id)
+    if record is None:
+        raise NotFoundError(f"run {run_id!r} does not exist", metadata={"runId": run_id})
+    live = open_run if open_run is not None and not open_run.finished else None
+    queue = live.followers.subscribe() if live is not None else None
+    try:
+        yield accepted_of(record, attached=attached)
+        last = after_sequence
+        replay = await deliveries.replayer(run_id, after_sequence)
+        while True:
+            # taken BEFORE reading the store: a write that commits meanwhile is in one of the two
+            unstored = live.journal.unstored() if live is not None else []
+            for result in await ledger.list_results(run_id, last):
+                last = result.sequence
+                for item in replay.before(result.sequence):
+                    yield item
+                yield Update(result=result)
+            if live is not None:
+                for result in unstored:
+                    if result.sequence > last:
+                        last = result.sequence
+                        yield Update(result=result)
+                for item in replay.rest():
+                    yield item
+                break
+            record = await ledger.get_run(run_id)
+            if record is None or record.status in TERMINAL_STATUSES:
+                await replay.refresh()
+                for result in await ledger.list_results(run_id, last):
+                    last = result.sequence
+                    for item in replay.before(result.sequence):
+                        yield item
+                    yield Update(result=result)
+                for item in replay.rest():
+                    yield item
+                yield finished_of(record, run_id)
+                return
+            await asyncio.sleep(POLL_SECONDS)  # a run open on another replica: poll the shared ledger
+            await replay.refresh()
+        assert queue is not None
+        while True:
+            update = await queue.get()
+            if update.HasField("result"):
+                if update.result.sequence <= last:
+                    continue
+                last = update.result.sequence
+            elif not update.HasField("finished") and replay.seen(update):
+                continue
+            yield update
+            if update.HasField("finished"):
+                return
+    finally:
+        if queue is not None and live is not None:
+            live.followers.unsubscribe(queue)

@@ -1,0 +1,147 @@
+"""The call to the runner: `RunnerService.Run` with the run's deadline and trace metadata, and the run's
+one reader task.
+
+The reader puts runner messages into the run's outbox (`delivery.channel.Outbox`), the same queue
+`SendReply` and `AppendRunResult` use, so the run's pump waits on one queue and items keep their arrival
+order. At most `READ_AHEAD` messages wait there unread (gRPC flow control pushes back on the runner
+beyond that). A gRPC read is never cancelled midway except when the run is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import time
+from typing import TYPE_CHECKING
+
+import grpc
+from opentelemetry import trace
+
+from agentrunner.v1 import runner_service_pb2
+from agentrunner_host.delivery.channel import AppendedResult, Outbox, Update
+from agentrunner_host.observability import inject_metadata
+from agentrunner_host.ports import utcnow
+
+if TYPE_CHECKING:
+    from agentrunner_host.registry import Endpoint
+
+#: runner messages read ahead of the run's pump (at most)
+READ_AHEAD = 32
+
+Call = grpc.aio.UnaryStreamCall[runner_service_pb2.RunRequest, runner_service_pb2.RunResponse]
+
+
+class ReadRoom:
+    """How many more runner messages the reader may queue unread (`READ_AHEAD` at most): a counter and
+    at most one waiter (the reader), lighter than a semaphore on the per-delta path."""
+
+    __slots__ = ("free", "waiter")
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self.waiter: asyncio.Future[None] | None = None
+
+    async def take(self) -> None:
+        while not self.free:
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        self.free -= 1
+
+    def give(self) -> None:
+        self.free += 1
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+@dataclasses.dataclass(slots=True)
+class ReadFailed:
+    """The runner read ended with an error (or our own `call.cancel()`); re-raised by the pump."""
+
+    error: BaseException
+
+
+class RunnerCall:
+    """One run's `RunnerService.Run` call and its reader."""
+
+    def __init__(self, call: Call, outbox: Outbox) -> None:
+        self.call = call
+        self.outbox = outbox
+        self.room = ReadRoom(READ_AHEAD)
+        self._reader: asyncio.Task[None] | None = None
+        #: monotonic time of the runner's last message (host stop cancels runs idle for a while first)
+        self.last_activity = time.monotonic()
+
+    @classmethod
+    def send(
+        cls,
+        endpoint: Endpoint,
+        request: runner_service_pb2.RunRequest,
+        deadline_at: dt.datetime,
+        span: trace.Span,
+        outbox: Outbox,
+    ) -> RunnerCall:
+        """Starts the call (grpc.aio sends the request from a task of its own, at the next yield)."""
+        metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(span)))
+        timeout = max(0.001, (deadline_at - utcnow()).total_seconds())
+        return cls(endpoint.stub.Run(request, timeout=timeout, metadata=metadata), outbox)
+
+    def start_reading(self, name: str) -> None:
+        self.last_activity = time.monotonic()
+        self._reader = asyncio.create_task(self._read(), name=name)
+
+    def done(self) -> bool:
+        return self.call.done()
+
+    def cancel(self) -> None:
+        """Cancels the call (its read then ends with `ReadFailed(CancelledError)`); a no-op once done."""
+        if not self.call.done():
+            self.call.cancel()
+
+    def stop_reading(self) -> None:
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
+
+    def take(self, item: object) -> object:
+        """An outbox item as the pump handles it: what the reader put there (a runner message, EOF, an
+        undecodable message as None) frees a read-ahead slot, and a failed read raises its error;
+        replies and appended results pass as they are."""
+        if type(item) is not runner_service_pb2.RunResponse and isinstance(item, Update | AppendedResult):
+            return item
+        self.room.give()
+        self.last_activity = time.monotonic()
+        if isinstance(item, ReadFailed):
+            raise item.error
+        return item
+
+    async def _read(self) -> None:
+        room = self.room
+        first = True
+        while True:
+            if room.free:
+                room.free -= 1
+            else:
+                await room.take()
+            try:
+                message = await self.call.read()
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the run was released
+                self.outbox.put_nowait(
+                    ReadFailed(exc)
+                )  # the call was cancelled (CancelRun grace, client gone)
+                return
+            except Exception as exc:
+                self.outbox.put_nowait(ReadFailed(exc))
+                return
+            self.outbox.put_nowait(message)
+            if message is grpc.aio.EOF:
+                return
+            if first:  # the pump takes the first result before the next read is started (latency)
+                first = False
+                await asyncio.sleep(0)

@@ -1,0 +1,307 @@
+"""`RunService`: event -> binding -> one run of one runner -> validated result stream (HOST_SDK §4.4),
+and the other operations on runs (follow, get, cancel, steer, append). Transport-neutral: the gRPC
+servicer (`services/host_service.py`) only adapts it.
+
+`open()` does everything that can refuse an event before anything streams (typed errors: binding not
+found, ALREADY_EXISTS for a reused event id with other content, a failed run-start transaction) and
+returns the stream:
+
+- no binding takes the event: `accepted` + `finished(discarded)`;
+- an open run of the conversation accepts steering: the event is queued into it and the caller follows
+  that run from this point on (`run/steering.py`);
+- the event id already has a run with the same content: that run's stream from the first result
+  (`run/followers.py`);
+- else a new run: its start is recorded in one transaction (`run/start.py`) and its `RunExecution`
+  streams it (`run/execution.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Literal, Protocol, TypeVar, overload
+
+import structlog
+
+from agentrunner.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
+from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
+from agentrunner_host.bindings import BindingResolver, EventKey
+from agentrunner_host.config import HostConfig
+from agentrunner_host.context_builder import ContextBuilder
+from agentrunner_host.control import ControlHub
+from agentrunner_host.delivery.channel import DeliveryHub
+from agentrunner_host.delivery.store import InteractionStore
+from agentrunner_host.observability import RUNS, start_server_span, trace_id_of
+from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, RunStore, utcnow
+from agentrunner_host.proxy.capabilities import Backends
+from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.run import followers, steering
+from agentrunner_host.run.execution import RunExecution
+from agentrunner_host.run.journal import DeltaBatcher
+from agentrunner_host.run.outcomes import terminal_status_name
+from agentrunner_host.run.start import start_run
+from agentrunner_host.validation import Limits
+
+log = structlog.get_logger("agentrunner_host.run")
+
+Update = host_service_pb2.HostServiceRunResponse
+
+
+ItemT = TypeVar("ItemT", covariant=True)
+
+
+class UpdateStream(Protocol[ItemT]):
+    """What `open` returns: iterate it once, close it when done (`contextlib.aclosing`)."""
+
+    def __aiter__(self) -> AsyncIterator[ItemT]: ...
+
+    def __anext__(self) -> Awaitable[ItemT]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def normalize_event(event: host_service_pb2.EventEnvelope) -> host_service_pb2.EventEnvelope:
+    """A copy with the host's defaults filled in: an event id, `message.received`, the receive time and
+    the API trigger source."""
+    out = host_service_pb2.EventEnvelope()
+    out.CopyFrom(event)
+    if not out.event_id:
+        out.event_id = f"evt_{uuid.uuid4().hex}"
+    if not out.event_type:
+        out.event_type = "message.received"
+    if not out.HasField("event_time"):
+        out.event_time.GetCurrentTime()
+    if not out.trigger_source:
+        out.trigger_source = context_pb2.TRIGGER_SOURCE_API
+    return out
+
+
+@dataclasses.dataclass(slots=True)
+class _RunStream:
+    """A new run's stream: released even if the caller closes it before reading anything."""
+
+    execution: RunExecution
+    stream: AsyncGenerator[Update | bytes, None]
+    started: bool = False
+
+    def __aiter__(self) -> _RunStream:
+        return self
+
+    def __anext__(self) -> Any:
+        self.started = True
+        return self.stream.__anext__()
+
+    async def aclose(self) -> None:
+        if not self.started:  # abandoned before anything streamed
+            self.started = True
+            await self.execution.abandon_unstarted()
+        await self.stream.aclose()
+
+
+async def _discarded(binding_id: str, event_id: str) -> AsyncGenerator[Update, None]:
+    yield Update(accepted=host_service_pb2.RunAccepted(binding_id=binding_id, event_id=event_id))
+    yield Update(
+        finished=host_service_pb2.RunFinished(
+            status=common_pb2.RUN_STATUS_DISCARDED, reason="binding.discard"
+        )
+    )
+
+
+class RunService:
+    """The runs of this host process (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: HostConfig,
+        registry: RunnerRegistry,
+        stores: RunStore,
+        hub: ControlHub,
+        deliveries: DeliveryHub,
+        interaction_store: InteractionStore,
+        backends: Backends | None = None,
+        proxy_endpoint: Callable[[], str] = lambda: "",
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.stores = stores
+        self.hub = hub
+        self.deliveries = deliveries
+        self.interaction_store = interaction_store
+        self.backends = backends
+        self.proxy_endpoint = proxy_endpoint
+        self.resolver = BindingResolver(config)
+        self.contexts = ContextBuilder()
+        self.limits = Limits(
+            result_max_bytes=config.limits.result_max_bytes,
+            state_key_max_chars=config.limits.state_key_max_chars,
+            state_value_max_bytes=config.limits.state_value_max_bytes,
+        )
+        self.batcher = DeltaBatcher(stores)
+        self._open: dict[str, RunExecution] = {}
+
+    @property
+    def open_runs(self) -> int:
+        return len(self._open)
+
+    def forget(self, execution: RunExecution) -> None:
+        """`RunExecution.release`: the run is no longer open here."""
+        self._open.pop(execution.run_id, None)
+
+    # -- open ------------------------------------------------------------------------------------------
+    @overload
+    async def open(
+        self,
+        request: host_service_pb2.HostServiceRunRequest,
+        metadata: Iterable[tuple[str, Any]] = (),
+        *,
+        wire: Literal[False] = False,
+    ) -> UpdateStream[Update]: ...
+
+    @overload
+    async def open(
+        self,
+        request: host_service_pb2.HostServiceRunRequest,
+        metadata: Iterable[tuple[str, Any]] = (),
+        *,
+        wire: Literal[True],
+    ) -> UpdateStream[Update | bytes]: ...
+
+    async def open(
+        self,
+        request: host_service_pb2.HostServiceRunRequest,
+        metadata: Iterable[tuple[str, Any]] = (),
+        *,
+        wire: bool = False,
+    ) -> UpdateStream[Update] | UpdateStream[Update | bytes]:
+        """The event's stream (see the module docstring); raises typed errors before it. `wire=True` (the
+        `Run` RPC, whose serializer passes bytes through): `message.delta` results come as their
+        serialized update; everything else is an `Update`."""
+        event = normalize_event(request.event)
+        conv = event.conversation
+        key = EventKey(
+            event.event_type,
+            bot_id=event.bot_id or conv.bot_id,
+            workspace_id=event.workspace_id or conv.workspace_id,
+            conversation_id=conv.conversation_id,
+        )
+        resolution = self.resolver.resolve(key, request.agent_id)
+        if resolution.agent is None:
+            RUNS.labels("discarded").inc()
+            log.info("run.discarded", event_id=event.event_id, binding_id=resolution.binding_id)
+            return _discarded(resolution.binding_id, event.event_id)
+        agent = resolution.agent
+        steered = steering.steerable_run(self._open.values(), conv.conversation_id, conv.thread_id)
+        if steered is not None:
+            after = steered.last_sequence()
+            await self.steer(steered.run_id, event)
+            return self.follow(steered.run_id, after, attached=True)
+        # digest of the event as submitted (before the host fills in times), to tell a retry from a clash
+        digest = hashlib.sha256(
+            request.event.SerializeToString(deterministic=True) + request.agent_id.encode()
+        ).hexdigest()
+        span = start_server_span("agentrunner.host.run", metadata)
+        run_id = f"run_{uuid.uuid4().hex}"
+        record = RunRecord(
+            run_id=run_id,
+            event_id=event.event_id,
+            agent_id=agent.id,
+            binding_id=resolution.binding_id,
+            runner_id=agent.runner_id,
+            conversation_id=conv.conversation_id,
+            thread_id=conv.thread_id,
+            bot_id=key.bot_id,
+            workspace_id=key.workspace_id,
+            trace_id=trace_id_of(span),
+            deadline_at=utcnow() + dt.timedelta(seconds=agent.timeout_seconds),
+            metadata={"event_digest": digest},
+        )
+        try:
+            start = await start_run(self.stores, self.registry, self.backends, record, event, agent)
+        except BaseException:
+            span.end()
+            raise
+        stored = start.record
+        if stored.run_id != run_id:
+            span.end()
+            if stored.metadata.get("event_digest") != digest:
+                raise AlreadyExistsError(
+                    f"event {event.event_id!r} was already submitted with different content",
+                    metadata={"eventId": event.event_id, "runId": stored.run_id},
+                )
+            log.info("run.duplicate_event", event_id=event.event_id, run_id=stored.run_id)
+            return self.follow(stored.run_id, 0, attached=True)
+        execution = RunExecution(self, start, span)
+        self._open[run_id] = execution
+        self.hub.open(run_id)
+        return _RunStream(execution, execution.stream(wire=wire))
+
+    # -- followers, records, cancel --------------------------------------------------------------------
+    def follow(
+        self, run_id: str, after_sequence: int = 0, attached: bool = False
+    ) -> AsyncGenerator[Update, None]:
+        """A run's stream for a second caller: stored results after `after_sequence`, then live ones."""
+        return followers.follow(
+            self.stores.ledger,
+            self.deliveries,
+            run_id,
+            self._open.get(run_id),
+            after_sequence,
+            attached=attached,
+        )
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        record = await self.stores.ledger.get_run(run_id)
+        if record is None:
+            raise NotFoundError(f"run {run_id!r} does not exist", metadata={"runId": run_id})
+        return record
+
+    async def cancel_run(self, run_id: str, reason: str = "") -> RunRecord:
+        """Pushes a cancel signal on the control stream, then cancels the runner call after the grace."""
+        record = await self.get_run(run_id)
+        if record.status in TERMINAL_STATUSES:
+            raise FailedPreconditionError(
+                f"run {run_id!r} already ended",
+                metadata={"runId": run_id, "status": terminal_status_name(record.status)},
+            )
+        updated = await self.stores.ledger.request_cancel(run_id, utcnow()) or record
+        execution = self._open.get(run_id)
+        grace = self.config.limits.cancel_grace_seconds
+        if execution is not None and execution.cancel(reason or "cancelled by request", grace):
+            log.info("run.cancel_requested", run_id=run_id, grace_seconds=grace)
+        return updated
+
+    def cancel_idle(self, idle_seconds: float, reason: str = "host.shutdown") -> int:
+        """Host stop: cancels the runner call of every open run whose runner has sent nothing for
+        `idle_seconds` (stalled or waiting runs), so stopping does not wait the whole drain grace for
+        them; runs producing results keep draining. Each cancelled run ends through its own stream as
+        `run.failed` (`cancelled`). Returns how many were cancelled."""
+        now = time.monotonic()
+        return sum(run.cancel_if_idle(now, idle_seconds, reason) for run in list(self._open.values()))
+
+    async def append_to_open_run(
+        self, run_id: str, result: result_pb2.RunResult
+    ) -> result_pb2.RunResult | bool | None:
+        """`AppendRunResult` on a run open in this process joins its stream (numbered by the host, so it
+        never clashes with the runner's results). False when the run is not open here."""
+        channel = self.deliveries.get(run_id)
+        if channel is None:
+            return False
+        return await channel.append(result)
+
+    # -- steering --------------------------------------------------------------------------------------
+    async def steer(self, run_id: str, event: host_service_pb2.EventEnvelope) -> str | None:
+        """Queues new input for an open steering run (`run/steering.py`). Returns the steering id, or
+        None when the run is not open here, does not accept steering, or the event was queued before."""
+        execution = self._open.get(run_id)
+        if (
+            execution is None
+            or execution.finished
+            or execution.validator is None
+            or not execution.snapshot.steering
+        ):
+            return None
+        return await steering.steer(self.stores, self.hub, execution, normalize_event(event))
