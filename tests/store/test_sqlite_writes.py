@@ -9,11 +9,12 @@ out the whole 30 s busy timeout and the run hung with no error.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import shutil
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiosqlite
@@ -57,6 +58,15 @@ def _entries(*keys: str, fail: bool = False) -> Callable[[Connection], str]:
         return keys[0]
 
     return write
+
+
+@contextlib.asynccontextmanager
+async def _holding(db: Database, fn: Callable[[Connection], object]) -> AsyncIterator[None]:
+    """Holds the host's write lock (one `Database.write()` unit of work with `fn`'s rows in it): writes
+    started meanwhile queue, and the unit commits when the block ends."""
+    async with db.write() as session:
+        await session.run_sync(lambda s: fn(s.connection()))
+        yield
 
 
 def _copy_template(sqlite_template: Path, tmp_path: Path) -> Path:
@@ -261,51 +271,6 @@ async def test_a_write_is_one_transaction_whichever_way_its_statements_run(
         await db.dispose()
 
 
-async def test_a_held_write_commits_when_its_caller_says_so_and_other_writes_wait_for_it(
-    sqlite_template: Path, tmp_path: Path
-) -> None:
-    """`run_write_held` (the run start): the statements ran, nothing is visible and every other write
-    waits until the caller commits; `then` statements join the same commit; a failing `then` or a
-    rollback leaves nothing; with another write already queued the write commits at once instead."""
-    target = _copy_template(sqlite_template, tmp_path)
-    db = Database(f"sqlite+aiosqlite:///{target}")
-
-    def broken(conn: Connection) -> None:
-        raise RuntimeError("boom")
-
-    try:
-        result, pending = await db.run_write_held(_entries("a"), then=_entries("a-then"))
-        assert result == "a" and pending is not None and pending.open
-        other = asyncio.create_task(db.run_write(_entries("b"), inline=True))
-        await asyncio.sleep(0.05)
-        assert _keys(target) == [] and not other.done()  # uncommitted, and the next write waits its turn
-        pending.commit()
-        pending.commit()  # (a no-op)
-        await asyncio.wait_for(other, timeout=5)
-        assert _keys(target) == ["a", "a-then", "b"]
-
-        _, pending = await db.run_write_held(_entries("c"), then=broken)
-        assert pending is not None
-        with pytest.raises(RuntimeError):
-            pending.commit()
-        _, pending = await db.run_write_held(_entries("d"))
-        assert pending is not None
-        pending.rollback()
-        assert _keys(target) == ["a", "a-then", "b"]
-
-        # a write queued already: no holding, everything (`then` too) committed before it returns
-        _, first = await db.run_write_held(_entries("e"))
-        queued = asyncio.create_task(db.run_write_held(_entries("f"), then=_entries("f-then")))
-        await asyncio.sleep(0.05)
-        assert first is not None
-        first.commit()
-        result, second = await asyncio.wait_for(queued, timeout=5)
-        assert result == "f" and second is None
-        assert _keys(target) == ["a", "a-then", "b", "e", "f", "f-then"]
-    finally:
-        await db.dispose()
-
-
 async def test_writes_queued_meanwhile_commit_together_each_with_its_own_outcome(
     sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -328,16 +293,15 @@ async def test_writes_queued_meanwhile_commit_together_each_with_its_own_outcome
         return _entries(key, f"{key}-2", fail=fail)
 
     try:
-        _, held = await db.run_write_held(pair("a"))  # holds the write lock: the writes below queue
-        assert held is not None
-        # "b" twice: the second one's insert breaks a constraint (through SQLAlchemy, mid-group)
-        writes = [
-            asyncio.create_task(db.run_write(pair(k, fail=k == "c"))) for k in ("b", "b", "c", "d", "e", "x")
-        ]
-        await asyncio.sleep(0.05)
-        writes[-1].cancel()
-        await asyncio.sleep(0)
-        held.commit()
+        async with _holding(db, pair("a")):  # holds the write lock: the writes below queue
+            # "b" twice: the second one's insert breaks a constraint (through SQLAlchemy, mid-group)
+            writes = [
+                asyncio.create_task(db.run_write(pair(k, fail=k == "c")))
+                for k in ("b", "b", "c", "d", "e", "x")
+            ]
+            await asyncio.sleep(0.05)
+            writes[-1].cancel()
+            await asyncio.sleep(0)
         outcomes = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), timeout=5)
         assert outcomes[0] == "b" and outcomes[3:5] == ["d", "e"]
         assert isinstance(outcomes[1], StoreError) and outcomes[1].retryable
@@ -347,12 +311,10 @@ async def test_writes_queued_meanwhile_commit_together_each_with_its_own_outcome
         assert _keys(target) == ["a", "a-2", "b", "b-2", "d", "d-2", "e", "e-2"]
 
         # cancelled once its group was taken: the caller waits for the commit, then is cancelled
-        _, held = await db.run_write_held(pair("f"))
-        assert held is not None
-        late = asyncio.create_task(db.run_write(pair("g")))
-        other = asyncio.create_task(db.run_write(pair("h")))
-        await asyncio.sleep(0.05)
-        held.commit()
+        async with _holding(db, pair("f")):
+            late = asyncio.create_task(db.run_write(pair("g")))
+            other = asyncio.create_task(db.run_write(pair("h")))
+            await asyncio.sleep(0.05)
         await asyncio.sleep(0)  # the group is taken to the writer thread
         late.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -378,11 +340,9 @@ async def test_a_group_whose_transaction_fails_commits_nothing_and_tells_every_c
     db = Database(f"sqlite+aiosqlite:///{target}")
 
     try:
-        _, held = await db.run_write_held(_entries("a"))
-        assert held is not None
-        writes = [asyncio.create_task(db.run_write(_entries(k))) for k in ("b", "poison", "c")]
-        await asyncio.sleep(0.05)
-        held.commit()
+        async with _holding(db, _entries("a")):
+            writes = [asyncio.create_task(db.run_write(_entries(k))) for k in ("b", "poison", "c")]
+            await asyncio.sleep(0.05)
         outcomes = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), timeout=5)
         assert all(isinstance(o, StoreError) and o.retryable for o in outcomes), outcomes
         assert _keys(target) == ["a"]

@@ -39,10 +39,6 @@ from agentrunner_host.proxy.api import AuditSink, HandlerTable, ProxyCall
 log = structlog.get_logger("agentrunner_host.proxy")
 
 SERVICE_NAME = "agentrunner.v1.ProxyService"
-#: a run token not found is looked up once more this much later: the run's session may still be
-#: committing on the replica that started the run (on SQLite a run start commits just after the runner
-#: call went out), or a read may lag the write; only refused calls wait for it
-SESSION_RECHECK_SECONDS = 0.05
 _SERVICE = proxy_service_pb2.DESCRIPTOR.services_by_name["ProxyService"]
 #: a proxy call's context (requests and responses are the methods' messages: dispatch is by name)
 _Context = grpc.aio.ServicerContext[Message, Message]
@@ -88,9 +84,6 @@ class ProxyServicer:
         if not token:
             raise RunTokenInvalidError("the run token is missing", metadata={"header": RUN_TOKEN_HEADER})
         session = await self.sessions.lookup(token)
-        if session is None:
-            await asyncio.sleep(SESSION_RECHECK_SECONDS)
-            session = await self.sessions.lookup(token)
         if session is None:
             raise RunTokenInvalidError("the run token is unknown, expired or revoked")
         claimed = run_id or metadata.get(RUN_ID_HEADER, "")

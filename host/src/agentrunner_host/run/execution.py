@@ -2,7 +2,7 @@
 
 Stages, each a method: `open` (done by `RunService.open`: binding, discard, duplicate, steer-or-start and
 the run-start transaction, all before anything streams) -> `_call` (context, delivery channel, runner
-call, reader; the run start commits once the call is on its way) -> the pump in `stream` (one loop over
+call, reader) -> the pump in `stream` (one loop over
 the run's outbox, dispatched by item kind) -> `_conclude` (the terminal failure if the run needs one,
 delivery closed, `finished`) -> `release` (the one exit path, idempotent).
 
@@ -36,7 +36,6 @@ from agentrunner_host.run.followers import Followers
 from agentrunner_host.run.journal import RecordFailed, RunJournal
 from agentrunner_host.run.runner_call import RunnerCall
 from agentrunner_host.run.start import RunStart
-from agentrunner_host.services.wire import wire_result
 from agentrunner_host.validation import ResultValidator
 
 if TYPE_CHECKING:
@@ -57,8 +56,6 @@ class Phase(enum.Enum):
     FINISHED = "finished"
     #: everything the run held is let go (token, delivery channel, control stream, tasks)
     RELEASED = "released"
-    #: the run-start transaction did not commit: the run never existed
-    UNRECORDED = "unrecorded"
 
 
 class RunExecution:
@@ -92,7 +89,7 @@ class RunExecution:
 
     @property
     def finished(self) -> bool:
-        return self.phase in (Phase.FINISHED, Phase.RELEASED, Phase.UNRECORDED)
+        return self.phase in (Phase.FINISHED, Phase.RELEASED)
 
     def publish(self, update: Update) -> None:
         self.followers.publish(update)
@@ -124,8 +121,7 @@ class RunExecution:
         )
 
     async def _call(self) -> RunnerCall:
-        """Builds the context, opens the delivery channel, sends the runner call and commits the run
-        start while the runner starts (before anything of the run reaches a client)."""
+        """Builds the context, opens the delivery channel, sends the runner call and starts its reader."""
         service, start = self.service, self.start
         runner = start.runner
         assert runner is not None and start.snapshot is not None and start.deadline_at is not None
@@ -139,27 +135,12 @@ class RunExecution:
             endpoint, request, start.deadline_at, self.span, self.channel.outbox
         )
         self.phase = Phase.RUNNING
-        await asyncio.sleep(0)  # grpc.aio sends the request from a task of its own: let it go out
-        self._commit_start()
         call.start_reading(f"read-{self.run_id}")
         return call
 
-    def _commit_start(self) -> None:
-        """Commits the run start if it is still held (a no-op otherwise). Until then no client has seen
-        the run and no proxy call of it was served. If the commit fails the run never existed: its
-        runner call is cancelled and the `StoreError` raised, as a failed run start is."""
-        try:
-            self.start.commit()
-        except BaseException:
-            self.phase = Phase.UNRECORDED
-            if self.call is not None:
-                self.call.cancel()
-            raise
-
     # -- the stream: call -> pump -> conclude -> release -----------------------------------------------
-    async def stream(self, *, wire: bool = False) -> AsyncGenerator[Update | bytes, None]:
-        """accepted, validated results (exactly one terminal), delivered items, finished. `wire`: deltas
-        come as their serialized update (`services.wire.wire_result`).
+    async def stream(self) -> AsyncGenerator[Update, None]:
+        """accepted, validated results (exactly one terminal), delivered items, finished.
 
         The pump is inline (one generator between the servicer and the runner's results, and no
         coroutine per delta), which makes this the one function of the run path over ~80 lines."""
@@ -214,19 +195,18 @@ class RunExecution:
                             if appended is not None:
                                 appended.future.set_result(None)
                             continue
-                        received: Update | bytes
                         if validator.kind == "message_delta" and not journal.failed:  # most results
                             due = journal.add_delta(result)
                             if followers:
                                 followers.publish(Update(result=result))
                             if due:
                                 await journal.write_deltas()
-                            received = wire_result(result) if wire else Update(result=result)
                         else:
                             taken = await self._take(result)
                             if taken is None:
                                 continue
-                            result, received = taken, Update(result=taken)
+                            result = taken
+                        received = Update(result=result)
                         if first:
                             first = False
                             TIME_TO_FIRST_RESULT.observe(time.monotonic() - started)
@@ -254,8 +234,7 @@ class RunExecution:
 
     def _failure_of(self, exc: BaseException) -> result_pb2.RunResult | None:
         """The terminal failure an error of the call or the pump ends the run with (None: the run has
-        its terminal already); re-raises what is not the run's to handle (the caller went away, the
-        run start did not commit)."""
+        its terminal already); re-raises a cancellation of the caller's task (the caller went away)."""
         if isinstance(exc, grpc.aio.AioRpcError):
             return self._call_failed(exc)
         if isinstance(exc, asyncio.CancelledError):
@@ -269,9 +248,6 @@ class RunExecution:
             log.error("run.store_error", error=str(exc), cause=repr(exc.__cause__))
             self.journal.drop()  # the failed batch was rolled back whole
             return outcomes.failed(self.run_id, "host.store_error")
-        if self.phase is Phase.UNRECORDED:
-            raise exc
-        self._commit_start()  # (failed before the runner call went out)
         log.error("run.host_error", exc_info=exc)
         return outcomes.failed(self.run_id, "host.error") if self.terminal is None else None
 
@@ -402,8 +378,6 @@ class RunExecution:
         self.service.hub.close(self.run_id)
         if self.cancel_task is not None and self.cancel_task is not asyncio.current_task():
             self.cancel_task.cancel()
-        if self.phase is Phase.UNRECORDED:
-            return
         self.phase = Phase.RELEASED
         try:
             if not self.journal.concluded:
@@ -418,20 +392,11 @@ class RunExecution:
             log.error("run.release_failed", error=exc.message)
 
     async def _exit(self) -> None:
-        """Runs when the stream ends on any path: the run start is committed if it still is held (the
-        caller left before the runner call went out), and a run the caller abandoned before it finished
-        ends `cancelled` and is released."""
-        if self.phase is not Phase.UNRECORDED:
-            try:
-                self._commit_start()
-            except Exception as exc:
-                log.error("run.start_commit_failed", error=repr(exc))
+        """Runs when the stream ends on any path: a run the caller abandoned before it finished ends
+        `cancelled` and is released."""
         if self.call is not None:
             self.call.cancel()
-        if self.phase is Phase.UNRECORDED:
-            log.error("run.not_recorded", reason="the run-start transaction did not commit")
-            await self.release()
-        elif not self.finished:
+        if not self.finished:
             await self._abandon()
         structlog.contextvars.unbind_contextvars("run_id", "trace_id")
         self.span.end()

@@ -23,7 +23,7 @@ import hashlib
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, Literal, Protocol, TypeVar, overload
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -85,7 +85,7 @@ class _RunStream:
     """A new run's stream: released even if the caller closes it before reading anything."""
 
     execution: RunExecution
-    stream: AsyncGenerator[Update | bytes, None]
+    stream: AsyncGenerator[Update, None]
     started: bool = False
 
     def __aiter__(self) -> _RunStream:
@@ -152,34 +152,10 @@ class RunService:
         self._open.pop(execution.run_id, None)
 
     # -- open ------------------------------------------------------------------------------------------
-    @overload
     async def open(
-        self,
-        request: host_service_pb2.HostServiceRunRequest,
-        metadata: Iterable[tuple[str, Any]] = (),
-        *,
-        wire: Literal[False] = False,
-    ) -> UpdateStream[Update]: ...
-
-    @overload
-    async def open(
-        self,
-        request: host_service_pb2.HostServiceRunRequest,
-        metadata: Iterable[tuple[str, Any]] = (),
-        *,
-        wire: Literal[True],
-    ) -> UpdateStream[Update | bytes]: ...
-
-    async def open(
-        self,
-        request: host_service_pb2.HostServiceRunRequest,
-        metadata: Iterable[tuple[str, Any]] = (),
-        *,
-        wire: bool = False,
-    ) -> UpdateStream[Update] | UpdateStream[Update | bytes]:
-        """The event's stream (see the module docstring); raises typed errors before it. `wire=True` (the
-        `Run` RPC, whose serializer passes bytes through): `message.delta` results come as their
-        serialized update; everything else is an `Update`."""
+        self, request: host_service_pb2.HostServiceRunRequest, metadata: Iterable[tuple[str, Any]] = ()
+    ) -> UpdateStream[Update]:
+        """The event's stream (see the module docstring); raises typed errors before it."""
         event = normalize_event(request.event)
         conv = event.conversation
         key = EventKey(
@@ -237,7 +213,7 @@ class RunService:
         execution = RunExecution(self, start, span)
         self._open[run_id] = execution
         self.hub.open(run_id)
-        return _RunStream(execution, execution.stream(wire=wire))
+        return _RunStream(execution, execution.stream())
 
     # -- followers, records, cancel --------------------------------------------------------------------
     def follow(

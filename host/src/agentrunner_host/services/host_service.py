@@ -48,14 +48,14 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         self.registry = registry
         self.interactions = interactions
 
-    # The three streams answer with `Update`s (and `Run` also with pre-serialized bytes): their response
-    # types have exactly `Update`'s fields and `add_host_service` serializes them as they are, which the
-    # generated base class's signatures cannot say (hence the `override` ignores).
-    async def Run(  # type: ignore[override]
+    # `SubmitInteraction` and `AttachRun` answer with `Update`s: their response types have exactly
+    # `Update`'s fields and `add_host_service` serializes them as they are, which the generated base
+    # class's signatures cannot say (hence the `override` ignores).
+    async def Run(
         self,
         request: host_service_pb2.HostServiceRunRequest,
-        context: grpc.aio.ServicerContext[host_service_pb2.HostServiceRunRequest, Update | bytes],
-    ) -> AsyncGenerator[Update | bytes, None]:
+        context: grpc.aio.ServicerContext[host_service_pb2.HostServiceRunRequest, Update],
+    ) -> AsyncGenerator[Update, None]:
         async with _status_on_error(context):
             if request.event.event_type == INTERACTION_SUBMITTED_EVENT:
                 raise InvalidArgumentError(
@@ -64,7 +64,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                 )
             check_envelope(request.event)
             metadata = context.invocation_metadata() or ()
-            async with contextlib.aclosing(await self.runs.open(request, metadata, wire=True)) as updates:
+            async with contextlib.aclosing(await self.runs.open(request, metadata)) as updates:
                 async for update in updates:
                     yield update
 

@@ -188,57 +188,52 @@ def driver_execute(conn: Connection, sql: str, params: tuple[Any, ...]) -> None:
         raise _driver_error(conn, sql, params, exc) from exc
 
 
-def _tuple_function(cells: list[tuple[str | None, Any]]) -> Callable[[Any], tuple[Any, ...]]:
-    """`lambda x: (cell, cell, ...)` as straight-line code (about half the time of a loop over the
-    cells). A cell `(expr, fn)` is an expression over `x` (a subscript by an index or a repr-quoted bind
-    name: nothing from outside is evaluated) with `fn` applied when not None; `(None, value)` is a
-    constant."""
-    env: dict[str, Any] = {}
-    parts = []
-    for n, (expr, extra) in enumerate(cells):
-        if expr is None:
-            env[f"c{n}"] = extra
-            parts.append(f"c{n}, ")
-        elif extra is None:
-            parts.append(f"{expr}, ")
-        else:
-            env[f"f{n}"] = extra
-            parts.append(f"f{n}({expr}), ")
-    fn: Callable[[Any], tuple[Any, ...]] = eval(f"lambda x: ({''.join(parts)})", env)
-    return fn
+def bind_processor(type_: Any, dialect: Any) -> Callable[[Any], Any] | None:
+    """The conversion SQLAlchemy applies to a value bound to a column of `type_` on `dialect`."""
+    processor: Callable[[Any], Any] | None = type_.dialect_impl(dialect).bind_processor(dialect)
+    return processor
+
+
+def result_processor(type_: Any, dialect: Any) -> Callable[[Any], Any] | None:
+    """The conversion SQLAlchemy applies to a value read from a column of `type_` on `dialect`."""
+    processor: Callable[[Any], Any] | None = type_.dialect_impl(dialect).result_processor(dialect, None)
+    return processor
 
 
 class _Plan:
-    """A Core statement compiled once for pysqlite: the SQL, one generated function from the caller's
-    parameters to the driver's tuple (each positional parameter from the caller's key, with its bind
-    conversion, or a constant) and, for `typed` reads, one converting a row by its columns' result
-    processors."""
+    """A Core statement compiled once for pysqlite: the SQL, where each positional parameter comes from
+    (the caller's key with its bind conversion, or a constant) and, for `typed` reads, the result
+    conversion of each column that has one, as (index, processor) pairs."""
 
-    __slots__ = ("has_rows", "row", "sql", "stmt", "values")
+    __slots__ = ("has_rows", "row_processors", "sources", "sql", "stmt")
 
     def __init__(
         self,
         stmt: Any,
         sql: str,
-        sources: tuple[tuple[str | None, Any, Any], ...],
+        sources: tuple[tuple[str | None, Any, Callable[[Any], Any] | None], ...],
         rows: bool,
-        row_processors: tuple[Any, ...] = (),
+        row_processors: tuple[Callable[[Any], Any] | None, ...] = (),
     ):
         self.stmt = stmt  # keeps id(stmt) from being reused while the plan is cached
         self.sql = sql
         self.has_rows = rows
-        self.values = _tuple_function(
-            [
-                (f"x[{name!r}]", processor) if name is not None else (None, const)
-                for name, const, processor in sources
-            ]
+        self.sources = sources
+        self.row_processors = tuple((i, p) for i, p in enumerate(row_processors) if p is not None)
+
+    def values(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        """The driver's parameter tuple from the caller's parameters."""
+        return tuple(
+            const if name is None else (params[name] if processor is None else processor(params[name]))
+            for name, const, processor in self.sources
         )
-        #: a row's values converted by their columns' result processors (None: rows as the driver gives)
-        self.row = (
-            _tuple_function([(f"x[{i}]", p) for i, p in enumerate(row_processors)])
-            if any(row_processors)
-            else None
-        )
+
+    def row(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        """A driver row converted by its columns' result processors."""
+        out = list(row)
+        for i, processor in self.row_processors:
+            out[i] = processor(out[i])
+        return tuple(out)
 
 
 _PLANS: dict[tuple[int, tuple[str, ...], bool], _Plan | None] = {}
@@ -257,15 +252,14 @@ def _plan(conn: Connection, stmt: Any, keys: tuple[str, ...], typed: bool = Fals
         or compiled.positiontup is None
     ):
         return None
-    row_processors = tuple(
-        entry[3]._cached_result_processor(dialect, None) for entry in compiled._result_columns
-    )
+    columns = list(getattr(stmt, "exported_columns", ()))  # (selected or RETURNING columns)
+    row_processors = tuple(result_processor(c.type, dialect) for c in columns)
     if any(row_processors) and not typed:
         return None
-    sources = []
+    sources: list[tuple[str | None, Any, Callable[[Any], Any] | None]] = []
     for name in compiled.positiontup:
         bind = compiled.binds[name]
-        processor = bind.type._cached_bind_processor(dialect)
+        processor = bind_processor(bind.type, dialect)
         if name in keys:
             sources.append((name, None, processor))
         elif bind.callable is None and not bind.required:
@@ -273,7 +267,7 @@ def _plan(conn: Connection, stmt: Any, keys: tuple[str, ...], typed: bool = Fals
             sources.append((None, processor(value) if processor else value, None))
         else:
             return None
-    return _Plan(stmt, compiled.string, tuple(sources), bool(compiled._result_columns), row_processors)
+    return _Plan(stmt, compiled.string, tuple(sources), bool(columns), row_processors)
 
 
 class FastResult:
@@ -328,24 +322,9 @@ def fast_execute(conn: Connection, stmt: Any, params: dict[str, Any], *, typed: 
             cursor.close()
     except conn.dialect.loaded_dbapi.Error as exc:
         raise _driver_error(conn, plan.sql, values, exc) from exc
-    if plan.row is not None:
+    if plan.row_processors:
         rows = [plan.row(r) for r in rows]
     return FastResult(rows)
-
-
-def with_then(
-    fn: Callable[[Connection], T], then: Callable[[Connection], Any] | None
-) -> Callable[[Connection], T]:
-    """`fn`, then `then` in the same transaction (for `run_write`); `fn`'s result."""
-    if then is None:
-        return fn
-
-    def both(conn: Connection) -> T:
-        result = fn(conn)
-        then(conn)
-        return result
-
-    return both
 
 
 def _end_write(conn: Connection, driver: Any, *, commit: bool) -> None:
@@ -393,67 +372,6 @@ def _settle_all(batch: list[_QueuedWrite], done: asyncio.Future[list[tuple[bool,
         return
     for queued in batch:
         queued.settle(False, StoreError("database write failed: the writer stopped", retryable=True))
-
-
-class PendingWrite:
-    """A SQLite write transaction from `Database.run_write_held`: its statements ran, its COMMIT is still
-    to come, and the host's write lock is held until `commit` or `rollback` (exactly one of them, on
-    every path; a second call is a no-op). Both are synchronous: they run on the event loop, as the
-    statements did."""
-
-    __slots__ = ("_conn", "_db", "_driver", "_then")
-
-    def __init__(
-        self, db: Database, conn: Connection, driver: Any, then: Callable[[Connection], Any] | None = None
-    ) -> None:
-        self._db: Database | None = db
-        self._conn = conn
-        self._driver = driver
-        #: statements nothing before the commit needs, run just before it (`Database.run_write_held`)
-        self._then = then
-
-    @property
-    def open(self) -> bool:
-        return self._db is not None
-
-    def commit(self) -> None:
-        """Runs the `then` statements and commits; on any error everything is rolled back and a
-        `StoreError` raised (the write never happened)."""
-        db = self._release()
-        if db is None:
-            return
-        try:
-            try:
-                if self._then is not None:
-                    self._then(self._conn)
-            except BaseException:
-                _end_write(self._conn, self._driver, commit=False)
-                raise
-            _end_write(self._conn, self._driver, commit=True)
-        except DBAPIError as exc:
-            db._busy_off = False
-            raise StoreError(f"database write failed: {type(exc.orig).__name__}", retryable=True) from exc
-        except BaseException:
-            db._busy_off = False
-            raise
-        finally:
-            db._release_write_lock()
-
-    def rollback(self) -> None:
-        db = self._release()
-        if db is None:
-            return
-        try:
-            _end_write(self._conn, self._driver, commit=False)
-        except Exception:  # the connection is replaced at the next write if it is broken
-            db._busy_off = False
-            _log.warning("rolling back a held write failed", exc_info=True)
-        finally:
-            db._release_write_lock()
-
-    def _release(self) -> Database | None:
-        db, self._db = self._db, None
-        return db
 
 
 class Database:
@@ -597,39 +515,6 @@ class Database:
             return await self._grouped(fn)
         except DBAPIError as exc:
             raise StoreError(f"database write failed: {type(exc.orig).__name__}", retryable=True) from exc
-
-    async def run_write_held(
-        self, fn: Callable[[Connection], T], then: Callable[[Connection], Any] | None = None
-    ) -> tuple[T, PendingWrite | None]:
-        """`run_write(fn, inline=True)` whose COMMIT the caller issues: on the inline SQLite path `fn`'s
-        statements run here and the transaction stays open, holding the host's write lock, until the
-        returned `PendingWrite` is committed or rolled back (the caller must do one on every path, soon,
-        and without awaiting anything slow in between: every other write waits). Everywhere else (another
-        write queued, another process holding the database lock, PostgreSQL) the write is committed as
-        `run_write` would and the handle is None.
-
-        What it is for: the run start sends the runner call first and commits right after, so SQLite's
-        commit (and whatever `PendingWrite.commit` still runs) overlaps the runner's start instead of
-        delaying it. `then(conn)` runs in the same transaction right before its COMMIT (`PendingWrite.commit`),
-        in both cases."""
-        if self._writer is None or self._write_lock is None or self._write_lock.locked() or self._queued:
-            return await self.run_write(with_then(fn, then), inline=True), None
-        lock = self._write_lock
-        await lock.acquire()  # free (checked above): returns without waiting
-        try:
-            conn, driver = self._write_connection()
-            result = self._write_begun(conn, driver, fn, busy_timeout_ms=0)
-        except (DBAPIError, sqlite3.OperationalError) as exc:
-            lock.release()
-            if isinstance(exc, OperationalError | sqlite3.OperationalError) and _is_busy(exc):
-                # another process writes: the writer thread waits for it
-                return await self.run_write(with_then(fn, then)), None
-            cause = exc.orig if isinstance(exc, DBAPIError) else exc
-            raise StoreError(f"database write failed: {type(cause).__name__}", retryable=True) from exc
-        except BaseException:
-            lock.release()
-            raise
-        return result, PendingWrite(self, conn, driver, then)
 
     async def _grouped(self, fn: Callable[[Connection], T]) -> T:
         """`fn` on the writer thread, in one transaction with every other write queued meanwhile (group
@@ -776,10 +661,6 @@ class Database:
             self._busy_off = False  # the connection may have been replaced: set it again next time
             raise
         return result
-
-    def _release_write_lock(self) -> None:
-        assert self._write_lock is not None
-        self._write_lock.release()
 
     def _checkpoint_sync(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
         with self._checkpoint_lock:  # `dispose` closes the connection under the same lock

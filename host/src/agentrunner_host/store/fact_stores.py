@@ -44,7 +44,7 @@ from agentrunner_host.store.common import (
     struct_to_dict,
     value_to_python,
 )
-from agentrunner_host.store.db import Database, PendingWrite, repeat, with_then
+from agentrunner_host.store.db import Database, repeat
 from agentrunner_host.store.events import EventLog, incoming_fields, log_values
 from agentrunner_host.store.events import append_sync as append_event_sync
 from agentrunner_host.store.ledger import (
@@ -205,19 +205,12 @@ class FactStores:
         envelope: host_service_pb2.EventEnvelope,
         session: RunSession | None = None,
         state_of: AuthorizationSnapshot | None = None,
-        *,
-        hold: bool = False,
     ) -> StartedRun:
         """Everything a run needs before the runner is called, in ONE transaction: the run row (status
         as given, e.g. already `running`), the incoming event (event log + user transcript message, as
         `record_event`), the run session and, for `state_of`, the state snapshot it grants. When the
         event id already has a run, nothing is written and that run comes back in `record` (with
-        `recorded` None). Events with attachments take the per-store path (artifacts).
-
-        `hold=True`: the transaction may come back open (`StartedRun.held`, `Database.run_write_held`): the run row,
-        the event and the message's transcript position are written (so a duplicate event is refused
-        and the context's positions are known), while the message itself, the session and the COMMIT
-        wait for `StartedRun.commit()`, which the caller issues once the runner call is on its way."""
+        `recorded` None). Events with attachments take the per-store path (artifacts)."""
         if envelope.input.attachments:
             stored, recorded = await self._start_run_stepwise(record, envelope, session)
             if recorded is not None and state_of is not None:
@@ -226,24 +219,9 @@ class FactStores:
         values = run_values(record, self.ledger.owner)
         incoming = incoming_fields(envelope, run_id=record.run_id, runner_id=record.runner_id)
         conversation_id = envelope.conversation.conversation_id
-        message = envelope.event_type == "message.received" and bool(conversation_id)
-        user_item: dict[str, Any] | None = None
-        if message:
-            user_item = {
-                "conversation_id": conversation_id,
-                "thread_id": envelope.conversation.thread_id,
-                "role": "user",
-                "content": envelope.input.text,
-                "contents": list(envelope.input.contents),
-                "event_id": envelope.event_id,
-                "run_id": record.run_id,
-                "metadata": {"actor_id": envelope.actor.actor_id} if envelope.actor.actor_id else None,
-            }
-        # set by `write` once the run row is in: the user message's position (None: no message to add)
-        message_at: list[int | None] = []
+        user_item = _user_item(envelope, record.run_id)
 
         def write(conn: Connection) -> tuple[bool, RunRecord | None, int | None, int | None, int, bool, Any]:
-            message_at.clear()  # (a write retried after a lock conflict starts over)
             if not insert_run_sync(conn, values):
                 return True, get_run_by_event_sync(conn, record.event_id), None, None, 0, False, None
             seq = append_event_sync(conn, log_values(**incoming))
@@ -252,38 +230,20 @@ class FactStores:
             if created and user_item is not None:
                 transcript_seq = next_seq_sync(conn, conversation_id)
             elif not created:  # the event was logged before (e.g. as steering): its stored position
-                seq = conn.execute(
-                    select(EventLogRow.seq).where(EventLogRow.record_id == envelope.event_id)
-                ).scalar_one_or_none()
-                transcript_seq = conn.execute(
-                    select(TranscriptRow.seq).where(
-                        TranscriptRow.event_id == envelope.event_id, TranscriptRow.role == "user"
-                    )
-                ).scalar_one_or_none()
+                seq, transcript_seq = _logged_position_sync(conn, envelope.event_id)
             latest = 0
             if transcript_seq is None and conversation_id:
                 latest = latest_seq_sync(conn, conversation_id)
             state = self.state.snapshot_sync(conn, state_of) if state_of is not None else None
-            message_at.append(transcript_seq if created and user_item is not None else None)
-            return False, None, seq, transcript_seq, latest, created, state
-
-        def write_later(conn: Connection) -> None:  # (`hold`: after the runner call went out)
-            if not message_at:  # a duplicate event: nothing was written, nothing to add
-                return
-            if message_at[0] is not None and user_item is not None:
-                insert_item_sync(conn, message_at[0], **user_item)
+            if created and user_item is not None and transcript_seq is not None:
+                insert_item_sync(conn, transcript_seq, **user_item)
             if session is not None:
                 register_sync(conn, session)
+            return False, None, seq, transcript_seq, latest, created, state
 
-        pending: PendingWrite | None = None
-        if hold:
-            outcome, pending = await self.db.run_write_held(write, then=write_later)
-        else:
-            outcome = await self.db.run_write(with_then(write, write_later), inline=True)
+        outcome = await self.db.run_write(write, inline=True)
         duplicate, existing, seq, transcript_seq, latest, created, state = outcome
         if duplicate:
-            if pending is not None:
-                pending.rollback()  # nothing was written
             if existing is None:
                 raise AlreadyExistsError(f"run id {record.run_id} already exists")
             return StartedRun(existing, None)
@@ -299,7 +259,6 @@ class FactStores:
                 created=created,
                 state=state,
             ),
-            pending,
         )
 
     async def _start_run_stepwise(
@@ -607,6 +566,32 @@ class FactStores:
     async def run_maintenance(self, interval: float | None = None) -> None:
         """Runs `cleanup` every `interval` seconds until cancelled; a failed round is logged."""
         await repeat(self.cleanup, interval or self.settings.maintenance_interval, "fact store maintenance")
+
+
+def _user_item(envelope: host_service_pb2.EventEnvelope, run_id: str) -> dict[str, Any] | None:
+    """The transcript row of a `message.received` event's user message (None for other events)."""
+    conversation_id = envelope.conversation.conversation_id
+    if envelope.event_type != "message.received" or not conversation_id:
+        return None
+    return {
+        "conversation_id": conversation_id,
+        "thread_id": envelope.conversation.thread_id,
+        "role": "user",
+        "content": envelope.input.text,
+        "contents": list(envelope.input.contents),
+        "event_id": envelope.event_id,
+        "run_id": run_id,
+        "metadata": {"actor_id": envelope.actor.actor_id} if envelope.actor.actor_id else None,
+    }
+
+
+def _logged_position_sync(conn: Connection, event_id: str) -> tuple[int | None, int | None]:
+    """An event logged before (e.g. as steering): its event-log and user-message sequences."""
+    seq = conn.execute(select(EventLogRow.seq).where(EventLogRow.record_id == event_id)).scalar_one_or_none()
+    transcript_seq = conn.execute(
+        select(TranscriptRow.seq).where(TranscriptRow.event_id == event_id, TranscriptRow.role == "user")
+    ).scalar_one_or_none()
+    return seq, transcript_seq
 
 
 def _summary(result: result_pb2.RunResult) -> str:

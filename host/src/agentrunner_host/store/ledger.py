@@ -28,7 +28,7 @@ from agentrunner_host.store.common import (
     message_to_json,
     to_timestamp,
 )
-from agentrunner_host.store.db import Database, StoreError, driver_execute, fast_execute
+from agentrunner_host.store.db import Database, StoreError, bind_processor, driver_execute, fast_execute
 from agentrunner_host.store.models import RunResultRow, RunRow
 
 _RECORD_FIELDS = (
@@ -196,7 +196,7 @@ def _sqlite_insert_results(rows: int) -> str:
 @functools.cache
 def _created_at_bind(dialect: Any) -> Callable[[Any], Any]:
     """The bind conversion SQLAlchemy applies to `run_results.created_at` on this dialect."""
-    processor = _RESULTS.c.created_at.type._cached_bind_processor(dialect)
+    processor = bind_processor(_RESULTS.c.created_at.type, dialect)
     return processor or (lambda value: value)
 
 

@@ -22,8 +22,9 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import common_pb2
 from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, json_size, utcnow
-from agentrunner_host.store.db import Database, fast_execute
+from agentrunner_host.store.db import Database, fast_execute, result_processor
 from agentrunner_host.store.models import StateRow
 
 SCOPE_NAMES: dict[int, str] = {
@@ -220,7 +221,7 @@ class StateStore:
                 name: {k: v for k, v in conn.execute(_SNAPSHOT, {"b_scope": name, "b_owner": owner}).all()}
                 for name, owner in self._scope_owners(snapshot)
             }
-        value = StateRow.__table__.c.value.type._cached_result_processor(conn.dialect, None)
+        value = result_processor(table_of(StateRow).c.value.type, conn.dialect)
         assert value is not None
         return {
             name: {
