@@ -14,6 +14,7 @@ from agentrunner.testing import HostDouble
 from agentrunner.v1 import common_pb2, proxy_service_pb2
 from agentrunner_runners.coze import CozeRunner
 from agentrunner_runners.testing.mock_services import MockServices
+from tests.runners.services.support import Failure, assert_fails
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 KEY = "pat_coze_secret_0001"
@@ -96,31 +97,21 @@ async def test_stale_conversation_is_retried_fresh(host: HostDouble, mock: MockS
 
 
 @pytest.mark.parametrize(
-    ("text", "extra", "code", "retryable", "needle"),
+    "case",
     [
-        ("x", {"api-key": "wrong-key"}, "coze.auth_error", False, "token you entered is incorrect"),
-        ("mock:business x", {}, "coze.api_error", False, "not published"),
-        ("mock:failed x", {}, "coze.api_error", False, "overloaded"),
-        ("mock:error x", {}, "coze.stream_error", False, "Insufficient quota"),
-        ("mock:action x", {}, "coze.api_error", False, "requires_action"),
-        ("mock:429 x", {}, "coze.rate_limited", True, "retry after 4 s"),
-        ("mock:500 x", {}, "coze.server_error", True, "Internal server error"),
-        ("mock:drop x", {}, "coze.connection_lost", True, "lost"),
+        Failure("x", "coze.auth_error", False, "token you entered is incorrect", {"api-key": "wrong-key"}),
+        Failure("mock:business x", "coze.api_error", False, "not published"),
+        Failure("mock:failed x", "coze.api_error", False, "overloaded"),
+        Failure("mock:error x", "coze.stream_error", False, "Insufficient quota"),
+        Failure("mock:action x", "coze.api_error", False, "requires_action"),
+        Failure("mock:429 x", "coze.rate_limited", True, "retry after 4 s"),
+        Failure("mock:500 x", "coze.server_error", True, "Internal server error"),
+        Failure("mock:drop x", "coze.connection_lost", True, "lost"),
     ],
+    ids=str,
 )
-async def test_failures(
-    host: HostDouble,
-    mock: MockServices,
-    text: str,
-    extra: dict[str, Any],
-    code: str,
-    retryable: bool,
-    needle: str,
-) -> None:
-    out = await host.run(CozeRunner, text, config=config(mock, **extra))
-    assert (out.failure.code, out.failure.retryable) == (code, retryable), out.results
-    assert needle in out.failure.message and "wrong-key" not in out.failure.message
-    assert out.of_type("state.updated") == []
+async def test_failures(host: HostDouble, mock: MockServices, case: Failure) -> None:
+    await assert_fails(host, CozeRunner, config(mock), case)
 
 
 async def test_timeout(host: HostDouble, mock: MockServices) -> None:

@@ -15,6 +15,7 @@ from agentrunner.v1 import common_pb2
 from agentrunner_runners.dashscope import DashScopeRunner
 from agentrunner_runners.dashscope.runner import RefRenderer
 from agentrunner_runners.testing.mock_services import MockServices
+from tests.runners.services.support import Failure, assert_fails
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 KEY = "sk-dashscope-secret-01"
@@ -90,28 +91,19 @@ async def test_biz_params_and_image_urls(host: HostDouble, mock: MockServices) -
 
 
 @pytest.mark.parametrize(
-    ("text", "extra", "code", "retryable", "needle"),
+    "case",
     [
-        ("x", {"api-key": "wrong-key"}, "dashscope.auth_error", False, "Invalid API-key"),
-        ("mock:business x", {}, "dashscope.api_error", False, "App is not published"),
-        ("mock:error x", {}, "dashscope.stream_error", False, "Model inference failed"),
-        ("mock:429 x", {}, "dashscope.rate_limited", True, "retry after 5 s"),
-        ("mock:500 x", {}, "dashscope.server_error", True, "internal error"),
-        ("mock:drop x", {}, "dashscope.connection_lost", True, "lost"),
+        Failure("x", "dashscope.auth_error", False, "Invalid API-key", {"api-key": "wrong-key"}),
+        Failure("mock:business x", "dashscope.api_error", False, "App is not published"),
+        Failure("mock:error x", "dashscope.stream_error", False, "Model inference failed"),
+        Failure("mock:429 x", "dashscope.rate_limited", True, "retry after 5 s"),
+        Failure("mock:500 x", "dashscope.server_error", True, "internal error"),
+        Failure("mock:drop x", "dashscope.connection_lost", True, "lost"),
     ],
+    ids=str,
 )
-async def test_failures(
-    host: HostDouble,
-    mock: MockServices,
-    text: str,
-    extra: dict[str, Any],
-    code: str,
-    retryable: bool,
-    needle: str,
-) -> None:
-    out = await host.run(DashScopeRunner, text, config=config(mock, **extra))
-    assert (out.failure.code, out.failure.retryable) == (code, retryable), out.results
-    assert needle in out.failure.message and "wrong-key" not in out.failure.message
+async def test_failures(host: HostDouble, mock: MockServices, case: Failure) -> None:
+    await assert_fails(host, DashScopeRunner, config(mock), case)
 
 
 async def test_timeout(host: HostDouble, mock: MockServices) -> None:

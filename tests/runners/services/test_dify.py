@@ -86,6 +86,12 @@ async def test_agent_thoughts_are_progress_and_files_are_content(
     assert final.content == "Dify heard: weather"
     assert [c.image.uri for c in final.contents] == [mock.url("/dify/files/tools/chart.png?sign=abc")]
     assert out.progress == ["calling web_search\n"]  # a progress message, never answer text
+    [started] = out.of_type("tool.call.started")
+    [done] = out.of_type("tool.call.completed")
+    assert started.tool_call_started.tool_name == "web_search"
+    assert json_format.MessageToDict(started.tool_call_started.parameters) == {"query": "weather"}
+    assert done.tool_call_completed.tool_call_id == started.tool_call_started.tool_call_id
+    assert json_format.MessageToDict(done.tool_call_completed.result_preview) == {"text": "3 results"}
 
 
 async def test_think_is_kept_apart_or_removed(host: HostDouble, mock: MockServices) -> None:

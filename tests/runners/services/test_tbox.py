@@ -12,6 +12,7 @@ from agentrunner.testing import HostDouble
 from agentrunner.v1 import common_pb2, proxy_service_pb2
 from agentrunner_runners.tbox import TboxRunner
 from agentrunner_runners.testing.mock_services import MockServices
+from tests.runners.services.support import Failure, assert_fails
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 KEY = "tbox-secret-key-0001"
@@ -87,30 +88,21 @@ async def test_stale_conversation_is_retried_fresh(host: HostDouble, mock: MockS
 
 
 @pytest.mark.parametrize(
-    ("text", "extra", "code", "retryable", "needle"),
+    "case",
     [
-        ("x", {"api-key": "wrong-key"}, "tbox.auth_error", False, "authorization is invalid"),
-        ("mock:business x", {}, "tbox.api_error", False, "app does not exist"),
-        ("mock:business x", {"streaming": False}, "tbox.api_error", False, "app does not exist"),
-        ("mock:error x", {}, "tbox.stream_error", False, "the model is busy"),
-        ("mock:sseerror x", {}, "tbox.stream_error", False, "stream interrupted"),
-        ("mock:429 x", {}, "tbox.rate_limited", True, "retry after 6 s"),
-        ("mock:500 x", {}, "tbox.server_error", True, "system error"),
-        ("mock:drop x", {}, "tbox.connection_lost", True, "lost"),
+        Failure("x", "tbox.auth_error", False, "authorization is invalid", {"api-key": "wrong-key"}),
+        Failure("mock:business x", "tbox.api_error", False, "app does not exist"),
+        Failure("mock:business x", "tbox.api_error", False, "app does not exist", {"streaming": False}),
+        Failure("mock:error x", "tbox.stream_error", False, "the model is busy"),
+        Failure("mock:sseerror x", "tbox.stream_error", False, "stream interrupted"),
+        Failure("mock:429 x", "tbox.rate_limited", True, "retry after 6 s"),
+        Failure("mock:500 x", "tbox.server_error", True, "system error"),
+        Failure("mock:drop x", "tbox.connection_lost", True, "lost"),
     ],
+    ids=str,
 )
-async def test_failures(
-    host: HostDouble,
-    mock: MockServices,
-    text: str,
-    extra: dict[str, Any],
-    code: str,
-    retryable: bool,
-    needle: str,
-) -> None:
-    out = await host.run(TboxRunner, text, config=config(mock, **extra))
-    assert (out.failure.code, out.failure.retryable) == (code, retryable), out.results
-    assert needle in out.failure.message and "wrong-key" not in out.failure.message
+async def test_failures(host: HostDouble, mock: MockServices, case: Failure) -> None:
+    await assert_fails(host, TboxRunner, config(mock), case)
 
 
 async def test_timeout(host: HostDouble, mock: MockServices) -> None:

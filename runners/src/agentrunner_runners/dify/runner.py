@@ -2,7 +2,8 @@
 
 Chat and agent apps: `POST {base-url}/chat-messages` (streaming); the events `message` /
 `agent_message` (answer increments), `message_replace` (moderation rewrites the answer),
-`agent_thought` (a tool call: progress, never answer text), `message_file` (an image the app returns,
+`agent_thought` (a tool call: `tool.call.started` / `tool.call.completed` and a progress note,
+never answer text), `message_file` (an image the app returns,
 as answer content), `message_end` (usage), `error` (a failure inside the 200 stream), `ping`; unknown
 events are ignored. The conversation id Dify returns is kept in conversation state
 (`external.conversation_id`) and reused only when it is UUID-shaped; one Dify no longer knows is
@@ -19,13 +20,15 @@ Attachments are read through the host's artifact API and uploaded to `/files/upl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from collections.abc import AsyncGenerator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentrunner import RunContext
+from agentrunner import RunContext, results
 from agentrunner.services import (
     ServiceError,
     ServiceRunner,
@@ -145,14 +148,10 @@ class DifyRunner(ServiceRunner):
             "files": files,
         }
         think = _Think(turn, remove=cfg.remove_think)
-        async with turn.upstream.stream(
-            "POST", f"{cfg.base_url}/chat-messages", json=body, headers=headers
-        ) as resp:
-            async for event in turn.upstream.sse(resp):
-                data = _data(turn, event.data)
-                if data is None:
-                    continue
-                kind = data.get("event") or event.event
+        tools = _Tools(turn)
+        url = f"{cfg.base_url}/chat-messages"
+        async with contextlib.aclosing(_events(turn, url, body, headers)) as events:
+            async for kind, data in events:
                 conversation = data.get("conversation_id")
                 if isinstance(conversation, str) and is_uuid(conversation):
                     turn.ids.set(CONVERSATION_KEY, conversation)
@@ -162,7 +161,7 @@ class DifyRunner(ServiceRunner):
                     await think.flush()
                     await turn.answer.snapshot(str(data.get("answer") or ""))
                 elif kind == "agent_thought":
-                    await _thought(turn, data)
+                    await tools.thought(data)
                 elif kind == "message_file":
                     await _file(turn, cfg, data)
                 elif kind == "message_end":
@@ -193,14 +192,9 @@ class DifyRunner(ServiceRunner):
         body = {"inputs": inputs, "user": user_tag(ctx), "response_mode": "streaming", "files": files}
         think = _Think(turn, remove=cfg.remove_think)
         outputs: Any = None
-        async with turn.upstream.stream(
-            "POST", f"{cfg.base_url}/workflows/run", json=body, headers=headers
-        ) as resp:
-            async for event in turn.upstream.sse(resp):
-                data = _data(turn, event.data)
-                if data is None:
-                    continue
-                kind = data.get("event") or event.event
+        url = f"{cfg.base_url}/workflows/run"
+        async with contextlib.aclosing(_events(turn, url, body, headers)) as events:
+            async for kind, data in events:
                 if kind == "text_chunk":
                     await think.feed(str((data.get("data") or {}).get("text") or ""))
                 elif kind == "node_started":
@@ -252,10 +246,54 @@ def _data(turn: ServiceTurn, raw: str) -> dict[str, Any] | None:
     return data
 
 
-async def _thought(turn: ServiceTurn, data: dict[str, Any]) -> None:
-    tool = str(data.get("tool") or "")
-    if tool and not data.get("observation"):
-        await turn.answer.progress(f"calling {tool}")
+async def _events(
+    turn: ServiceTurn, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> AsyncGenerator[tuple[str, dict[str, Any]], None]:
+    """POSTs a streaming request and yields each event's name and JSON (pings and the like skipped)."""
+    async with turn.upstream.stream("POST", url, json=body, headers=headers) as resp:
+        async for event in turn.upstream.sse(resp):
+            data = _data(turn, event.data)
+            if data is not None:
+                yield str(data.get("event") or event.event), data
+
+
+class _Tools:
+    """An agent app's tool calls (`agent_thought` with a `tool`): `tool.call.started` when the thought
+    names the tool, `tool.call.completed` when its observation arrives, and a progress note."""
+
+    def __init__(self, turn: ServiceTurn) -> None:
+        self.turn = turn
+        self.open: dict[str, str] = {}
+        self.done: set[str] = set()
+
+    async def thought(self, data: dict[str, Any]) -> None:
+        tool = str(data.get("tool") or "")
+        thought_id = str(data.get("id") or data.get("position") or "")
+        if not tool or not thought_id or thought_id in self.done:
+            return
+        call_id = f"dify_{thought_id}"
+        if thought_id not in self.open:
+            self.open[thought_id] = tool
+            await self.turn.ctx.emit(
+                results.tool_started(call_id, tool, _tool_input(data.get("tool_input"), tool))
+            )
+            await self.turn.answer.progress(f"calling {tool}")
+        observation = data.get("observation")
+        if observation:
+            self.done.add(thought_id)
+            preview = {"text": str(observation)[:2000]}
+            await self.turn.ctx.emit(results.tool_completed(call_id, self.open.pop(thought_id), preview))
+
+
+def _tool_input(raw: Any, tool: str) -> dict[str, Any]:
+    """Dify's `tool_input` (a JSON text, often keyed by the tool's name) as call parameters."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw.strip() else raw
+    except json.JSONDecodeError:
+        return {"input": raw}
+    if isinstance(value, dict) and isinstance(value.get(tool), dict) and len(value) == 1:
+        value = value[tool]
+    return value if isinstance(value, dict) else ({"input": value} if value else {})
 
 
 async def _node(turn: ServiceTurn, data: dict[str, Any]) -> None:

@@ -24,11 +24,9 @@ from starlette.routing import Route
 from agentrunner_runners.testing.mockkit import (
     Recorder,
     StreamedBody,
-    dropped,
     json_error,
-    pieces,
     scenario_of,
-    slow,
+    scripted,
     words,
 )
 
@@ -97,12 +95,7 @@ class CozeMock:
             self.conversations.add(conversation)
         answer = f"Coze heard: {text}" + (f" (with {images} image(s))" if images else "")
         events = self._events(scenario, conversation, answer, str(body.get("bot_id", "")))
-        if scenario == "slow":
-            stream = slow(events[:3])
-        elif scenario == "drop":
-            stream = dropped(events[:4])
-        else:
-            stream = pieces(events)
+        stream = scripted(scenario, events, slow_after=3, drop_after=4)
         return StreamedBody(stream, record, media_type="text/event-stream")
 
     def _events(self, scenario: str, conversation: str, answer: str, bot: str) -> list[bytes]:

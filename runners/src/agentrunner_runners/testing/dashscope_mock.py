@@ -25,11 +25,9 @@ from starlette.routing import Route
 from agentrunner_runners.testing.mockkit import (
     Recorder,
     StreamedBody,
-    dropped,
     json_error,
-    pieces,
     scenario_of,
-    slow,
+    scripted,
     words,
 )
 
@@ -87,12 +85,7 @@ class DashScopeMock:
             f" (with {images} image(s))" if images else ""
         )
         events = self._events(scenario, answer, session, request_id, bool(params.get("incremental_output")))
-        if scenario == "slow":
-            stream = slow(events[:1])
-        elif scenario == "drop":
-            stream = dropped(events[:2])
-        else:
-            stream = pieces(events)
+        stream = scripted(scenario, events, slow_after=1, drop_after=2)
         return StreamedBody(stream, record, media_type="text/event-stream;charset=UTF-8")
 
     def _events(

@@ -22,11 +22,9 @@ from starlette.routing import Route
 from agentrunner_runners.testing.mockkit import (
     Recorder,
     StreamedBody,
-    dropped,
     json_error,
-    pieces,
     scenario_of,
-    slow,
+    scripted,
     words,
 )
 
@@ -292,12 +290,7 @@ class DifyMock:
         return self._stream(scenario, out, record)
 
     def _stream(self, scenario: str, events: list[bytes], record: Any) -> Response:
-        if scenario == "slow":
-            body = slow(events[:2])
-        elif scenario == "drop":
-            body = dropped(events[: max(2, len(events) // 2)])
-        else:
-            body = pieces(events)
+        body = scripted(scenario, events, slow_after=2, drop_after=max(2, len(events) // 2))
         return StreamedBody(body, record, media_type="text/event-stream")
 
 

@@ -23,11 +23,9 @@ from starlette.routing import Route
 from agentrunner_runners.testing.mockkit import (
     Recorder,
     StreamedBody,
-    dropped,
     json_error,
-    pieces,
     scenario_of,
-    slow,
+    scripted,
     words,
 )
 
@@ -112,10 +110,5 @@ class LangflowMock:
         else:
             out.append(_event("add_message", {**machine, "text": answer}))
             out.append(_event("end", {"result": result}))
-        if scenario == "slow":
-            body = slow(out[:3])
-        elif scenario == "drop":
-            body = dropped(out[:4])
-        else:
-            body = pieces(out)
+        body = scripted(scenario, out, slow_after=3, drop_after=4)
         return StreamedBody(body, record, media_type="application/x-ndjson")

@@ -198,6 +198,16 @@ async def slow(
             yield keepalive
 
 
+def scripted(scenario: str, events: list[bytes], *, slow_after: int, drop_after: int) -> AsyncIterator[bytes]:
+    """The body of a streamed answer: `slow` stops after `slow_after` events (then silence), `drop`
+    breaks the connection after `drop_after`, anything else sends every event, split awkwardly."""
+    if scenario == "slow":
+        return slow(events[:slow_after])
+    if scenario == "drop":
+        return dropped(events[:drop_after])
+    return pieces(events)
+
+
 def words(text: str) -> list[str]:
     """`text` as streaming pieces: words with their trailing space."""
     out, current = [], ""

@@ -27,11 +27,10 @@ from starlette.routing import Route
 from agentrunner_runners.testing.mockkit import (
     Recorder,
     StreamedBody,
-    dropped,
     json_error,
     pieces,
     scenario_of,
-    slow,
+    scripted,
     words,
 )
 
@@ -97,12 +96,7 @@ class N8nMock:
             kind = "text/plain; charset=utf-8" if scenario == "text" else "application/json"
             return StreamedBody(pieces([raw]), record, media_type=kind)
         items = self._items(scenario, answer)
-        if scenario == "slow":
-            stream = slow(items[:2])
-        elif scenario == "drop":
-            stream = dropped(items[:3])
-        else:
-            stream = pieces(items)
+        stream = scripted(scenario, items, slow_after=2, drop_after=3)
         return StreamedBody(stream, record, media_type="application/json; charset=utf-8")
 
     def _items(self, scenario: str, answer: str) -> list[bytes]:

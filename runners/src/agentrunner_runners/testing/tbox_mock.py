@@ -24,11 +24,9 @@ from starlette.routing import Route
 from agentrunner_runners.testing.mockkit import (
     Recorder,
     StreamedBody,
-    dropped,
     json_error,
-    pieces,
     scenario_of,
-    slow,
+    scripted,
     words,
 )
 
@@ -99,12 +97,7 @@ class TboxMock:
                           "result": [{"chunk": answer, "mediaType": "text", "lane": "default"}]}}
             )  # fmt: skip
         events = self._events(scenario, conversation, answer)
-        if scenario == "slow":
-            stream = slow(events[:2])
-        elif scenario == "drop":
-            stream = dropped(events[:3])
-        else:
-            stream = pieces(events)
+        stream = scripted(scenario, events, slow_after=2, drop_after=3)
         return StreamedBody(stream, record, media_type="text/event-stream;charset=UTF-8")
 
     def _events(self, scenario: str, conversation: str, answer: str) -> list[bytes]:
