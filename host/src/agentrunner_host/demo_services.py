@@ -27,7 +27,6 @@ from agentrunner.results import is_answer, kind_name
 from agentrunner.v1 import common_pb2, host_service_pb2_grpc
 from agentrunner_host.cli import _request
 from agentrunner_host.config import load_config
-from agentrunner_host.demo import start_runner
 from agentrunner_host.observability import configure_logging
 from agentrunner_host.server import HostApp
 
@@ -85,21 +84,34 @@ SERVICES: list[tuple[str, str, str, str, Any, str]] = [
 MOCK_READY = "MOCK_SERVICES_LISTENING"
 
 
-async def start_mock() -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agentrunner_runners.testing.mock_services",
-        "--port",
-        "0",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+#: how long the mock and the runners may take to start (seven Python processes start at once)
+START_TIMEOUT = 120.0
+
+
+async def spawn(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
     )
+
+
+async def ready(proc: asyncio.subprocess.Process, marker: str, what: str) -> str:
+    """The address or port a process printed after `marker`; fails when it exits or takes too long."""
     assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
-    if not line.startswith(MOCK_READY):
-        raise RuntimeError("the mock services did not start")
-    return proc, f"http://127.0.0.1:{line.split()[1]}"
+    async with asyncio.timeout(START_TIMEOUT):
+        while True:
+            line = (await proc.stdout.readline()).decode()
+            if not line:
+                raise RuntimeError(f"{what} exited before it was ready")
+            if line.startswith(marker + " "):
+                return line.split()[1]
+
+
+async def stop(procs: list[asyncio.subprocess.Process]) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+    for proc in procs:
+        await proc.wait()
 
 
 def config_file(workdir: Path, base: str, addresses: dict[str, str]) -> Path:
@@ -176,17 +188,8 @@ async def one_turn(console: Console, address: str, name: str, label: str, text: 
     return status == common_pb2.RUN_STATUS_COMPLETED
 
 
-async def main() -> int:
-    configure_logging("WARNING")
-    console = Console()
-    console.print(
-        "[yellow]The service runners front SaaS APIs this demo does not call: every turn goes to the bundled "
-        "mock services (agentrunner_runners.testing.mock_services), which speak each service's public wire "
-        "format. Point a runner's base URL / webhook URL at the real service to use it.[/yellow]\n"
-    )
-    started = await asyncio.gather(start_mock(), *(start_runner(target) for _, _, target, *_ in SERVICES))
-    (mock, base), runners = started[0], started[1:]
-    addresses = {name: address for (name, *_), (_, address) in zip(SERVICES, runners, strict=True)}
+async def conversation(console: Console, base: str, addresses: dict[str, str]) -> bool:
+    """The host on a fresh SQLite database, then one turn per service; True when every turn completed."""
     ok = True
     with tempfile.TemporaryDirectory(prefix="agentrunner-demo-services-") as tmp:
         host = await HostApp.open(load_config(config_file(Path(tmp), base, addresses)), auto_upgrade=True)
@@ -200,10 +203,39 @@ async def main() -> int:
             ok = False
         finally:
             await host.stop(1.0)
-            for proc in (mock, *(p for p, _ in runners)):
-                with contextlib.suppress(ProcessLookupError):
-                    proc.terminate()
-                await proc.wait()
+    return ok
+
+
+async def main() -> int:
+    configure_logging("WARNING")
+    console = Console()
+    console.print(
+        "[yellow]The service runners front SaaS APIs this demo does not call: every turn goes to the bundled "
+        "mock services (agentrunner_runners.testing.mock_services), which speak each service's public wire "
+        "format. Point a runner's base URL / webhook URL at the real service to use it.[/yellow]\n"
+    )
+    mock = await spawn("-m", "agentrunner_runners.testing.mock_services", "--port", "0")
+    procs = [mock]
+    try:
+        for _, _, target, *_ in SERVICES:
+            procs.append(
+                await spawn("-m", "agentrunner", "serve", target, "--host", "127.0.0.1", "--port", "0")
+            )
+        try:
+            port, *runner_addresses = await asyncio.gather(
+                ready(mock, MOCK_READY, "the mock services"),
+                *(
+                    ready(p, "AGENTRUNNER_LISTENING", t)
+                    for p, (_, _, t, *_) in zip(procs[1:], SERVICES, strict=True)
+                ),
+            )
+        except (TimeoutError, RuntimeError) as exc:
+            console.print(f"[red]services demo failed: {exc or 'a process did not start in time'}[/red]")
+            return 1
+        addresses = {name: address for (name, *_), address in zip(SERVICES, runner_addresses, strict=True)}
+        ok = await conversation(console, f"http://127.0.0.1:{port}", addresses)
+    finally:
+        await stop(procs)
     console.print(
         "[bold green]services demo finished[/bold green]"
         if ok
