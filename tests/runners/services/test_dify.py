@@ -143,7 +143,7 @@ async def test_slow_server_hits_the_timeout(host: HostDouble, mock: MockServices
     started = time.monotonic()
     out = await host.run(DifyRunner, "mock:slow x", config=config(mock, timeout=1))
     assert out.failure.code == "dify.timeout" and out.failure.retryable
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15
     await asyncio.sleep(0.2)
     assert mock.of("dify")[0].disconnected  # the upstream request was closed, not left hanging
 
@@ -152,7 +152,7 @@ async def test_run_deadline_clips_the_timeout(host: HostDouble, mock: MockServic
     started = time.monotonic()
     out = await host.run(DifyRunner, "mock:slow x", config=config(mock, timeout=60), deadline=2.0)
     assert out.failure.code in ("dify.timeout", "deadline_exceeded") and out.failure.retryable
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < 15
 
 
 async def test_cancel_closes_the_upstream_request(host: HostDouble, mock: MockServices) -> None:
@@ -171,8 +171,24 @@ async def test_control_cancel_ends_the_run_as_cancelled(host: HostDouble, mock: 
     await host.cancel(handle.run_id, "user pressed stop", grace=5.0)
     out = await handle.wait(10)
     assert out.failure.code == "cancelled" and "user pressed stop" in out.failure.message
-    assert time.monotonic() - started < 2  # at once, not after the grace period
+    assert time.monotonic() - started < 4  # at once, not after the grace period
     assert mock.of("dify")[0].disconnected
+
+
+async def test_a_cancel_signal_and_the_call_cancel_together_still_close_the_upstream_request(
+    host: HostDouble, mock: MockServices
+) -> None:
+    for _ in range(3):
+        mock.recorder.requests.clear()
+        handle = await host.start_run(DifyRunner, "mock:slow x", config=config(mock, timeout=60))
+        assert await handle.next(timeout=10) is not None
+        await host.cancel(handle.run_id, "stop", grace=0.0)
+        handle.cancel()
+        for _ in range(50):
+            if mock.of("dify")[0].disconnected:
+                break
+            await asyncio.sleep(0.05)
+        assert mock.of("dify")[0].disconnected
 
 
 async def test_stale_conversation_is_dropped_and_retried_once(host: HostDouble, mock: MockServices) -> None:

@@ -89,7 +89,7 @@ async def test_failures(
 async def test_timeout(host: HostDouble, mock: MockServices) -> None:
     started = time.monotonic()
     out = await host.run(LangflowRunner, "mock:slow x", config=config(mock, timeout=1))
-    assert out.failure.code == "langflow.timeout" and time.monotonic() - started < 5
+    assert out.failure.code == "langflow.timeout" and time.monotonic() - started < 15
 
 
 @pytest.mark.parametrize(

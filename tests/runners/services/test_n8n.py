@@ -97,7 +97,7 @@ async def test_failures(
 async def test_slow_workflow_times_out(host: HostDouble, mock: MockServices) -> None:
     started = time.monotonic()
     out = await host.run(N8nRunner, "mock:slow x", config=config(mock, timeout=1))
-    assert out.failure.code == "n8n.timeout" and out.failure.retryable and time.monotonic() - started < 5
+    assert out.failure.code == "n8n.timeout" and out.failure.retryable and time.monotonic() - started < 15
 
 
 @pytest.mark.parametrize(
