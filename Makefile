@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
 TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts demo demo-services bench clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance demo demo-services bench clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -56,6 +56,9 @@ test-go: ## Go runner kit tests (sdk_go; modules from the Go module proxy)
 
 test-ts: $(TS_DEPS) ## TypeScript runner kit tests (sdk_ts; packages from the npm registry)
 	cd sdk_ts && npm test --silent
+
+conformance: sync $(TS_DEPS) ## Conformance kits: runner kit vs the Python, Go and TS runners (tables + JUnit XML)
+	$(RUN) python tools/conformance.py
 
 demo: sync ## The main job: host on SQLite + reference runner, a scripted conversation
 	$(RUN) python -m agentrunner_host.demo

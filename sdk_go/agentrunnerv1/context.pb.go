@@ -2467,7 +2467,8 @@ type ContextAccess struct {
 	ConversationId string `protobuf:"bytes,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// Thread of the run.
 	ThreadId string `protobuf:"bytes,2,opt,name=thread_id,json=threadId,proto3" json:"thread_id,omitempty"`
-	// Opaque cursor of the newest transcript item before this event; pass it as `before_cursor`.
+	// Opaque cursor of this event's own transcript item (its input message). Pass it as `before_cursor`
+	// to page the history before this event; the current input is not repeated in that page.
 	LatestCursor string `protobuf:"bytes,3,opt,name=latest_cursor,json=latestCursor,proto3" json:"latest_cursor,omitempty"`
 	// Sequence of this event in the event log.
 	EventSeq *int64 `protobuf:"varint,4,opt,name=event_seq,json=eventSeq,proto3,oneof" json:"event_seq,omitempty"`

@@ -311,3 +311,14 @@ async def test_wrong_run_token_is_rejected_by_the_host_double(host: HostDouble) 
     api = HostApi(host.endpoint, run_id="r1", run_token="forged", precheck=False)
     with pytest.raises(RunTokenInvalidError):
         await api.get_prompt()
+
+
+def test_retry_info_travels_with_the_error() -> None:
+    from google.rpc import error_details_pb2
+
+    status = RateLimitedError("slow down", retry_delay=1.5).to_status()
+    kinds = [d.TypeName() for d in status.details]
+    assert kinds == ["google.rpc.ErrorInfo", "google.rpc.RetryInfo"]
+    retry = error_details_pb2.RetryInfo()
+    status.details[1].Unpack(retry)
+    assert retry.retry_delay.ToNanoseconds() == 1_500_000_000

@@ -3,7 +3,8 @@
 Every error crosses the wire as a `google.rpc.Status` carrying exactly one `google.rpc.ErrorInfo` in the
 `agentrunner.langbot.app` domain. `AgentRunnerError` is the one Python type for it: servers raise it and
 `abort_with` turns it into a status; clients get it back from `from_rpc_error`, as the subclass keyed by
-its reason.
+its reason. A `google.rpc.RetryInfo` detail (when to try again, for `RATE_LIMITED`) travels as
+`retry_delay`.
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ class AgentRunnerError(Exception):
         retryable: bool | None = None,
         metadata: Mapping[str, Any] | None = None,
         code: grpc.StatusCode | None = None,
+        retry_delay: float | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
+        #: Seconds the caller should wait before trying again (`google.rpc.RetryInfo`), when given.
+        self.retry_delay = retry_delay
         self.retryable = self.default_retryable if retryable is None else retryable
         self.metadata: dict[str, str] = {k: str(v) for k, v in (metadata or {}).items()}
         if code is not None:
@@ -66,7 +70,13 @@ class AgentRunnerError(Exception):
         )
         detail = any_pb2.Any()
         detail.Pack(info)
-        return status_pb2.Status(code=self.status_code.value[0], message=self.message, details=[detail])
+        details = [detail]
+        if self.retry_delay is not None:
+            retry = error_details_pb2.RetryInfo()
+            retry.retry_delay.FromNanoseconds(int(self.retry_delay * 1e9))
+            details.append(any_pb2.Any())
+            details[-1].Pack(retry)
+        return status_pb2.Status(code=self.status_code.value[0], message=self.message, details=details)
 
 
 class UnauthorizedError(AgentRunnerError):
@@ -234,6 +244,14 @@ def _status_code(value: int) -> grpc.StatusCode:
     return grpc.StatusCode.UNKNOWN
 
 
+def _retry_delay(status: status_pb2.Status) -> float | None:
+    for detail in status.details:
+        retry = error_details_pb2.RetryInfo()
+        if detail.Is(retry.DESCRIPTOR) and detail.Unpack(retry):
+            return float(retry.retry_delay.ToNanoseconds()) / 1e9
+    return None
+
+
 def from_rpc_error(error: grpc.RpcError) -> AgentRunnerError:
     """The typed error carried by a failed call (`grpc.aio.AioRpcError` or a sync `grpc.RpcError`)."""
     # (grpc.aio's errors are not `grpc.Call`s, but have what `from_call` reads from one)
@@ -241,13 +259,20 @@ def from_rpc_error(error: grpc.RpcError) -> AgentRunnerError:
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
     message = (error.details() if hasattr(error, "details") else None) or str(code)
     if status is not None:
+        retry_delay = _retry_delay(status)
         for detail in status.details:
             info = error_details_pb2.ErrorInfo()
             if detail.Is(info.DESCRIPTOR) and detail.Unpack(info) and info.domain == DOMAIN:
                 cls = ERROR_TYPES.get(info.reason, RuntimeFailureError)
                 metadata = dict(info.metadata)
                 retryable = metadata.pop("retryable", "false") == "true"
-                return cls(status.message or message, retryable=retryable, metadata=metadata, code=code)
+                return cls(
+                    status.message or message,
+                    retryable=retryable,
+                    metadata=metadata,
+                    code=code,
+                    retry_delay=retry_delay,
+                )
     if code == grpc.StatusCode.UNAVAILABLE:
         return RuntimeFailureError(message, retryable=True, code=code)
     cls = _FALLBACK_BY_CODE.get(code, RuntimeFailureError)

@@ -10,15 +10,18 @@ list of names, labels as a string (`en_US`) or a dict of translations. Everythin
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from google.protobuf import descriptor, json_format
 
 from agentrunner.protocol import PROTOCOL_VERSION, RUNNER_ID_PATTERN
-from agentrunner.v1 import manifest_pb2
+from agentrunner.v1 import common_pb2, manifest_pb2
+
+if TYPE_CHECKING:
+    from google.protobuf.internal.enum_type_wrapper import _EnumTypeWrapper
 
 RunnerManifest = manifest_pb2.RunnerManifest
 
@@ -167,3 +170,81 @@ def load_manifest_file(path: str | Path) -> RunnerManifest:
         return build_manifest(data)
     except ManifestError as exc:
         raise ManifestError(f"{path}: {exc}") from None
+
+
+def _check_enum(values: Iterable[int], enum: _EnumTypeWrapper[Any], field: str) -> None:
+    known = set(enum.values())
+    for value in values:
+        if value == 0 or value not in known:
+            raise ManifestError(f"permissions.{field}: invalid value {value}")
+
+
+def _default_matches(field: manifest_pb2.ConfigField) -> bool:
+    if not field.HasField("default_value"):
+        return True
+    kind = field.default_value.WhichOneof("kind")
+    t = field.type
+    if kind == "null_value":
+        return True
+    if t in (
+        manifest_pb2.CONFIG_FIELD_TYPE_STRING,
+        manifest_pb2.CONFIG_FIELD_TYPE_TEXT,
+        manifest_pb2.CONFIG_FIELD_TYPE_SECRET,
+        manifest_pb2.CONFIG_FIELD_TYPE_SELECT,
+        manifest_pb2.CONFIG_FIELD_TYPE_LLM_MODEL_SELECTOR,
+        manifest_pb2.CONFIG_FIELD_TYPE_RERANK_MODEL_SELECTOR,
+    ):
+        return kind == "string_value"
+    if t in (manifest_pb2.CONFIG_FIELD_TYPE_INTEGER, manifest_pb2.CONFIG_FIELD_TYPE_NUMBER):
+        return kind == "number_value"
+    if t == manifest_pb2.CONFIG_FIELD_TYPE_BOOLEAN:
+        return kind == "bool_value"
+    if t in (
+        manifest_pb2.CONFIG_FIELD_TYPE_STRING_LIST,
+        manifest_pb2.CONFIG_FIELD_TYPE_KNOWLEDGE_BASE_MULTI_SELECTOR,
+        manifest_pb2.CONFIG_FIELD_TYPE_PROMPT_EDITOR,
+    ):
+        return kind == "list_value"
+    return True
+
+
+def validate_manifest(manifest: manifest_pb2.RunnerManifest) -> None:
+    """Raises `ManifestError` unless a manifest received over the wire is one a v1 host can serve.
+
+    The host runs it on every manifest its registry discovers; the conformance kit runs it on the
+    manifests a runner under test lists. `build_manifest` checks the SDK's own manifests when loaded.
+    """
+    if not RUNNER_ID_PATTERN.match(manifest.id):
+        raise ManifestError(f"id: {manifest.id!r} is not plugin:<author>/<name>/<runner>")
+    if manifest.name and manifest.name != manifest.id.rsplit("/", 1)[-1]:
+        raise ManifestError(f"name: {manifest.name!r} is not the last segment of the id")
+    major = manifest.protocol_version.split(".", 1)[0]
+    if major != PROTOCOL_VERSION:
+        raise ManifestError(
+            f"protocol_version: {manifest.protocol_version!r} is not compatible with {PROTOCOL_VERSION!r}"
+        )
+    perms = manifest.permissions
+    _check_enum(perms.models, manifest_pb2.ModelOperation, "models")
+    _check_enum(perms.tools, manifest_pb2.ToolOperation, "tools")
+    _check_enum(perms.knowledge_bases, manifest_pb2.KnowledgeOperation, "knowledge_bases")
+    _check_enum(perms.history, manifest_pb2.HistoryOperation, "history")
+    _check_enum(perms.events, manifest_pb2.EventOperation, "events")
+    _check_enum(perms.artifacts, manifest_pb2.ArtifactOperation, "artifacts")
+    _check_enum(perms.storage, manifest_pb2.StorageArea, "storage")
+    _check_enum(perms.files, manifest_pb2.FileKind, "files")
+    _check_enum(perms.runs, manifest_pb2.RunRecordOperation, "runs")
+    _check_enum(perms.state, common_pb2.StateScope, "state")
+    names: set[str] = set()
+    for i, field in enumerate(manifest.config_schema):
+        where = f"config_schema[{i}]"
+        if not field.name:
+            raise ManifestError(f"{where}.name: empty")
+        if field.name in names:
+            raise ManifestError(f"{where}.name: duplicate {field.name!r}")
+        names.add(field.name)
+        if field.type == 0 or field.type not in manifest_pb2.ConfigFieldType.values():
+            raise ManifestError(f"{where}.type: invalid value {field.type}")
+        if field.type == manifest_pb2.CONFIG_FIELD_TYPE_SELECT and not field.options:
+            raise ManifestError(f"{where}.options: a select field needs options")
+        if not _default_matches(field):
+            raise ManifestError(f"{where}.default_value: does not match the field type")

@@ -47,6 +47,7 @@ from agentrunner.v1 import (
 )
 
 __all__ = [
+    "ControlSession",
     "GrammarError",
     "HostDouble",
     "ProxyCall",
@@ -73,6 +74,8 @@ class ProxyCall:
     metadata: dict[str, str]
     #: Seconds left on the call's gRPC deadline when it arrived (None without a deadline).
     time_remaining: float | None = None
+    #: `time.monotonic()` when the call arrived.
+    received_at: float = field(default_factory=time.monotonic)
 
 
 def check_grammar(results: Sequence[result_pb2.RunResult], run_id: str, *, ended: bool = True) -> list[str]:
@@ -219,6 +222,14 @@ class RunHandle:
         self._code = grpc.StatusCode.OK
         self._error: AgentRunnerError | None = None
         self._done = False
+        #: `time.monotonic()` when the run was started and when its terminal result was read.
+        self.started_at = time.monotonic()
+        self.terminal_at: float | None = None
+
+    @property
+    def done(self) -> bool:
+        """The stream ended (normally, with an error, or cancelled)."""
+        return self._done
 
     async def next(self, timeout: float = 5.0) -> result_pb2.RunResult | None:
         """The next result, or None when the stream ended."""
@@ -242,6 +253,8 @@ class RunHandle:
             self._done = True
             return None
         self.results.append(msg.result)
+        if self.terminal_at is None and is_terminal(msg.result):
+            self.terminal_at = time.monotonic()
         return msg.result
 
     def cancel(self) -> None:
@@ -255,12 +268,17 @@ class RunHandle:
         async with asyncio.timeout(timeout):
             while await self.next(timeout) is not None:
                 pass
-        outcome = RunOutcome(self.run_id, list(self.results), self._code, self._error)
-        outcome.grammar_errors = check_grammar(
-            outcome.results, self.run_id, ended=self._code == grpc.StatusCode.OK
-        )
+        outcome = self.outcome()
         if check and outcome.grammar_errors:
             raise GrammarError("; ".join(outcome.grammar_errors))
+        return outcome
+
+    def outcome(self) -> RunOutcome:
+        """What was read so far, with its grammar violations (the stream counts as ended when done)."""
+        outcome = RunOutcome(self.run_id, list(self.results), self._code, self._error)
+        outcome.grammar_errors = check_grammar(
+            outcome.results, self.run_id, ended=self._done and self._code == grpc.StatusCode.OK
+        )
         return outcome
 
 
@@ -461,7 +479,9 @@ _DEFAULT_ANSWERS: dict[str, Script] = {
 
 
 @dataclass
-class _ControlSession:
+class ControlSession:
+    """One run's control stream as the double saw it."""
+
     run_id: str
     outbox: asyncio.Queue[proxy_service_pb2.ControlResponse] = field(default_factory=asyncio.Queue)
     acks: list[proxy_service_pb2.ControlAck] = field(default_factory=list)
@@ -469,6 +489,10 @@ class _ControlSession:
     hello: proxy_service_pb2.ControlHello | None = None
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     ack_event: asyncio.Event = field(default_factory=asyncio.Event)
+    #: `time.monotonic()` of the hello, of each heartbeat and of the stream's end.
+    opened_at: float = field(default_factory=time.monotonic)
+    heartbeat_times: list[float] = field(default_factory=list)
+    closed_at: float | None = None
 
 
 class HostDouble:
@@ -483,7 +507,7 @@ class HostDouble:
         self.calls: list[ProxyCall] = []
         self.tokens: dict[str, str] = {}
         self._scripts: dict[str, list[Script]] = defaultdict(list)
-        self._sessions: dict[str, _ControlSession] = {}
+        self._sessions: dict[str, ControlSession] = {}
         self._session_ready: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
         self._server: grpc.aio.Server | None = None
         self._runner_servers: dict[int, RunnerServer] = {}
@@ -564,6 +588,10 @@ class HostDouble:
             response = error
         self._scripts[method].append(response)
         return self
+
+    def reset_scripts(self) -> None:
+        """Forgets every scripted answer (unscripted calls get the defaults again)."""
+        self._scripts.clear()
 
     def calls_to(self, method: str) -> list[ProxyCall]:
         return [c for c in self.calls if c.method == method]
@@ -670,7 +698,7 @@ class HostDouble:
         self.calls.append(ProxyCall("Control", hello, metadata, context.time_remaining()))
         if self.check_token and self.tokens.get(hello.run_id) != hello.run_token:
             await abort_with(context, RunTokenInvalidError("hello carries a wrong run token"))
-        session = _ControlSession(hello.run_id, hello=hello)
+        session = ControlSession(hello.run_id, hello=hello)
         self._sessions[hello.run_id] = session
         welcome = proxy_service_pb2.ControlWelcome(
             heartbeat_interval=duration_pb2.Duration(nanos=int(self.heartbeat_interval * 1e9))
@@ -689,6 +717,7 @@ class HostDouble:
                     session.ack_event.set()
                 elif kind == "heartbeat":
                     session.heartbeats += 1
+                    session.heartbeat_times.append(time.monotonic())
 
         read_task = asyncio.create_task(reader())
         try:
@@ -703,13 +732,14 @@ class HostDouble:
             read_task.cancel()
             with contextlib.suppress(BaseException):
                 await read_task
+            session.closed_at = time.monotonic()
             session.closed.set()
 
-    def control_session(self, run_id: str) -> _ControlSession | None:
+    def control_session(self, run_id: str) -> ControlSession | None:
         """The run's control stream as the double saw it (hello, acks, heartbeats), if it connected."""
         return self._sessions.get(run_id)
 
-    async def wait_control(self, run_id: str, timeout: float = 5.0) -> _ControlSession:
+    async def wait_control(self, run_id: str, timeout: float = 5.0) -> ControlSession:
         async with asyncio.timeout(timeout):
             await self._session_ready[run_id].wait()
         return self._sessions[run_id]
@@ -772,9 +802,13 @@ class HostDouble:
         context: context_pb2.RunContext | None = None,
         runner_id: str = "",
         call_timeout: float | None = None,
+        host_api_endpoint: str | None = None,
         **context_args: Any,
     ) -> RunHandle:
-        """Starts a run and returns its handle. Context args go to `make_context`."""
+        """Starts a run and returns its handle. Context args go to `make_context`.
+
+        `host_api_endpoint` overrides the ProxyService address given to the runner (default: this double).
+        """
         manifest = None
         stub = runner_service_pb2_grpc.RunnerServiceStub(self._channel(await self._address(runner)))
         if not isinstance(runner, str):
@@ -795,7 +829,7 @@ class HostDouble:
             runner_id=runner_id,
             context=context,
             run_token=token,
-            host_api_endpoint=self.endpoint,
+            host_api_endpoint=self.endpoint if host_api_endpoint is None else host_api_endpoint,
         )
         if call_timeout is None and context.runtime.HasField("deadline_at"):
             deadline = context.runtime.deadline_at.ToNanoseconds() / 1e9

@@ -1285,7 +1285,9 @@ class ContextAccess(_message.Message):
     thread_id: _builtins.str
     """Thread of the run."""
     latest_cursor: _builtins.str
-    """Opaque cursor of the newest transcript item before this event; pass it as `before_cursor`."""
+    """Opaque cursor of this event's own transcript item (its input message). Pass it as `before_cursor`
+    to page the history before this event; the current input is not repeated in that page.
+    """
     event_seq: _builtins.int
     """Sequence of this event in the event log."""
     transcript_seq: _builtins.int

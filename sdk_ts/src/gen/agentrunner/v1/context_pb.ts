@@ -1365,7 +1365,8 @@ export type ContextAccess = Message<"agentrunner.v1.ContextAccess"> & {
   threadId: string;
 
   /**
-   * Opaque cursor of the newest transcript item before this event; pass it as `before_cursor`.
+   * Opaque cursor of this event's own transcript item (its input message). Pass it as `before_cursor`
+   * to page the history before this event; the current input is not repeated in that page.
    *
    * @generated from field: string latest_cursor = 3;
    */

@@ -1,0 +1,82 @@
+"""`agentrunner-conformance runner|host --target HOST:PORT`: the conformance kits on the command line.
+
+Prints the pass/fail table, optionally writes JUnit XML, and exits 0 when the target conforms, 1 when a
+check failed and 2 when the target could not be checked at all (bad arguments, nothing listening).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import structlog
+import typer
+from rich.console import Console
+
+from agentrunner.conformance.report import Report
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Check a runner or a host against the AgentRunner Protocol v1 contract (language-neutral: gRPC only).",
+)
+_console = Console()
+
+
+@app.callback()
+def _kits() -> None:
+    """Check a runner or a host against the AgentRunner Protocol v1 contract."""
+
+
+Target = Annotated[str, typer.Option("--target", help="host:port of the service under test.")]
+Junit = Annotated[Path | None, typer.Option("--junit", help="Also write the results as JUnit XML here.")]
+
+
+def _quiet() -> None:
+    # The kit's own servers log through structlog; the table is the output.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+
+
+def _finish(report: Report, junit: Path | None) -> None:
+    report.print(_console)
+    if junit is not None:
+        report.write_junit(junit)
+        _console.print(f"JUnit XML: {junit}")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+def _check_target(target: str) -> None:
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        _console.print(f"[red]--target must look like HOST:PORT, got {target!r}[/]")
+        raise typer.Exit(2)
+
+
+@app.command("runner")
+def runner_command(
+    target: Target,
+    runner_id: Annotated[
+        str, typer.Option(help="Runner id or name to check (default: the first listed).")
+    ] = "",
+    timeout: Annotated[
+        float, typer.Option(help="Seconds a run may take before the kit gives up on it.")
+    ] = 20.0,
+    wait: Annotated[float, typer.Option(help="Seconds to wait for the target to start answering.")] = 10.0,
+    junit: Junit = None,
+) -> None:
+    """Play the host against a runner: discovery, stream grammar, proxy etiquette, errors, Control, deadlines."""
+    from agentrunner.conformance.runner_kit import check_runner
+
+    _check_target(target)
+    _quiet()
+    report = asyncio.run(check_runner(target, runner_id=runner_id, timeout=timeout, wait=wait))
+    if not report.results or (report.results[-1].check_id == "discovery.list" and not report.ok):
+        report.print(_console)
+        raise typer.Exit(2)
+    _finish(report, junit)
+
+
+def main() -> None:
+    app()

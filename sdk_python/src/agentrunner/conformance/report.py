@@ -1,0 +1,104 @@
+"""Check outcomes of a conformance run: the pass/fail table on the terminal and JUnit XML for CI."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+
+class Status(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+@dataclasses.dataclass(slots=True)
+class CheckResult:
+    """One row of the table: a rule of the contract and what the kit saw."""
+
+    check_id: str
+    title: str
+    status: Status
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass
+class Report:
+    """Every check of one kit run against one target."""
+
+    kit: str
+    target: str
+    results: list[CheckResult] = dataclasses.field(default_factory=list)
+
+    def add(self, check_id: str, title: str, problems: Iterable[str], *, seconds: float = 0.0) -> None:
+        """Records a check that passes when `problems` is empty (the problems are its detail)."""
+        found = [p for p in problems if p]
+        status = Status.FAIL if found else Status.PASS
+        self.results.append(CheckResult(check_id, title, status, "; ".join(found), seconds))
+
+    def skip(self, check_id: str, title: str, why: str) -> None:
+        self.results.append(CheckResult(check_id, title, Status.SKIP, why))
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [r for r in self.results if r.status is Status.FAIL]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and any(r.status is Status.PASS for r in self.results)
+
+    def counts(self) -> dict[Status, int]:
+        return {s: sum(r.status is s for r in self.results) for s in Status}
+
+    def print(self, console: Console | None = None) -> None:
+        console = console or Console()
+        table = Table(title=f"agentrunner-conformance {self.kit} · {self.target}", title_justify="left")
+        table.add_column("check")
+        table.add_column("result")
+        table.add_column("detail", overflow="fold")
+        styles = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
+        for r in self.results:
+            table.add_row(r.check_id, f"[{styles[r.status]}]{r.status.value.upper()}[/]", r.detail or r.title)
+        console.print(table)
+        c = self.counts()
+        console.print(
+            f"{c[Status.PASS]} passed, {c[Status.FAIL]} failed, {c[Status.SKIP]} skipped"
+            f" ({'conformant' if self.ok else 'NOT conformant'})"
+        )
+
+    def junit(self) -> ET.ElementTree[ET.Element | None]:
+        c = self.counts()
+        suite = ET.Element(
+            "testsuite",
+            name=f"agentrunner-conformance.{self.kit}",
+            tests=str(len(self.results)),
+            failures=str(c[Status.FAIL]),
+            skipped=str(c[Status.SKIP]),
+            errors="0",
+            time=f"{sum(r.seconds for r in self.results):.3f}",
+        )
+        ET.SubElement(ET.SubElement(suite, "properties"), "property", name="target", value=self.target)
+        for r in self.results:
+            case = ET.SubElement(
+                suite, "testcase", classname=f"{self.kit}.{r.check_id.split('.')[0]}", name=r.check_id
+            )
+            case.set("time", f"{r.seconds:.3f}")
+            if r.status is Status.FAIL:
+                ET.SubElement(case, "failure", message=r.detail).text = f"{r.title}\n{r.detail}"
+            elif r.status is Status.SKIP:
+                ET.SubElement(case, "skipped", message=r.detail)
+        tree = ET.ElementTree(suite)
+        ET.indent(tree)
+        return tree
+
+    def write_junit(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.junit().write(path, encoding="utf-8", xml_declaration=True)

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""`make conformance`: both conformance kits against this repository's runners and host.
+
+The runner kit (`agentrunner-conformance runner`) checks the Python reference runner, the Go example
+runner (sdk_go/examples/counter) and the TypeScript example runner (sdk_ts/examples/counter.ts), each
+started as its own process. Each run prints the kit's table and writes JUnit XML under
+`.gen/conformance/`; a summary follows. Exit status 1 when any target is not conformant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+OUT = ROOT / ".gen" / "conformance"
+BIN = pathlib.Path(sys.executable).parent
+READY = "AGENTRUNNER_LISTENING"
+
+
+def step(text: str) -> None:
+    print(f"\n==> {text}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def process(argv: list[str], *, cwd: pathlib.Path, log: pathlib.Path, ready: str = READY) -> Iterator[str]:
+    """Starts a server process, yields the address from its ready line, stops it (SIGTERM) afterwards."""
+    with log.open("w") as err:
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            assert proc.stdout is not None
+            deadline = time.monotonic() + 90
+            address = ""
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                if line.startswith(ready):
+                    address = line.split()[-1]
+                    break
+            if not address:
+                raise RuntimeError(f"{argv[0]} did not report ready (log: {log.relative_to(ROOT)})")
+            yield address
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def kit(args: list[str], junit: pathlib.Path) -> bool:
+    proc = subprocess.run(
+        [str(BIN / "agentrunner-conformance"), *args, "--junit", str(junit)],
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": os.environ.get("COLUMNS", "150")},
+    )
+    return proc.returncode == 0
+
+
+def build() -> tuple[list[str], list[str]]:
+    step("building the Go and TypeScript example runners")
+    OUT.mkdir(parents=True, exist_ok=True)
+    go_bin = OUT / "go-counter"
+    subprocess.run(["go", "build", "-o", str(go_bin), "./examples/counter"], cwd=ROOT / "sdk_go", check=True)
+    subprocess.run(["npm", "run", "--silent", "build"], cwd=ROOT / "sdk_ts", check=True)
+    return [str(go_bin), "-port", "0"], ["node", "dist/examples/counter.js", "--port", "0"]
+
+
+def runner_targets() -> list[tuple[str, list[str], pathlib.Path]]:
+    go, ts = build()
+    python = [
+        str(BIN / "python"),
+        "-m",
+        "agentrunner",
+        "serve",
+        "agentrunner_runners.reference:ReferenceRunner",
+    ]
+    return [
+        ("python-reference", [*python, "--port", "0"], ROOT),
+        ("go-example", go, ROOT / "sdk_go"),
+        ("ts-example", ts, ROOT / "sdk_ts"),
+    ]
+
+
+def main(argv: list[str]) -> int:
+    only = set(argv)
+    outcomes: list[tuple[str, str, bool]] = []
+    for name, cmd, cwd in runner_targets():
+        if only and name not in only:
+            continue
+        step(f"runner kit against the {name} runner")
+        with process(cmd, cwd=cwd, log=OUT / f"{name}.log") as address:
+            outcomes.append(
+                ("runner", name, kit(["runner", "--target", address], OUT / f"runner-{name}.xml"))
+            )
+    step("summary")
+    for kind, name, ok in outcomes:
+        print(f"  {kind:<7} {name:<18} {'conformant' if ok else 'NOT conformant'}")
+    print(f"  JUnit XML: {OUT.relative_to(ROOT)}/")
+    return 0 if outcomes and all(ok for _, _, ok in outcomes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
