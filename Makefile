@@ -57,7 +57,7 @@ test-go: ## Go runner kit tests (sdk_go; modules from the Go module proxy)
 test-ts: $(TS_DEPS) ## TypeScript runner kit tests (sdk_ts; packages from the npm registry)
 	cd sdk_ts && npm test --silent
 
-conformance: sync $(TS_DEPS) ## Conformance kits: runner kit vs the Python, Go and TS runners (tables + JUnit XML)
+conformance: sync $(TS_DEPS) ## Conformance kits: runner kit vs the Python, Go, TS runners; host kit vs our host
 	$(RUN) python tools/conformance.py
 
 demo: sync ## The main job: host on SQLite + reference runner, a scripted conversation

@@ -3,8 +3,10 @@
 
 The runner kit (`agentrunner-conformance runner`) checks the Python reference runner, the Go example
 runner (sdk_go/examples/counter) and the TypeScript example runner (sdk_ts/examples/counter.ts), each
-started as its own process. Each run prints the kit's table and writes JUnit XML under
-`.gen/conformance/`; a summary follows. Exit status 1 when any target is not conformant.
+started as its own process; the host kit (`agentrunner-conformance host`) checks our host, started on a
+fresh SQLite database with the kit's runner endpoint and two agents routed to it in its config. Each
+run prints the kit's table and writes JUnit XML under `.gen/conformance/`; a summary follows. Exit
+status 1 when any target is not conformant.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -97,10 +100,73 @@ def runner_targets() -> list[tuple[str, list[str], pathlib.Path]]:
     ]
 
 
+HOST_CONFIG = """\
+instance_id: conformance
+listen:
+  address: 127.0.0.1:{host_port}
+database:
+  url: sqlite+aiosqlite:///{db}
+  artifact_dir: {artifacts}
+registry:
+  retry_interval_seconds: 0.5
+runners:
+  - id: conformance-kit
+    address: 127.0.0.1:{kit_port}
+agents:
+  - id: conformance
+    runner_id: plugin:conformance/kit/default
+    timeout_seconds: 30
+  - id: conformance-deadline
+    runner_id: plugin:conformance/kit/default
+    timeout_seconds: 3
+bindings:
+  - id: conformance
+    event: message.received
+    target: {{ agent: conformance }}
+"""
+
+
+@contextlib.contextmanager
+def host(tmp: pathlib.Path) -> Iterator[tuple[str, str]]:
+    """Our host on a fresh SQLite database; yields its address and the kit runner's address."""
+    host_port, kit_port = free_port(), free_port()
+    config = tmp / "host.yaml"
+    config.write_text(
+        HOST_CONFIG.format(
+            host_port=host_port, kit_port=kit_port, db=tmp / "host.db", artifacts=tmp / "artifacts"
+        )
+    )
+    cli = str(BIN / "agentrunner-host")
+    subprocess.run([cli, "db", "upgrade", "--config", str(config)], cwd=ROOT, check=True, capture_output=True)
+    address = f"127.0.0.1:{host_port}"
+    with (OUT / "host.log").open("w") as log:
+        proc = subprocess.Popen([cli, "serve", "--config", str(config)], cwd=ROOT, stdout=log, stderr=log)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and proc.poll() is None:
+                with (
+                    contextlib.suppress(OSError),
+                    socket.create_connection(("127.0.0.1", host_port), timeout=1),
+                ):
+                    break
+                time.sleep(0.2)
+            else:
+                raise RuntimeError("the host did not start (log: .gen/conformance/host.log)")
+            yield address, f"127.0.0.1:{kit_port}"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 def main(argv: list[str]) -> int:
     only = set(argv)
     outcomes: list[tuple[str, str, bool]] = []
-    for name, cmd, cwd in runner_targets():
+    runners = {"python-reference", "go-example", "ts-example"}
+    for name, cmd, cwd in runner_targets() if not only or only & runners else []:
         if only and name not in only:
             continue
         step(f"runner kit against the {name} runner")
@@ -108,6 +174,22 @@ def main(argv: list[str]) -> int:
             outcomes.append(
                 ("runner", name, kit(["runner", "--target", address], OUT / f"runner-{name}.xml"))
             )
+    if not only or "host" in only:
+        step("host kit against our host (SQLite; the kit's runner registered in its config)")
+        with (
+            tempfile.TemporaryDirectory(prefix="conformance-") as tmp,
+            host(pathlib.Path(tmp)) as (address, kit_at),
+        ):
+            args = [
+                "host",
+                "--target",
+                address,
+                "--runner-listen",
+                kit_at,
+                "--deadline-agent",
+                "conformance-deadline",
+            ]
+            outcomes.append(("host", "agentrunner-host", kit(args, OUT / "host.xml")))
     step("summary")
     for kind, name, ok in outcomes:
         print(f"  {kind:<7} {name:<18} {'conformant' if ok else 'NOT conformant'}")

@@ -62,6 +62,8 @@ class BrokenRunner(runner_service_pb2_grpc.RunnerServiceServicer):
         if "prefix" in request.context.config.fields:
             await context.abort(grpc.StatusCode.INTERNAL, "bad config")
         run_id = request.context.run_id
+        if request.context.conversation.conversation_id.endswith("-cancel"):
+            await asyncio.sleep(1.5)  # runs on without ever opening the Control stream
         async with grpc.aio.insecure_channel(request.host_api_endpoint) as channel:
             stub = proxy_service_pb2_grpc.ProxyServiceStub(channel)
             for _ in range(3):

@@ -46,8 +46,12 @@ def error_info(error: grpc.RpcError) -> tuple[grpc.StatusCode, error_details_pb2
     return code, ours, len(found)
 
 
-def rich_error(error: grpc.RpcError | None, code: grpc.StatusCode, reason: str) -> list[str]:
+def rich_error(
+    error: grpc.RpcError | None, code: grpc.StatusCode, reason: str | tuple[str, ...]
+) -> list[str]:
     """An error status is `code` with exactly one ErrorInfo of our domain, `reason` and `retryable`."""
+    reasons = (reason,) if isinstance(reason, str) else reason
+    reason = " or ".join(reasons)
     if error is None:
         return [f"expected {code.name} with ErrorInfo {reason}, the call succeeded"]
     got, info, count = error_info(error)
@@ -59,8 +63,8 @@ def rich_error(error: grpc.RpcError | None, code: grpc.StatusCode, reason: str) 
         return problems
     if count != 1:
         problems.append(f"{count} ErrorInfo details, expected exactly one")
-    if info.reason != reason:
-        problems.append(f"ErrorInfo.reason {info.reason!r}, expected {reason!r}")
+    if info.reason not in reasons:
+        problems.append(f"ErrorInfo.reason {info.reason!r}, expected {reason}")
     if info.metadata.get("retryable") not in ("true", "false"):
         problems.append("ErrorInfo.metadata['retryable'] is not 'true' or 'false'")
     return problems

@@ -78,5 +78,38 @@ def runner_command(
     _finish(report, junit)
 
 
+@app.command("host")
+def host_command(
+    target: Target,
+    runner_listen: Annotated[
+        str,
+        typer.Option(
+            help="host:port the kit's runner listens on; the host must have it as a runner endpoint."
+        ),
+    ],
+    agent: Annotated[str, typer.Option(help="Agent the host routes to the kit's runner.")] = "conformance",
+    deadline_agent: Annotated[
+        str, typer.Option(help="Agent with a short timeout (a few seconds) for the deadline check.")
+    ] = "",
+    timeout: Annotated[float, typer.Option(help="Seconds one event's run may take.")] = 30.0,
+    junit: Junit = None,
+) -> None:
+    """Play runners against a host: a misbehaving runner per scenario, every answer of the host checked."""
+    from agentrunner.conformance.host_kit import check_host
+
+    _check_target(target)
+    _check_target(runner_listen)
+    _quiet()
+    report = asyncio.run(
+        check_host(
+            target, runner_listen=runner_listen, agent=agent, deadline_agent=deadline_agent, timeout=timeout
+        )
+    )
+    if len(report.results) == 1 and not report.ok:
+        report.print(_console)
+        raise typer.Exit(2)
+    _finish(report, junit)
+
+
 def main() -> None:
     app()

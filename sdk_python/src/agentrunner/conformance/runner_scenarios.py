@@ -29,6 +29,8 @@ from agentrunner.errors import (
 from agentrunner.testing import ControlSession
 
 HEARTBEAT = 0.2
+#: A run still going this long after it started must have sent its ControlHello.
+HELLO_WITHIN = 1.0
 NO_CALLS = "the runner made no proxy call in the normal run, so there is no call to answer with an error"
 
 
@@ -190,8 +192,9 @@ async def cancel(kit: RunnerKit) -> None:
     if session is None:
         kit._release.set()
         sc = await kit.finish(started)
-        if sc.ended_at is not None and not any(c.method == "Control" for c in sc.calls):
-            why = "the run ended before it opened the Control stream (nothing kept it running)"
+        quick = sc.ended_at is not None and sc.ended_at - sc.started_at < HELLO_WITHIN
+        if quick and not any(c.method == "Control" for c in sc.calls):
+            why = f"the run ended within {HELLO_WITHIN:.0f}s, before it opened the Control stream"
             for check_id in CONTROL_CHECKS:
                 r.skip(check_id, "Control stream", why)
             return
