@@ -46,7 +46,7 @@ breaking: sync ## buf breaking against the released v1.0.0 image
 baseline: sync ## Cut a new release baseline image (a release step; commit the result)
 	$(RUN) buf build --exclude-source-info -o $(BASELINE)
 
-test: test-py test-go test-ts ## Run every test: Python, Go and TypeScript
+test: test-py test-go test-ts conformance ## Run every test: Python, Go and TypeScript, then both conformance kits
 
 test-py: sync ## Python tests (starts a throwaway PostgreSQL when its binaries are installed)
 	$(RUN) pytest -n 2 --dist loadfile $(PYTEST_ARGS)

@@ -1,4 +1,5 @@
-"""The runner kit passes a conforming runner and fails each rule a broken runner breaks.
+"""The runner kit fails each rule a broken runner breaks (`make conformance` shows it passing the
+Python reference runner and the Go and TypeScript examples).
 
 The broken runners are raw RunnerService servicers (the SDK would not let them misbehave), served on
 real gRPC; the kit plays the host against them exactly as it does against a runner in another language.
@@ -15,7 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
-from agentrunner import build_manifest, start_server
+from agentrunner import build_manifest
 from agentrunner.conformance.report import Report, Status
 from agentrunner.conformance.runner_kit import check_runner
 from agentrunner.results import completed
@@ -26,7 +27,6 @@ from agentrunner.v1 import (
     runner_service_pb2,
     runner_service_pb2_grpc,
 )
-from agentrunner_runners.reference import ReferenceRunner
 
 MANIFEST = build_manifest(
     {
@@ -108,17 +108,6 @@ async def _serve(servicer: runner_service_pb2_grpc.RunnerServiceServicer) -> tup
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     return server, f"127.0.0.1:{port}"
-
-
-@pytest.mark.asyncio
-async def test_the_reference_runner_conforms() -> None:
-    handle = await start_server([ReferenceRunner])
-    try:
-        report = await check_runner(handle.address)
-    finally:
-        await handle.stop(0.5)
-    assert report.ok, [(r.check_id, r.detail) for r in report.failed]
-    assert not [r for r in report.results if r.status is Status.SKIP]
 
 
 @pytest.mark.asyncio
