@@ -8,8 +8,10 @@ real gRPC; the kit plays the host against them exactly as it does against a runn
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -111,7 +113,7 @@ async def _serve(servicer: runner_service_pb2_grpc.RunnerServiceServicer) -> tup
 
 
 @pytest.mark.asyncio
-async def test_a_broken_runner_fails_every_rule_it_breaks() -> None:
+async def test_a_broken_runner_fails_every_rule_it_breaks(tmp_path: pathlib.Path) -> None:
     server, address = await _serve(BrokenRunner())
     try:
         report = await check_runner(address, timeout=8)
@@ -140,6 +142,11 @@ async def test_a_broken_runner_fails_every_rule_it_breaks() -> None:
     assert "no google.rpc.ErrorInfo" in detail["discovery.describe_unknown"]
     assert "retried 2 time(s) after a non-retryable error" in detail["inject.unauthenticated"]
     assert "ended with gRPC INTERNAL instead of a terminal result" in detail["stream.config_invalid"]
+    report.write_junit(tmp_path / "kit.xml")
+    suite = ET.parse(tmp_path / "kit.xml").getroot()
+    failures = {c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None}
+    assert failures == {r.check_id for r in report.failed}
+    assert suite.get("failures") == str(len(failures)) and int(suite.get("tests", 0)) == len(report.results)
 
 
 @pytest.mark.asyncio

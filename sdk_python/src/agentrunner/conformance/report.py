@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,15 +37,22 @@ class Report:
     kit: str
     target: str
     results: list[CheckResult] = dataclasses.field(default_factory=list)
+    #: when the previous row was recorded: a row's time is the time since (the scenario that decided it)
+    _mark: float = dataclasses.field(default_factory=time.monotonic, repr=False)
 
-    def add(self, check_id: str, title: str, problems: Iterable[str], *, seconds: float = 0.0) -> None:
+    def _elapsed(self) -> float:
+        now = time.monotonic()
+        elapsed, self._mark = now - self._mark, now
+        return elapsed
+
+    def add(self, check_id: str, title: str, problems: Iterable[str]) -> None:
         """Records a check that passes when `problems` is empty (the problems are its detail)."""
         found = [p for p in problems if p]
         status = Status.FAIL if found else Status.PASS
-        self.results.append(CheckResult(check_id, title, status, "; ".join(found), seconds))
+        self.results.append(CheckResult(check_id, title, status, "; ".join(found), self._elapsed()))
 
     def skip(self, check_id: str, title: str, why: str) -> None:
-        self.results.append(CheckResult(check_id, title, Status.SKIP, why))
+        self.results.append(CheckResult(check_id, title, Status.SKIP, why, self._elapsed()))
 
     @property
     def failed(self) -> list[CheckResult]:
@@ -70,7 +78,7 @@ class Report:
         c = self.counts()
         console.print(
             f"{c[Status.PASS]} passed, {c[Status.FAIL]} failed, {c[Status.SKIP]} skipped"
-            f" ({'conformant' if self.ok else 'NOT conformant'})"
+            f" in {sum(r.seconds for r in self.results):.1f}s ({'conformant' if self.ok else 'NOT conformant'})"
         )
 
     def junit(self) -> ET.ElementTree[ET.Element | None]:
