@@ -1,5 +1,8 @@
 # One entry point for every routine task. Everything runs inside the uv workspace (.venv).
-UV ?= uv
+# Without uv on PATH, the pinned uv is installed from PyPI into .tools/uv first (no other step needed).
+UV_VERSION := 0.13.9
+UV_LOCAL := .tools/uv/bin/uv
+UV ?= $(shell command -v uv 2>/dev/null || echo $(UV_LOCAL))
 RUN := $(UV) run --frozen
 BASELINE := proto/baseline/agentrunner-v1.0.0.binpb
 PYTEST_ARGS ?=
@@ -12,7 +15,13 @@ TS_DEPS := sdk_ts/node_modules/.package-lock.json
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-sync: ## Install the workspace and dev tools into .venv
+$(UV_LOCAL):
+	@echo "uv not found: installing uv $(UV_VERSION) from PyPI into .tools/uv"
+	@python3 -m venv .tools/uv || { echo "python3 -m venv failed: install Python 3.11 with venv support" >&2; exit 1; }
+	@.tools/uv/bin/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+	@$(UV_LOCAL) --version
+
+sync: $(if $(filter $(UV_LOCAL),$(UV)),$(UV_LOCAL)) ## Install the workspace and dev tools into .venv
 	$(UV) sync --frozen
 
 gen: sync $(TS_DEPS) ## Regenerate the contract for Python, Go and TypeScript from proto/ (local plugins only)
@@ -70,4 +79,4 @@ bench: sync ## Benchmarks: host path vs bare relay, history paging; writes bench
 	$(RUN) python bench/run_all.py
 
 clean: ## Remove generated scratch and local state
-	rm -rf .gen var .pytest_cache sdk_ts/dist
+	rm -rf .gen var .pytest_cache sdk_ts/dist .tools

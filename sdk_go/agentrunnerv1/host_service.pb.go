@@ -1441,6 +1441,162 @@ func (x *CancelRunResponse) GetRun() *Run {
 	return nil
 }
 
+// Request of `HostService.ListRuns`. Filters combine with AND; an empty filter matches every run.
+type ListRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Maximum runs in the page; 50 when 0, at most 200 (larger values are capped). Negative is
+	// `INVALID_ARGUMENT`.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// `next_page_token` of the previous page; empty for the first page.
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only runs in one of these statuses; every status when empty.
+	Statuses []RunStatus `protobuf:"varint,3,rep,packed,name=statuses,proto3,enum=agentrunner.v1.RunStatus" json:"statuses,omitempty"`
+	// Only runs of this agent.
+	AgentId string `protobuf:"bytes,4,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// Only runs of this runner (`plugin:<author>/<name>/<runner>`).
+	RunnerId string `protobuf:"bytes,5,opt,name=runner_id,json=runnerId,proto3" json:"runner_id,omitempty"`
+	// Only runs of this conversation.
+	ConversationId string `protobuf:"bytes,6,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// Only runs routed by this binding.
+	BindingId     string `protobuf:"bytes,7,opt,name=binding_id,json=bindingId,proto3" json:"binding_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsRequest) Reset() {
+	*x = ListRunsRequest{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsRequest) ProtoMessage() {}
+
+func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListRunsRequest) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListRunsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListRunsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetStatuses() []RunStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *ListRunsRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetRunnerId() string {
+	if x != nil {
+		return x.RunnerId
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetConversationId() string {
+	if x != nil {
+		return x.ConversationId
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetBindingId() string {
+	if x != nil {
+		return x.BindingId
+	}
+	return ""
+}
+
+// Response of `HostService.ListRuns`.
+type ListRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The page, newest run first.
+	Runs []*Run `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// Token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRunsResponse) Reset() {
+	*x = ListRunsResponse{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRunsResponse) ProtoMessage() {}
+
+func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListRunsResponse) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListRunsResponse) GetRuns() []*Run {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListRunsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // Request of `HostService.ListRunners`.
 type HostServiceListRunnersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1450,7 +1606,7 @@ type HostServiceListRunnersRequest struct {
 
 func (x *HostServiceListRunnersRequest) Reset() {
 	*x = HostServiceListRunnersRequest{}
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[14]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1618,7 @@ func (x *HostServiceListRunnersRequest) String() string {
 func (*HostServiceListRunnersRequest) ProtoMessage() {}
 
 func (x *HostServiceListRunnersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[14]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,21 +1631,24 @@ func (x *HostServiceListRunnersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostServiceListRunnersRequest.ProtoReflect.Descriptor instead.
 func (*HostServiceListRunnersRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{14}
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{16}
 }
 
 // Response of `HostService.ListRunners`.
 type HostServiceListRunnersResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Runners currently served.
-	Runners       []*RegisteredRunner `protobuf:"bytes,1,rep,name=runners,proto3" json:"runners,omitempty"`
+	Runners []*RegisteredRunner `protobuf:"bytes,1,rep,name=runners,proto3" json:"runners,omitempty"`
+	// Every configured runner endpoint, up or down, with its health: an endpoint that is down serves
+	// no runner above but is listed here with its last error.
+	Endpoints     []*RunnerEndpointStatus `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HostServiceListRunnersResponse) Reset() {
 	*x = HostServiceListRunnersResponse{}
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[15]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1660,7 @@ func (x *HostServiceListRunnersResponse) String() string {
 func (*HostServiceListRunnersResponse) ProtoMessage() {}
 
 func (x *HostServiceListRunnersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[15]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,12 +1673,119 @@ func (x *HostServiceListRunnersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostServiceListRunnersResponse.ProtoReflect.Descriptor instead.
 func (*HostServiceListRunnersResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{15}
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HostServiceListRunnersResponse) GetRunners() []*RegisteredRunner {
 	if x != nil {
 		return x.Runners
+	}
+	return nil
+}
+
+func (x *HostServiceListRunnersResponse) GetEndpoints() []*RunnerEndpointStatus {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+// The health of one runner endpoint of the host config.
+type RunnerEndpointStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Endpoint id from the host config.
+	EndpointId string `protobuf:"bytes,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// Endpoint address.
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// Whether the endpoint answered its last probe.
+	Available bool `protobuf:"varint,3,opt,name=available,proto3" json:"available,omitempty"`
+	// Why the last probe failed, as one readable line; empty while available.
+	LastError string `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// When the endpoint was last probed; unset before the first probe.
+	CheckTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=check_time,json=checkTime,proto3" json:"check_time,omitempty"`
+	// When the endpoint last answered; unset when it never did.
+	SuccessTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=success_time,json=successTime,proto3" json:"success_time,omitempty"`
+	// Runner ids it served at its last successful probe.
+	RunnerIds     []string `protobuf:"bytes,7,rep,name=runner_ids,json=runnerIds,proto3" json:"runner_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunnerEndpointStatus) Reset() {
+	*x = RunnerEndpointStatus{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunnerEndpointStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunnerEndpointStatus) ProtoMessage() {}
+
+func (x *RunnerEndpointStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunnerEndpointStatus.ProtoReflect.Descriptor instead.
+func (*RunnerEndpointStatus) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RunnerEndpointStatus) GetEndpointId() string {
+	if x != nil {
+		return x.EndpointId
+	}
+	return ""
+}
+
+func (x *RunnerEndpointStatus) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *RunnerEndpointStatus) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *RunnerEndpointStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *RunnerEndpointStatus) GetCheckTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CheckTime
+	}
+	return nil
+}
+
+func (x *RunnerEndpointStatus) GetSuccessTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SuccessTime
+	}
+	return nil
+}
+
+func (x *RunnerEndpointStatus) GetRunnerIds() []string {
+	if x != nil {
+		return x.RunnerIds
 	}
 	return nil
 }
@@ -1543,7 +1809,7 @@ type RegisteredRunner struct {
 
 func (x *RegisteredRunner) Reset() {
 	*x = RegisteredRunner{}
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[16]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1821,7 @@ func (x *RegisteredRunner) String() string {
 func (*RegisteredRunner) ProtoMessage() {}
 
 func (x *RegisteredRunner) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[16]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1834,7 @@ func (x *RegisteredRunner) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisteredRunner.ProtoReflect.Descriptor instead.
 func (*RegisteredRunner) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{16}
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RegisteredRunner) GetManifest() *RunnerManifest {
@@ -1628,7 +1894,7 @@ type Reply struct {
 
 func (x *Reply) Reset() {
 	*x = Reply{}
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[17]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1906,7 @@ func (x *Reply) String() string {
 func (*Reply) ProtoMessage() {}
 
 func (x *Reply) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[17]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1919,7 @@ func (x *Reply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reply.ProtoReflect.Descriptor instead.
 func (*Reply) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{17}
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Reply) GetRunId() string {
@@ -1721,7 +1987,7 @@ type Interaction struct {
 
 func (x *Interaction) Reset() {
 	*x = Interaction{}
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[18]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1999,7 @@ func (x *Interaction) String() string {
 func (*Interaction) ProtoMessage() {}
 
 func (x *Interaction) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[18]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +2012,7 @@ func (x *Interaction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interaction.ProtoReflect.Descriptor instead.
 func (*Interaction) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{18}
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Interaction) GetRequest() *InteractionRequest {
@@ -1821,7 +2087,7 @@ type SubmitInteractionRequest struct {
 
 func (x *SubmitInteractionRequest) Reset() {
 	*x = SubmitInteractionRequest{}
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[19]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +2099,7 @@ func (x *SubmitInteractionRequest) String() string {
 func (*SubmitInteractionRequest) ProtoMessage() {}
 
 func (x *SubmitInteractionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[19]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +2112,7 @@ func (x *SubmitInteractionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitInteractionRequest.ProtoReflect.Descriptor instead.
 func (*SubmitInteractionRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{19}
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SubmitInteractionRequest) GetInteractionId() string {
@@ -1917,7 +2183,7 @@ type SubmitInteractionResponse struct {
 
 func (x *SubmitInteractionResponse) Reset() {
 	*x = SubmitInteractionResponse{}
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[20]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2195,7 @@ func (x *SubmitInteractionResponse) String() string {
 func (*SubmitInteractionResponse) ProtoMessage() {}
 
 func (x *SubmitInteractionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_host_service_proto_msgTypes[20]
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2208,7 @@ func (x *SubmitInteractionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitInteractionResponse.ProtoReflect.Descriptor instead.
 func (*SubmitInteractionResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{20}
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SubmitInteractionResponse) GetUpdate() isSubmitInteractionResponse_Update {
@@ -2143,10 +2409,36 @@ const file_agentrunner_v1_host_service_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\":\n" +
 	"\x11CancelRunResponse\x12%\n" +
-	"\x03run\x18\x01 \x01(\v2\x13.agentrunner.v1.RunR\x03run\"\x1f\n" +
-	"\x1dHostServiceListRunnersRequest\"\\\n" +
+	"\x03run\x18\x01 \x01(\v2\x13.agentrunner.v1.RunR\x03run\"\x84\x02\n" +
+	"\x0fListRunsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x125\n" +
+	"\bstatuses\x18\x03 \x03(\x0e2\x19.agentrunner.v1.RunStatusR\bstatuses\x12\x19\n" +
+	"\bagent_id\x18\x04 \x01(\tR\aagentId\x12\x1b\n" +
+	"\trunner_id\x18\x05 \x01(\tR\brunnerId\x12'\n" +
+	"\x0fconversation_id\x18\x06 \x01(\tR\x0econversationId\x12\x1d\n" +
+	"\n" +
+	"binding_id\x18\a \x01(\tR\tbindingId\"c\n" +
+	"\x10ListRunsResponse\x12'\n" +
+	"\x04runs\x18\x01 \x03(\v2\x13.agentrunner.v1.RunR\x04runs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x1f\n" +
+	"\x1dHostServiceListRunnersRequest\"\xa0\x01\n" +
 	"\x1eHostServiceListRunnersResponse\x12:\n" +
-	"\arunners\x18\x01 \x03(\v2 .agentrunner.v1.RegisteredRunnerR\arunners\"\xe6\x01\n" +
+	"\arunners\x18\x01 \x03(\v2 .agentrunner.v1.RegisteredRunnerR\arunners\x12B\n" +
+	"\tendpoints\x18\x02 \x03(\v2$.agentrunner.v1.RunnerEndpointStatusR\tendpoints\"\xa7\x02\n" +
+	"\x14RunnerEndpointStatus\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\tR\n" +
+	"endpointId\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1c\n" +
+	"\tavailable\x18\x03 \x01(\bR\tavailable\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\x129\n" +
+	"\n" +
+	"check_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcheckTime\x12=\n" +
+	"\fsuccess_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vsuccessTime\x12\x1d\n" +
+	"\n" +
+	"runner_ids\x18\a \x03(\tR\trunnerIds\"\xe6\x01\n" +
 	"\x10RegisteredRunner\x12:\n" +
 	"\bmanifest\x18\x01 \x01(\v2\x1e.agentrunner.v1.RunnerManifestR\bmanifest\x12\x1f\n" +
 	"\vendpoint_id\x18\x02 \x01(\tR\n" +
@@ -2192,13 +2484,14 @@ const file_agentrunner_v1_host_service_proto_rawDesc = "" +
 	"\x1aINTERACTION_STATUS_PENDING\x10\x01\x12 \n" +
 	"\x1cINTERACTION_STATUS_SUBMITTED\x10\x02\x12\x1e\n" +
 	"\x1aINTERACTION_STATUS_EXPIRED\x10\x03\x12 \n" +
-	"\x1cINTERACTION_STATUS_CANCELLED\x10\x042\xae\x04\n" +
+	"\x1cINTERACTION_STATUS_CANCELLED\x10\x042\xfd\x04\n" +
 	"\vHostService\x12V\n" +
 	"\x03Run\x12%.agentrunner.v1.HostServiceRunRequest\x1a&.agentrunner.v1.HostServiceRunResponse0\x01\x12R\n" +
 	"\tAttachRun\x12 .agentrunner.v1.AttachRunRequest\x1a!.agentrunner.v1.AttachRunResponse0\x01\x12G\n" +
 	"\x06GetRun\x12\x1d.agentrunner.v1.GetRunRequest\x1a\x1e.agentrunner.v1.GetRunResponse\x12P\n" +
 	"\tCancelRun\x12 .agentrunner.v1.CancelRunRequest\x1a!.agentrunner.v1.CancelRunResponse\x12l\n" +
-	"\vListRunners\x12-.agentrunner.v1.HostServiceListRunnersRequest\x1a..agentrunner.v1.HostServiceListRunnersResponse\x12j\n" +
+	"\vListRunners\x12-.agentrunner.v1.HostServiceListRunnersRequest\x1a..agentrunner.v1.HostServiceListRunnersResponse\x12M\n" +
+	"\bListRuns\x12\x1f.agentrunner.v1.ListRunsRequest\x1a .agentrunner.v1.ListRunsResponse\x12j\n" +
 	"\x11SubmitInteraction\x12(.agentrunner.v1.SubmitInteractionRequest\x1a).agentrunner.v1.SubmitInteractionResponse0\x01BOZMgithub.com/langbot-app/langbot-agentrunner/sdk_go/agentrunnerv1;agentrunnerv1b\x06proto3"
 
 var (
@@ -2214,7 +2507,7 @@ func file_agentrunner_v1_host_service_proto_rawDescGZIP() []byte {
 }
 
 var file_agentrunner_v1_host_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agentrunner_v1_host_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_agentrunner_v1_host_service_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_agentrunner_v1_host_service_proto_goTypes = []any{
 	(InteractionStatus)(0),                 // 0: agentrunner.v1.InteractionStatus
 	(*EventEnvelope)(nil),                  // 1: agentrunner.v1.EventEnvelope
@@ -2231,104 +2524,114 @@ var file_agentrunner_v1_host_service_proto_goTypes = []any{
 	(*GetRunResponse)(nil),                 // 12: agentrunner.v1.GetRunResponse
 	(*CancelRunRequest)(nil),               // 13: agentrunner.v1.CancelRunRequest
 	(*CancelRunResponse)(nil),              // 14: agentrunner.v1.CancelRunResponse
-	(*HostServiceListRunnersRequest)(nil),  // 15: agentrunner.v1.HostServiceListRunnersRequest
-	(*HostServiceListRunnersResponse)(nil), // 16: agentrunner.v1.HostServiceListRunnersResponse
-	(*RegisteredRunner)(nil),               // 17: agentrunner.v1.RegisteredRunner
-	(*Reply)(nil),                          // 18: agentrunner.v1.Reply
-	(*Interaction)(nil),                    // 19: agentrunner.v1.Interaction
-	(*SubmitInteractionRequest)(nil),       // 20: agentrunner.v1.SubmitInteractionRequest
-	(*SubmitInteractionResponse)(nil),      // 21: agentrunner.v1.SubmitInteractionResponse
-	(*timestamppb.Timestamp)(nil),          // 22: google.protobuf.Timestamp
-	(TriggerSource)(0),                     // 23: agentrunner.v1.TriggerSource
-	(*ConversationContext)(nil),            // 24: agentrunner.v1.ConversationContext
-	(*ActorContext)(nil),                   // 25: agentrunner.v1.ActorContext
-	(*SubjectContext)(nil),                 // 26: agentrunner.v1.SubjectContext
-	(*DeliveryContext)(nil),                // 27: agentrunner.v1.DeliveryContext
-	(*structpb.Struct)(nil),                // 28: google.protobuf.Struct
-	(*PlatformEvent)(nil),                  // 29: agentrunner.v1.PlatformEvent
-	(*ContentElement)(nil),                 // 30: agentrunner.v1.ContentElement
-	(*RunResult)(nil),                      // 31: agentrunner.v1.RunResult
-	(RunStatus)(0),                         // 32: agentrunner.v1.RunStatus
-	(*Usage)(nil),                          // 33: agentrunner.v1.Usage
-	(*RunnerManifest)(nil),                 // 34: agentrunner.v1.RunnerManifest
-	(ReplyMode)(0),                         // 35: agentrunner.v1.ReplyMode
-	(*AssistantMessage)(nil),               // 36: agentrunner.v1.AssistantMessage
-	(*InteractionRequest)(nil),             // 37: agentrunner.v1.InteractionRequest
+	(*ListRunsRequest)(nil),                // 15: agentrunner.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),               // 16: agentrunner.v1.ListRunsResponse
+	(*HostServiceListRunnersRequest)(nil),  // 17: agentrunner.v1.HostServiceListRunnersRequest
+	(*HostServiceListRunnersResponse)(nil), // 18: agentrunner.v1.HostServiceListRunnersResponse
+	(*RunnerEndpointStatus)(nil),           // 19: agentrunner.v1.RunnerEndpointStatus
+	(*RegisteredRunner)(nil),               // 20: agentrunner.v1.RegisteredRunner
+	(*Reply)(nil),                          // 21: agentrunner.v1.Reply
+	(*Interaction)(nil),                    // 22: agentrunner.v1.Interaction
+	(*SubmitInteractionRequest)(nil),       // 23: agentrunner.v1.SubmitInteractionRequest
+	(*SubmitInteractionResponse)(nil),      // 24: agentrunner.v1.SubmitInteractionResponse
+	(*timestamppb.Timestamp)(nil),          // 25: google.protobuf.Timestamp
+	(TriggerSource)(0),                     // 26: agentrunner.v1.TriggerSource
+	(*ConversationContext)(nil),            // 27: agentrunner.v1.ConversationContext
+	(*ActorContext)(nil),                   // 28: agentrunner.v1.ActorContext
+	(*SubjectContext)(nil),                 // 29: agentrunner.v1.SubjectContext
+	(*DeliveryContext)(nil),                // 30: agentrunner.v1.DeliveryContext
+	(*structpb.Struct)(nil),                // 31: google.protobuf.Struct
+	(*PlatformEvent)(nil),                  // 32: agentrunner.v1.PlatformEvent
+	(*ContentElement)(nil),                 // 33: agentrunner.v1.ContentElement
+	(*RunResult)(nil),                      // 34: agentrunner.v1.RunResult
+	(RunStatus)(0),                         // 35: agentrunner.v1.RunStatus
+	(*Usage)(nil),                          // 36: agentrunner.v1.Usage
+	(*RunnerManifest)(nil),                 // 37: agentrunner.v1.RunnerManifest
+	(ReplyMode)(0),                         // 38: agentrunner.v1.ReplyMode
+	(*AssistantMessage)(nil),               // 39: agentrunner.v1.AssistantMessage
+	(*InteractionRequest)(nil),             // 40: agentrunner.v1.InteractionRequest
 }
 var file_agentrunner_v1_host_service_proto_depIdxs = []int32{
-	22, // 0: agentrunner.v1.EventEnvelope.event_time:type_name -> google.protobuf.Timestamp
-	23, // 1: agentrunner.v1.EventEnvelope.trigger_source:type_name -> agentrunner.v1.TriggerSource
-	24, // 2: agentrunner.v1.EventEnvelope.conversation:type_name -> agentrunner.v1.ConversationContext
-	25, // 3: agentrunner.v1.EventEnvelope.actor:type_name -> agentrunner.v1.ActorContext
-	26, // 4: agentrunner.v1.EventEnvelope.subject:type_name -> agentrunner.v1.SubjectContext
+	25, // 0: agentrunner.v1.EventEnvelope.event_time:type_name -> google.protobuf.Timestamp
+	26, // 1: agentrunner.v1.EventEnvelope.trigger_source:type_name -> agentrunner.v1.TriggerSource
+	27, // 2: agentrunner.v1.EventEnvelope.conversation:type_name -> agentrunner.v1.ConversationContext
+	28, // 3: agentrunner.v1.EventEnvelope.actor:type_name -> agentrunner.v1.ActorContext
+	29, // 4: agentrunner.v1.EventEnvelope.subject:type_name -> agentrunner.v1.SubjectContext
 	2,  // 5: agentrunner.v1.EventEnvelope.input:type_name -> agentrunner.v1.EventInput
-	27, // 6: agentrunner.v1.EventEnvelope.delivery:type_name -> agentrunner.v1.DeliveryContext
-	28, // 7: agentrunner.v1.EventEnvelope.data:type_name -> google.protobuf.Struct
-	28, // 8: agentrunner.v1.EventEnvelope.adapter_extra:type_name -> google.protobuf.Struct
-	28, // 9: agentrunner.v1.EventEnvelope.metadata:type_name -> google.protobuf.Struct
-	28, // 10: agentrunner.v1.EventEnvelope.variables:type_name -> google.protobuf.Struct
-	29, // 11: agentrunner.v1.EventEnvelope.platform_event:type_name -> agentrunner.v1.PlatformEvent
-	30, // 12: agentrunner.v1.EventInput.contents:type_name -> agentrunner.v1.ContentElement
+	30, // 6: agentrunner.v1.EventEnvelope.delivery:type_name -> agentrunner.v1.DeliveryContext
+	31, // 7: agentrunner.v1.EventEnvelope.data:type_name -> google.protobuf.Struct
+	31, // 8: agentrunner.v1.EventEnvelope.adapter_extra:type_name -> google.protobuf.Struct
+	31, // 9: agentrunner.v1.EventEnvelope.metadata:type_name -> google.protobuf.Struct
+	31, // 10: agentrunner.v1.EventEnvelope.variables:type_name -> google.protobuf.Struct
+	32, // 11: agentrunner.v1.EventEnvelope.platform_event:type_name -> agentrunner.v1.PlatformEvent
+	33, // 12: agentrunner.v1.EventInput.contents:type_name -> agentrunner.v1.ContentElement
 	3,  // 13: agentrunner.v1.EventInput.attachments:type_name -> agentrunner.v1.InputAttachment
 	1,  // 14: agentrunner.v1.HostServiceRunRequest.event:type_name -> agentrunner.v1.EventEnvelope
 	6,  // 15: agentrunner.v1.HostServiceRunResponse.accepted:type_name -> agentrunner.v1.RunAccepted
-	31, // 16: agentrunner.v1.HostServiceRunResponse.result:type_name -> agentrunner.v1.RunResult
+	34, // 16: agentrunner.v1.HostServiceRunResponse.result:type_name -> agentrunner.v1.RunResult
 	7,  // 17: agentrunner.v1.HostServiceRunResponse.finished:type_name -> agentrunner.v1.RunFinished
-	18, // 18: agentrunner.v1.HostServiceRunResponse.reply:type_name -> agentrunner.v1.Reply
-	19, // 19: agentrunner.v1.HostServiceRunResponse.interaction:type_name -> agentrunner.v1.Interaction
-	32, // 20: agentrunner.v1.RunFinished.status:type_name -> agentrunner.v1.RunStatus
-	33, // 21: agentrunner.v1.RunFinished.usage:type_name -> agentrunner.v1.Usage
-	32, // 22: agentrunner.v1.Run.status:type_name -> agentrunner.v1.RunStatus
-	22, // 23: agentrunner.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	22, // 24: agentrunner.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	22, // 25: agentrunner.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	22, // 26: agentrunner.v1.Run.deadline_time:type_name -> google.protobuf.Timestamp
-	22, // 27: agentrunner.v1.Run.cancel_request_time:type_name -> google.protobuf.Timestamp
-	33, // 28: agentrunner.v1.Run.usage:type_name -> agentrunner.v1.Usage
-	28, // 29: agentrunner.v1.Run.metadata:type_name -> google.protobuf.Struct
+	21, // 18: agentrunner.v1.HostServiceRunResponse.reply:type_name -> agentrunner.v1.Reply
+	22, // 19: agentrunner.v1.HostServiceRunResponse.interaction:type_name -> agentrunner.v1.Interaction
+	35, // 20: agentrunner.v1.RunFinished.status:type_name -> agentrunner.v1.RunStatus
+	36, // 21: agentrunner.v1.RunFinished.usage:type_name -> agentrunner.v1.Usage
+	35, // 22: agentrunner.v1.Run.status:type_name -> agentrunner.v1.RunStatus
+	25, // 23: agentrunner.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	25, // 24: agentrunner.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	25, // 25: agentrunner.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	25, // 26: agentrunner.v1.Run.deadline_time:type_name -> google.protobuf.Timestamp
+	25, // 27: agentrunner.v1.Run.cancel_request_time:type_name -> google.protobuf.Timestamp
+	36, // 28: agentrunner.v1.Run.usage:type_name -> agentrunner.v1.Usage
+	31, // 29: agentrunner.v1.Run.metadata:type_name -> google.protobuf.Struct
 	6,  // 30: agentrunner.v1.AttachRunResponse.accepted:type_name -> agentrunner.v1.RunAccepted
-	31, // 31: agentrunner.v1.AttachRunResponse.result:type_name -> agentrunner.v1.RunResult
+	34, // 31: agentrunner.v1.AttachRunResponse.result:type_name -> agentrunner.v1.RunResult
 	7,  // 32: agentrunner.v1.AttachRunResponse.finished:type_name -> agentrunner.v1.RunFinished
-	18, // 33: agentrunner.v1.AttachRunResponse.reply:type_name -> agentrunner.v1.Reply
-	19, // 34: agentrunner.v1.AttachRunResponse.interaction:type_name -> agentrunner.v1.Interaction
+	21, // 33: agentrunner.v1.AttachRunResponse.reply:type_name -> agentrunner.v1.Reply
+	22, // 34: agentrunner.v1.AttachRunResponse.interaction:type_name -> agentrunner.v1.Interaction
 	8,  // 35: agentrunner.v1.GetRunResponse.run:type_name -> agentrunner.v1.Run
 	8,  // 36: agentrunner.v1.CancelRunResponse.run:type_name -> agentrunner.v1.Run
-	17, // 37: agentrunner.v1.HostServiceListRunnersResponse.runners:type_name -> agentrunner.v1.RegisteredRunner
-	34, // 38: agentrunner.v1.RegisteredRunner.manifest:type_name -> agentrunner.v1.RunnerManifest
-	22, // 39: agentrunner.v1.RegisteredRunner.refresh_time:type_name -> google.protobuf.Timestamp
-	35, // 40: agentrunner.v1.Reply.mode:type_name -> agentrunner.v1.ReplyMode
-	36, // 41: agentrunner.v1.Reply.message:type_name -> agentrunner.v1.AssistantMessage
-	22, // 42: agentrunner.v1.Reply.create_time:type_name -> google.protobuf.Timestamp
-	37, // 43: agentrunner.v1.Interaction.request:type_name -> agentrunner.v1.InteractionRequest
-	0,  // 44: agentrunner.v1.Interaction.status:type_name -> agentrunner.v1.InteractionStatus
-	22, // 45: agentrunner.v1.Interaction.create_time:type_name -> google.protobuf.Timestamp
-	22, // 46: agentrunner.v1.Interaction.submit_time:type_name -> google.protobuf.Timestamp
-	28, // 47: agentrunner.v1.SubmitInteractionRequest.values:type_name -> google.protobuf.Struct
-	25, // 48: agentrunner.v1.SubmitInteractionRequest.actor:type_name -> agentrunner.v1.ActorContext
-	27, // 49: agentrunner.v1.SubmitInteractionRequest.delivery:type_name -> agentrunner.v1.DeliveryContext
-	28, // 50: agentrunner.v1.SubmitInteractionRequest.metadata:type_name -> google.protobuf.Struct
-	6,  // 51: agentrunner.v1.SubmitInteractionResponse.accepted:type_name -> agentrunner.v1.RunAccepted
-	31, // 52: agentrunner.v1.SubmitInteractionResponse.result:type_name -> agentrunner.v1.RunResult
-	7,  // 53: agentrunner.v1.SubmitInteractionResponse.finished:type_name -> agentrunner.v1.RunFinished
-	18, // 54: agentrunner.v1.SubmitInteractionResponse.reply:type_name -> agentrunner.v1.Reply
-	19, // 55: agentrunner.v1.SubmitInteractionResponse.interaction:type_name -> agentrunner.v1.Interaction
-	4,  // 56: agentrunner.v1.HostService.Run:input_type -> agentrunner.v1.HostServiceRunRequest
-	9,  // 57: agentrunner.v1.HostService.AttachRun:input_type -> agentrunner.v1.AttachRunRequest
-	11, // 58: agentrunner.v1.HostService.GetRun:input_type -> agentrunner.v1.GetRunRequest
-	13, // 59: agentrunner.v1.HostService.CancelRun:input_type -> agentrunner.v1.CancelRunRequest
-	15, // 60: agentrunner.v1.HostService.ListRunners:input_type -> agentrunner.v1.HostServiceListRunnersRequest
-	20, // 61: agentrunner.v1.HostService.SubmitInteraction:input_type -> agentrunner.v1.SubmitInteractionRequest
-	5,  // 62: agentrunner.v1.HostService.Run:output_type -> agentrunner.v1.HostServiceRunResponse
-	10, // 63: agentrunner.v1.HostService.AttachRun:output_type -> agentrunner.v1.AttachRunResponse
-	12, // 64: agentrunner.v1.HostService.GetRun:output_type -> agentrunner.v1.GetRunResponse
-	14, // 65: agentrunner.v1.HostService.CancelRun:output_type -> agentrunner.v1.CancelRunResponse
-	16, // 66: agentrunner.v1.HostService.ListRunners:output_type -> agentrunner.v1.HostServiceListRunnersResponse
-	21, // 67: agentrunner.v1.HostService.SubmitInteraction:output_type -> agentrunner.v1.SubmitInteractionResponse
-	62, // [62:68] is the sub-list for method output_type
-	56, // [56:62] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	35, // 37: agentrunner.v1.ListRunsRequest.statuses:type_name -> agentrunner.v1.RunStatus
+	8,  // 38: agentrunner.v1.ListRunsResponse.runs:type_name -> agentrunner.v1.Run
+	20, // 39: agentrunner.v1.HostServiceListRunnersResponse.runners:type_name -> agentrunner.v1.RegisteredRunner
+	19, // 40: agentrunner.v1.HostServiceListRunnersResponse.endpoints:type_name -> agentrunner.v1.RunnerEndpointStatus
+	25, // 41: agentrunner.v1.RunnerEndpointStatus.check_time:type_name -> google.protobuf.Timestamp
+	25, // 42: agentrunner.v1.RunnerEndpointStatus.success_time:type_name -> google.protobuf.Timestamp
+	37, // 43: agentrunner.v1.RegisteredRunner.manifest:type_name -> agentrunner.v1.RunnerManifest
+	25, // 44: agentrunner.v1.RegisteredRunner.refresh_time:type_name -> google.protobuf.Timestamp
+	38, // 45: agentrunner.v1.Reply.mode:type_name -> agentrunner.v1.ReplyMode
+	39, // 46: agentrunner.v1.Reply.message:type_name -> agentrunner.v1.AssistantMessage
+	25, // 47: agentrunner.v1.Reply.create_time:type_name -> google.protobuf.Timestamp
+	40, // 48: agentrunner.v1.Interaction.request:type_name -> agentrunner.v1.InteractionRequest
+	0,  // 49: agentrunner.v1.Interaction.status:type_name -> agentrunner.v1.InteractionStatus
+	25, // 50: agentrunner.v1.Interaction.create_time:type_name -> google.protobuf.Timestamp
+	25, // 51: agentrunner.v1.Interaction.submit_time:type_name -> google.protobuf.Timestamp
+	31, // 52: agentrunner.v1.SubmitInteractionRequest.values:type_name -> google.protobuf.Struct
+	28, // 53: agentrunner.v1.SubmitInteractionRequest.actor:type_name -> agentrunner.v1.ActorContext
+	30, // 54: agentrunner.v1.SubmitInteractionRequest.delivery:type_name -> agentrunner.v1.DeliveryContext
+	31, // 55: agentrunner.v1.SubmitInteractionRequest.metadata:type_name -> google.protobuf.Struct
+	6,  // 56: agentrunner.v1.SubmitInteractionResponse.accepted:type_name -> agentrunner.v1.RunAccepted
+	34, // 57: agentrunner.v1.SubmitInteractionResponse.result:type_name -> agentrunner.v1.RunResult
+	7,  // 58: agentrunner.v1.SubmitInteractionResponse.finished:type_name -> agentrunner.v1.RunFinished
+	21, // 59: agentrunner.v1.SubmitInteractionResponse.reply:type_name -> agentrunner.v1.Reply
+	22, // 60: agentrunner.v1.SubmitInteractionResponse.interaction:type_name -> agentrunner.v1.Interaction
+	4,  // 61: agentrunner.v1.HostService.Run:input_type -> agentrunner.v1.HostServiceRunRequest
+	9,  // 62: agentrunner.v1.HostService.AttachRun:input_type -> agentrunner.v1.AttachRunRequest
+	11, // 63: agentrunner.v1.HostService.GetRun:input_type -> agentrunner.v1.GetRunRequest
+	13, // 64: agentrunner.v1.HostService.CancelRun:input_type -> agentrunner.v1.CancelRunRequest
+	17, // 65: agentrunner.v1.HostService.ListRunners:input_type -> agentrunner.v1.HostServiceListRunnersRequest
+	15, // 66: agentrunner.v1.HostService.ListRuns:input_type -> agentrunner.v1.ListRunsRequest
+	23, // 67: agentrunner.v1.HostService.SubmitInteraction:input_type -> agentrunner.v1.SubmitInteractionRequest
+	5,  // 68: agentrunner.v1.HostService.Run:output_type -> agentrunner.v1.HostServiceRunResponse
+	10, // 69: agentrunner.v1.HostService.AttachRun:output_type -> agentrunner.v1.AttachRunResponse
+	12, // 70: agentrunner.v1.HostService.GetRun:output_type -> agentrunner.v1.GetRunResponse
+	14, // 71: agentrunner.v1.HostService.CancelRun:output_type -> agentrunner.v1.CancelRunResponse
+	18, // 72: agentrunner.v1.HostService.ListRunners:output_type -> agentrunner.v1.HostServiceListRunnersResponse
+	16, // 73: agentrunner.v1.HostService.ListRuns:output_type -> agentrunner.v1.ListRunsResponse
+	24, // 74: agentrunner.v1.HostService.SubmitInteraction:output_type -> agentrunner.v1.SubmitInteractionResponse
+	68, // [68:75] is the sub-list for method output_type
+	61, // [61:68] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_agentrunner_v1_host_service_proto_init() }
@@ -2359,7 +2662,7 @@ func file_agentrunner_v1_host_service_proto_init() {
 		(*AttachRunResponse_Reply)(nil),
 		(*AttachRunResponse_Interaction)(nil),
 	}
-	file_agentrunner_v1_host_service_proto_msgTypes[20].OneofWrappers = []any{
+	file_agentrunner_v1_host_service_proto_msgTypes[23].OneofWrappers = []any{
 		(*SubmitInteractionResponse_Accepted)(nil),
 		(*SubmitInteractionResponse_Result)(nil),
 		(*SubmitInteractionResponse_Finished)(nil),
@@ -2372,7 +2675,7 @@ func file_agentrunner_v1_host_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentrunner_v1_host_service_proto_rawDesc), len(file_agentrunner_v1_host_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

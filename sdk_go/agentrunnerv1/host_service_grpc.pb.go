@@ -24,6 +24,7 @@ const (
 	HostService_GetRun_FullMethodName            = "/agentrunner.v1.HostService/GetRun"
 	HostService_CancelRun_FullMethodName         = "/agentrunner.v1.HostService/CancelRun"
 	HostService_ListRunners_FullMethodName       = "/agentrunner.v1.HostService/ListRunners"
+	HostService_ListRuns_FullMethodName          = "/agentrunner.v1.HostService/ListRuns"
 	HostService_SubmitInteraction_FullMethodName = "/agentrunner.v1.HostService/SubmitInteraction"
 )
 
@@ -48,6 +49,10 @@ type HostServiceClient interface {
 	CancelRun(ctx context.Context, in *CancelRunRequest, opts ...grpc.CallOption) (*CancelRunResponse, error)
 	// Lists the runners the registry currently serves.
 	ListRunners(ctx context.Context, in *HostServiceListRunnersRequest, opts ...grpc.CallOption) (*HostServiceListRunnersResponse, error)
+	// Lists run records, newest first, filtered and paged (AIP-158): a page holds at most `page_size`
+	// runs and `next_page_token` continues it. A token only continues the listing it came from: reused
+	// with other filters it is `INVALID_ARGUMENT`.
+	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
 	// Answers a structured interaction. The answer becomes an `interaction.submitted` event, routed like
 	// any other event, whose run gets the answer in `RunInput.interaction`; the call streams that run
 	// exactly like `Run` (same items). An interaction is answered once: an unknown id is `NOT_FOUND`; an expired,
@@ -133,6 +138,16 @@ func (c *hostServiceClient) ListRunners(ctx context.Context, in *HostServiceList
 	return out, nil
 }
 
+func (c *hostServiceClient) ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunsResponse)
+	err := c.cc.Invoke(ctx, HostService_ListRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *hostServiceClient) SubmitInteraction(ctx context.Context, in *SubmitInteractionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubmitInteractionResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &HostService_ServiceDesc.Streams[2], HostService_SubmitInteraction_FullMethodName, cOpts...)
@@ -173,6 +188,10 @@ type HostServiceServer interface {
 	CancelRun(context.Context, *CancelRunRequest) (*CancelRunResponse, error)
 	// Lists the runners the registry currently serves.
 	ListRunners(context.Context, *HostServiceListRunnersRequest) (*HostServiceListRunnersResponse, error)
+	// Lists run records, newest first, filtered and paged (AIP-158): a page holds at most `page_size`
+	// runs and `next_page_token` continues it. A token only continues the listing it came from: reused
+	// with other filters it is `INVALID_ARGUMENT`.
+	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
 	// Answers a structured interaction. The answer becomes an `interaction.submitted` event, routed like
 	// any other event, whose run gets the answer in `RunInput.interaction`; the call streams that run
 	// exactly like `Run` (same items). An interaction is answered once: an unknown id is `NOT_FOUND`; an expired,
@@ -204,6 +223,9 @@ func (UnimplementedHostServiceServer) CancelRun(context.Context, *CancelRunReque
 }
 func (UnimplementedHostServiceServer) ListRunners(context.Context, *HostServiceListRunnersRequest) (*HostServiceListRunnersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRunners not implemented")
+}
+func (UnimplementedHostServiceServer) ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRuns not implemented")
 }
 func (UnimplementedHostServiceServer) SubmitInteraction(*SubmitInteractionRequest, grpc.ServerStreamingServer[SubmitInteractionResponse]) error {
 	return status.Error(codes.Unimplemented, "method SubmitInteraction not implemented")
@@ -305,6 +327,24 @@ func _HostService_ListRunners_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _HostService_ListRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).ListRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_ListRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).ListRuns(ctx, req.(*ListRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _HostService_SubmitInteraction_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(SubmitInteractionRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -334,6 +374,10 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRunners",
 			Handler:    _HostService_ListRunners_Handler,
+		},
+		{
+			MethodName: "ListRuns",
+			Handler:    _HostService_ListRuns_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -193,7 +194,8 @@ def test_host_subprocess_via_cli_with_reference_runner(tmp_path) -> None:
         )
         assert reply.returncode == 0, reply.stderr
         assert "echo: hi there" in reply.stdout
-        run_id = reply.stderr.split("run ", 1)[1].split(":", 1)[0]
+        run_id = re.search(r"run (run_[0-9a-f]+):", reply.stderr).group(1)  # the closing status line
+        assert f"started {run_id}" in reply.stderr  # and printed as soon as the host accepted the event
         shown = subprocess.run(
             [*cli, "runs", "show", run_id, "--host", address],
             capture_output=True,
@@ -201,8 +203,9 @@ def test_host_subprocess_via_cli_with_reference_runner(tmp_path) -> None:
             timeout=60,
             env=env,
         )
-        assert "completed" in shown.stdout and "run_completed" in shown.stdout
+        assert "completed" in shown.stdout and "run completed" in shown.stdout
         assert "state_updated" in shown.stdout  # the stored results, in sequence order
+        assert "echo: hi there" in shown.stdout and "deltas" in shown.stdout  # one entry per message
         listed = subprocess.run(
             [*cli, "runners", "--host", address], capture_output=True, text=True, timeout=60, env=env
         )

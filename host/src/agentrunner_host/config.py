@@ -279,12 +279,18 @@ def find_binding_ties(bindings: list[BindingConfig]) -> list[tuple[BindingConfig
 class HostEnv(BaseSettings):
     """Environment overrides for secrets and deployment values (`AGENTRUNNER_*`)."""
 
-    model_config = SettingsConfigDict(env_prefix="AGENTRUNNER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="AGENTRUNNER_", extra="ignore", protected_namespaces=())
 
     database_url: str | None = None
     listen_address: str | None = None
     #: JSON object endpoint id -> bearer token, e.g. AGENTRUNNER_RUNNER_TOKENS='{"ref": "s3cret"}'
     runner_tokens: dict[str, str] = Field(default_factory=dict)
+    #: the `base_url` of every model (e.g. a local OpenAI-compatible server), unless set per model below
+    model_base_url: str | None = None
+    #: JSON object model id -> base_url, e.g. AGENTRUNNER_MODEL_BASE_URLS='{"chat": "http://..."}'
+    model_base_urls: dict[str, str] = Field(default_factory=dict)
+    #: this host's `instance_id` (each replica its own)
+    instance_id: str | None = None
 
 
 def cross_check(config: HostConfig) -> list[tuple[str, str]]:
@@ -366,11 +372,24 @@ def parse_config(data: Any, source: str = "<config>", env: HostEnv | None = None
     problems = cross_check(config)
     if problems:
         raise ConfigError("\n".join(f"{source}: {loc}: {msg}" for loc, msg in problems))
-    env = env or HostEnv()
+    if env is None:
+        try:
+            env = HostEnv()
+        except ValueError as exc:  # a JSON variable that does not parse
+            raise ConfigError(f"environment: {' '.join(str(exc).split())}") from None
     if env.database_url:
         config.database.url = env.database_url
     if env.listen_address:
         config.listen.address = env.listen_address
+    if env.instance_id:
+        config.instance_id = env.instance_id
+    unknown = sorted(set(env.model_base_urls) - {m.id for m in config.models})
+    if unknown:
+        raise ConfigError(f"AGENTRUNNER_MODEL_BASE_URLS: unknown model id(s) {unknown}")
+    for model in config.models:
+        url = env.model_base_urls.get(model.id) or env.model_base_url
+        if url:
+            model.base_url = url.rstrip("/")
     return config
 
 

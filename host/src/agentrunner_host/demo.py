@@ -34,7 +34,7 @@ from google.protobuf import json_format
 from rich.console import Console
 
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc, result_pb2
-from agentrunner_host.cli import _request, stream_reply
+from agentrunner_host.cli import run_request, stream_reply
 from agentrunner_host.config import load_config
 from agentrunner_host.observability import configure_logging
 from agentrunner_host.server import HostApp
@@ -235,7 +235,7 @@ async def reference_conversation(console: Console, address: str) -> bool:
     for i, (text, expected) in enumerate(SCRIPT, 1):
         console.print(f"[cyan]you[/cyan] > {text}")
         console.print("[green]bot[/green] > ", end="")
-        request = _request(text, "", f"demo-{i}", "demo-conversation", "demo-bot", True)
+        request = run_request(text, "", f"demo-{i}", "demo-conversation", "demo-bot", True)
         collected: list[Any] = []
         finished = await stream_reply(address, request, console, deadline_seconds=60, collect=collected)
         status = common_pb2.RunStatus.Name(finished.status).removeprefix("RUN_STATUS_").lower()
@@ -335,7 +335,7 @@ async def local_agent_conversation(console: Console, address: str, endpoint: Mod
         if endpoint.mock is not None:
             endpoint.mock.state.script(*turn.mock_replies)
         console.print(f"[cyan]you[/cyan] > {turn.text}")
-        request = _request(turn.text, "", f"demo-la-{i}", LA_CONVERSATION, "demo-bot", True)
+        request = run_request(turn.text, "", f"demo-la-{i}", LA_CONVERSATION, "demo-bot", True)
         reply = await _render(address, request, console)
         status = common_pb2.RunStatus.Name(reply.finished.status).removeprefix("RUN_STATUS_").lower()
         history = reply.metadata.get("history", {})

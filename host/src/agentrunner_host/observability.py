@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import structlog
 from opentelemetry import context as otel_context
@@ -17,7 +18,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 
@@ -33,30 +34,54 @@ PROXY_CALLS = Counter(
     "agentrunner_proxy_calls_total", "Proxy calls by method and status", ["method", "status"]
 )
 
+RUNNER_ENDPOINT_UP = Gauge(
+    "agentrunner_runner_endpoint_up",
+    "1 while the runner endpoint answers the registry's probes",
+    ["endpoint"],
+)
+
 _configured = False
 
 
+#: stdlib loggers too chatty at INFO for an operator's log (alembic announces every plugin it loads,
+#: httpx every request)
+_QUIET_LOGGERS = {"alembic.runtime.plugins": logging.WARNING, "httpx": logging.WARNING}
+
+
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
-    """JSON lines on stderr; idempotent."""
+    """JSON lines on stderr, for structlog and for the standard library's loggers alike (alembic's
+    migration lines, SQLAlchemy, httpx, ...: one format a log pipeline can parse); idempotent. An unknown
+    level is a `ValueError` (the CLI refuses it before it gets here)."""
     global _configured
     if _configured:
         return
+    numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"unknown log level {level!r}")
     _configured = True
-    logging.basicConfig(
-        stream=sys.stderr, level=getattr(logging, level.upper(), logging.INFO), format="%(message)s"
-    )
-    renderer = (
+    renderer: Any = (
         structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer(colors=False)
     )
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric)
+    for name, quiet in _QUIET_LOGGERS.items():
+        logging.getLogger(name).setLevel(max(quiet, numeric))
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper(), logging.INFO)),
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )

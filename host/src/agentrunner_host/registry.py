@@ -23,7 +23,9 @@ from agentrunner.v1 import (
     runner_service_pb2_grpc,
 )
 from agentrunner_host.config import HostConfig, HostEnv, RunnerEndpointConfig, TlsConfig
+from agentrunner_host.observability import RUNNER_ENDPOINT_UP
 from agentrunner_host.ports import utcnow
+from agentrunner_host.transport_errors import explain_rpc_failure
 
 log = structlog.get_logger("agentrunner_host.registry")
 
@@ -63,36 +65,66 @@ def client_credentials(tls: TlsConfig) -> grpc.ChannelCredentials:
     )
 
 
+def _channel(config: RunnerEndpointConfig, retry_seconds: float) -> grpc.aio.Channel:
+    """A channel to the endpoint whose reconnect backoff never exceeds the registry's retry interval
+    (gRPC's default grows to 120 s, and a call on a channel in backoff fails without trying)."""
+    backoff_ms = max(100, int(retry_seconds * 1000))
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", 16 * 1024 * 1024),
+        ("grpc.enable_retries", 0),
+        ("grpc.initial_reconnect_backoff_ms", min(1000, backoff_ms)),
+        ("grpc.min_reconnect_backoff_ms", min(1000, backoff_ms)),
+        ("grpc.max_reconnect_backoff_ms", backoff_ms),
+    ]
+    if config.tls is not None:
+        if config.tls.server_name:
+            options.append(("grpc.ssl_target_name_override", config.tls.server_name))
+        return grpc.aio.secure_channel(config.address, client_credentials(config.tls), options)
+    return grpc.aio.insecure_channel(config.address, options)
+
+
 class Endpoint:
     """One runner endpoint: its channel, stub and last known health."""
 
-    def __init__(self, config: RunnerEndpointConfig, env: HostEnv) -> None:
+    def __init__(self, config: RunnerEndpointConfig, env: HostEnv, retry_seconds: float = 2.0) -> None:
         self.config = config
-        options: list[tuple[str, object]] = [
-            ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-            ("grpc.enable_retries", 0),
-        ]
-        if config.tls is not None:
-            if config.tls.server_name:
-                options.append(("grpc.ssl_target_name_override", config.tls.server_name))
-            self.channel = grpc.aio.secure_channel(config.address, client_credentials(config.tls), options)
-        else:
-            self.channel = grpc.aio.insecure_channel(config.address, options)
+        self.retry_seconds = retry_seconds
+        self.channel = _channel(config, retry_seconds)
         self.stub = runner_service_pb2_grpc.RunnerServiceStub(self.channel)
         token = config.resolved_token(env)
         self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self.available = False
         self.last_error = ""
+        self.checked_at: dt.datetime | None = None
+        self.succeeded_at: dt.datetime | None = None
+        self.runner_ids: list[str] = []
+        self._retired: set[asyncio.Task[None]] = set()
+
+    def fresh_stub(self) -> tuple[grpc.aio.Channel, runner_service_pb2_grpc.RunnerServiceStub]:
+        """A new channel (no reconnect backoff state) for probing an endpoint that was down."""
+        channel = _channel(self.config, self.retry_seconds)
+        return channel, runner_service_pb2_grpc.RunnerServiceStub(channel)
+
+    def adopt(self, channel: grpc.aio.Channel, stub: runner_service_pb2_grpc.RunnerServiceStub) -> None:
+        """Serves from `channel` from now on; the old one closes once its calls ended (30 s at most)."""
+        old, self.channel, self.stub = self.channel, channel, stub
+        task = asyncio.create_task(old.close(grace=30), name=f"retire-channel-{self.config.id}")
+        self._retired.add(task)
+        task.add_done_callback(self._retired.discard)
 
     async def close(self) -> None:
         await self.channel.close()
+        for task in list(self._retired):
+            task.cancel()
+        await asyncio.gather(*self._retired, return_exceptions=True)
 
 
 class RunnerRegistry:
     def __init__(self, config: HostConfig, env: HostEnv | None = None) -> None:
         self._config = config
         env = env or HostEnv()
-        self.endpoints: dict[str, Endpoint] = {e.id: Endpoint(e, env) for e in config.runners}
+        retry = config.registry.retry_interval_seconds
+        self.endpoints: dict[str, Endpoint] = {e.id: Endpoint(e, env, retry) for e in config.runners}
         self._runners: dict[str, RegisteredRunner] = {}
         self._task: asyncio.Task[None] | None = None
         self._refresh_lock: dict[str, asyncio.Lock] = {e: asyncio.Lock() for e in self.endpoints}
@@ -115,16 +147,25 @@ class RunnerRegistry:
     async def refresh_endpoint(self, endpoint_id: str) -> None:
         endpoint = self.endpoints[endpoint_id]
         async with self._refresh_lock[endpoint_id]:
+            # A down endpoint is probed on a fresh channel: the old one may sit in reconnect backoff,
+            # failing every call without trying, for longer than the retry interval.
+            channel, stub = endpoint.fresh_stub() if not endpoint.available else (None, endpoint.stub)
+            timeout = self._config.registry.describe_timeout_seconds
+            endpoint.checked_at = utcnow()
             try:
-                response = await endpoint.stub.ListRunners(
-                    runner_service_pb2.ListRunnersRequest(),
-                    timeout=self._config.registry.describe_timeout_seconds,
-                    metadata=endpoint.metadata,
+                response = await stub.ListRunners(
+                    runner_service_pb2.ListRunnersRequest(), timeout=timeout, metadata=endpoint.metadata
                 )
             except grpc.RpcError as exc:
-                self._drop_endpoint(endpoint, f"{exc.code().name}: {exc.details()}")
+                if channel is not None:
+                    await channel.close()
+                code, details = exc.code().name, exc.details() or ""
+                reason = explain_rpc_failure(code, details, endpoint.config.address, timeout=timeout)
+                self._drop_endpoint(endpoint, reason or f"{code}: {details}")
                 return
-            now = utcnow()
+            if channel is not None:
+                endpoint.adopt(channel, stub)
+            now = endpoint.succeeded_at = utcnow()
             fresh: dict[str, RegisteredRunner] = {}
             for manifest in response.runners:
                 try:
@@ -155,6 +196,8 @@ class RunnerRegistry:
                 log.info("runner.endpoint_up", endpoint=endpoint_id, runners=sorted(fresh))
             endpoint.available = True
             endpoint.last_error = ""
+            endpoint.runner_ids = sorted(fresh)
+            RUNNER_ENDPOINT_UP.labels(endpoint_id).set(1)
 
     def _drop_endpoint(self, endpoint: Endpoint, reason: str) -> None:
         removed = [r for r, d in self._runners.items() if d.endpoint_id == endpoint.config.id]
@@ -164,12 +207,16 @@ class RunnerRegistry:
             log.warning("runner.endpoint_down", endpoint=endpoint.config.id, reason=reason, removed=removed)
         endpoint.available = False
         endpoint.last_error = reason
+        RUNNER_ENDPOINT_UP.labels(endpoint.config.id).set(0)
 
     def mark_unreachable(self, runner: RegisteredRunner, reason: str) -> None:
-        """Called by the run (`run/execution.py`) when a run could not reach the runner's endpoint."""
+        """Called by the run (`run/execution.py`) when a run could not reach the runner's endpoint (`reason` may be
+        gRPC's `UNAVAILABLE: <details>`; it is kept explained)."""
         endpoint = self.endpoints.get(runner.endpoint_id)
         if endpoint is not None:
-            self._drop_endpoint(endpoint, reason)
+            code, _, details = reason.partition(": ")
+            explained = explain_rpc_failure(code, details, endpoint.config.address)
+            self._drop_endpoint(endpoint, explained or reason)
 
     async def resolve(self, runner_id: str) -> RegisteredRunner | None:
         """The runner's descriptor, refreshing down endpoints on demand when it is unknown."""

@@ -23,6 +23,7 @@ from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
 from agentrunner_host.config import AgentConfig, HostConfig, HostEnv
+from agentrunner_host.config_check import Problem, check_against_registry, check_bindings, registry_view
 from agentrunner_host.control import ControlHub
 from agentrunner_host.delivery.adapters import AdapterRegistry, GrpcDeliveryAdapter
 from agentrunner_host.delivery.channel import DeliveryHub
@@ -39,6 +40,7 @@ from agentrunner_host.run.service import RunService
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database, ensure_current, upgrade
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
+from agentrunner_host.transport_errors import explain_bind_failure
 
 log = structlog.get_logger("agentrunner_host.server")
 
@@ -89,6 +91,10 @@ def agent_model_options(agent: AgentConfig | None, model_id: str) -> AgentModelO
     extra = rc.get("extra-args", rc.get("extra_args"))
     remove = rc.get("remove-think", rc.get("remove_think"))
     return AgentModelOptions(dict(extra) if isinstance(extra, dict) else {}, remove is True)
+
+
+class ListenError(OSError):
+    """An address the host cannot listen on; the message says which, and why (port in use, ...)."""
 
 
 class HostApp:
@@ -215,6 +221,15 @@ class HostApp:
     async def start(self, address: str | None = None) -> int:
         """Recovers crashed runs, binds, starts serving and probes the runner endpoints and tool
         sources. Returns the bound port."""
+        address = address or self.config.listen.address
+        server = self._build_server()
+        creds = _server_credentials(self.config)
+        try:  # bind first: a busy port fails before anything is recovered or started
+            port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+        except RuntimeError:
+            port = 0
+        if port == 0:
+            raise ListenError(explain_bind_failure("listen.address", address))
         interrupted = await self.stores.mark_interrupted()
         if interrupted:
             log.warning("host.interrupted_runs", count=interrupted)
@@ -225,24 +240,6 @@ class HostApp:
         self._tasks.append(asyncio.create_task(self.db.run_checkpointer(), name="wal-checkpointer"))
         self._tasks.append(asyncio.create_task(self.interactions.sweep(), name="interaction-expiry"))
         await self.tools.start()
-        address = address or self.config.listen.address
-        server = grpc.aio.server(options=SERVER_OPTIONS)
-        add_host_service(HostServicer(self.runs, self.registry, self.interactions), server)
-        server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (
-                HOST_SERVICE_NAME,
-                PROXY_SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            server,
-        )
-        creds = _server_credentials(self.config)
-        port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
-        if port == 0:
-            raise RuntimeError(f"could not bind {address}")
         self.port = port
         host = address.rsplit(":", 1)[0]
         if host in ("0.0.0.0", "[::]", ""):
@@ -251,6 +248,7 @@ class HostApp:
         await server.start()
         self.server = server
         await self.registry.start()
+        self.report_config_problems()
         for name in ("", HOST_SERVICE_NAME, PROXY_SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
@@ -262,6 +260,35 @@ class HostApp:
             tools=[t.name for t in self.tools.list_tools()],
         )
         return port
+
+    def report_config_problems(self) -> list[Problem]:
+        """`config check` at start-up, against what the registry found: each problem as a warning log
+        line (runners may come up or be updated later, so none refuses to start)."""
+        manifests, endpoints = registry_view(self.registry)
+        problems = check_bindings(self.config) + check_against_registry(self.config, manifests, endpoints)
+        for problem in problems:
+            log.warning(
+                "config.problem", severity=problem.severity, path=problem.path, problem=problem.message
+            )
+        return problems
+
+    def _build_server(self) -> grpc.aio.Server:
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        add_host_service(
+            HostServicer(self.runs, self.registry, self.interactions, ledger=self.stores.ledger), server
+        )
+        server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (
+                HOST_SERVICE_NAME,
+                PROXY_SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+        return server
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stops accepting work, lets open runs finish for up to `grace`, cancels the rest, then closes

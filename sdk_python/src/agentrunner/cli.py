@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # no C-core log lines (`I1201 ...`) on the runner's stderr
+
 import importlib
 import sys
 from pathlib import Path

@@ -92,7 +92,9 @@ def _type_name(kind: manifest_pb2.ConfigFieldType.ValueType) -> str:
     return T.Name(kind).removeprefix("CONFIG_FIELD_TYPE_").lower().replace("_", "-")
 
 
-def _check(field: manifest_pb2.ConfigField, value: Any) -> Any:
+def check_value(field: manifest_pb2.ConfigField, value: Any) -> Any:
+    """One value against its field's declared type (integers back to `int`); raises `ConfigInvalid`.
+    Also what the host's `config check` applies to an agent's `runner_config`."""
     kind = field.type
     if kind in _STRINGS:
         if not isinstance(value, str):
@@ -159,11 +161,11 @@ def validate_config(
             if field.HasField("default_value"):
                 default = json_format.MessageToDict(field.default_value)
                 if default is not None:
-                    values[field.name] = _check(field, default)
+                    values[field.name] = check_value(field, default)
                     continue
             if field.required:
                 raise ConfigInvalid(field.name, f"is required ({_type_name(field.type)})")
             values.pop(field.name, None)
             continue
-        values[field.name] = _check(field, values[field.name])
+        values[field.name] = check_value(field, values[field.name])
     return values

@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 import structlog
-from google.protobuf import message_factory, timestamp_pb2
+from google.protobuf import message_factory
 
 from agentrunner.errors import AgentRunnerError, InvalidArgumentError, RuntimeFailureError, abort_with
 from agentrunner.protocol import INTERACTION_SUBMITTED_EVENT
@@ -18,7 +18,7 @@ from agentrunner_host.delivery.interactions import InteractionService
 from agentrunner_host.registry import RunnerRegistry
 from agentrunner_host.run.service import RunService, Update
 from agentrunner_host.services.wire import UPDATE_STREAMS, serialize_update
-from agentrunner_host.store.ledger import run_to_proto
+from agentrunner_host.store.ledger import RunQuery, SqlRunLedger, run_to_proto
 
 log = structlog.get_logger("agentrunner_host.host_service")
 
@@ -43,10 +43,12 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         runs: RunService,
         registry: RunnerRegistry,
         interactions: InteractionService | None = None,
+        ledger: SqlRunLedger | None = None,
     ) -> None:
         self.runs = runs
         self.registry = registry
         self.interactions = interactions
+        self.ledger = ledger
 
     # `SubmitInteraction` and `AttachRun` answer with `Update`s: their response types have exactly
     # `Update`'s fields and `add_host_service` serializes them as they are, which the generated base
@@ -120,6 +122,28 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
             await abort_with(context, err)
         return host_service_pb2.CancelRunResponse(run=run_to_proto(record))
 
+    async def ListRuns(
+        self,
+        request: host_service_pb2.ListRunsRequest,
+        context: grpc.aio.ServicerContext[host_service_pb2.ListRunsRequest, host_service_pb2.ListRunsResponse],
+    ) -> host_service_pb2.ListRunsResponse:
+        try:
+            if self.ledger is None:
+                raise RuntimeFailureError("run listing is not available on this host")
+            query = RunQuery(
+                statuses=tuple(request.statuses),
+                agent_id=request.agent_id,
+                runner_id=request.runner_id,
+                conversation_id=request.conversation_id,
+                binding_id=request.binding_id,
+            )
+            records, token = await self.ledger.search_runs(query, request.page_token, request.page_size)
+        except AgentRunnerError as err:
+            await abort_with(context, err)
+        return host_service_pb2.ListRunsResponse(
+            runs=[run_to_proto(r) for r in records], next_page_token=token
+        )
+
     async def ListRunners(
         self,
         request: host_service_pb2.HostServiceListRunnersRequest,
@@ -134,9 +158,19 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                 endpoint_id=runner.endpoint_id, address=runner.address, available=endpoint.available
             )
             item.manifest.CopyFrom(runner.manifest)
-            ts = timestamp_pb2.Timestamp()
-            ts.FromDatetime(runner.refreshed_at)
-            item.refresh_time.CopyFrom(ts)
+            item.refresh_time.FromDatetime(runner.refreshed_at)
+        for endpoint_id, endpoint in sorted(self.registry.endpoints.items()):
+            status = out.endpoints.add(
+                endpoint_id=endpoint_id,
+                address=endpoint.config.address,
+                available=endpoint.available,
+                last_error=endpoint.last_error,
+                runner_ids=endpoint.runner_ids if endpoint.available else [],
+            )
+            if endpoint.checked_at is not None:
+                status.check_time.FromDatetime(endpoint.checked_at)
+            if endpoint.succeeded_at is not None:
+                status.success_time.FromDatetime(endpoint.succeeded_at)
         return out
 
 

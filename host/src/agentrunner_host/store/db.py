@@ -739,7 +739,10 @@ def _alembic_config(url: str | URL) -> Config:
 
 
 def head_revisions() -> set[str]:
-    return set(ScriptDirectory.from_config(_alembic_config("sqlite:///unused/x.db")).get_heads())
+    # (the script directory alone: a config with a URL would create that SQLite file's directory)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return set(ScriptDirectory.from_config(cfg).get_heads())
 
 
 def current_revisions(url: str | URL) -> set[str]:

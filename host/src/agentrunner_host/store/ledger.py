@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
+import hashlib
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -53,6 +55,27 @@ _RECORD_FIELDS = (
     "last_sequence",
 )
 _OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
+DEFAULT_RUNS_PAGE = 50
+MAX_RUNS_PAGE = 200
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunQuery:
+    """The filters of `HostService.ListRuns` (all optional; they combine with AND)."""
+
+    statuses: tuple[int, ...] = ()
+    agent_id: str = ""
+    runner_id: str = ""
+    conversation_id: str = ""
+    binding_id: str = ""
+
+    def digest(self) -> str:
+        """What a page token is bound to: the same filters, in a canonical form."""
+        canonical = "\x1f".join(
+            [",".join(map(str, sorted(set(self.statuses)))), self.agent_id, self.runner_id,
+             self.conversation_id, self.binding_id]
+        )  # fmt: skip
+        return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
 def _to_record(row: RunRow) -> RunRecord:
@@ -519,6 +542,39 @@ class SqlRunLedger:
             rows = rows[:limit]
             cursor = self.codec.encode("run", conversation_id, rows[-1].id)
         return [_to_record(r) for r in rows], cursor
+
+    async def search_runs(
+        self, query: RunQuery, page_token: str = "", page_size: int = 0
+    ) -> tuple[list[RunRecord], str]:
+        """`HostService.ListRuns`: runs matching `query`, newest first, one page (AIP-158). The page
+        token names the last run returned and is bound to the query: reusing it with other filters is
+        `INVALID_ARGUMENT`."""
+        if page_size < 0:
+            raise InvalidArgumentError("page_size must not be negative", field="page_size")
+        limit = min(page_size or DEFAULT_RUNS_PAGE, MAX_RUNS_PAGE)
+        stmt = select(RunRow)
+        if query.statuses:
+            stmt = stmt.where(RunRow.status.in_(sorted(set(query.statuses))))
+        for column, value in (
+            (RunRow.agent_id, query.agent_id),
+            (RunRow.runner_id, query.runner_id),
+            (RunRow.conversation_id, query.conversation_id),
+            (RunRow.binding_id, query.binding_id),
+        ):
+            if value:
+                stmt = stmt.where(column == value)
+        scope = query.digest()
+        if page_token:
+            position = self.codec.decode(page_token, kind="host-runs", scope=scope, field="page_token")
+            stmt = stmt.where(RunRow.id < position)
+        stmt = stmt.order_by(RunRow.id.desc()).limit(limit + 1)
+        async with self.db.read() as session:
+            rows = list((await session.scalars(stmt)).all())
+        token = ""
+        if len(rows) > limit:
+            rows = rows[:limit]
+            token = self.codec.encode("host-runs", scope, rows[-1].id)
+        return [_to_record(r) for r in rows], token
 
     async def mark_interrupted(self) -> int:
         async with self.db.write() as session:

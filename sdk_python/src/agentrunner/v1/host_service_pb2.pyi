@@ -694,6 +694,84 @@ class CancelRunResponse(_message.Message):
 Global___CancelRunResponse: _TypeAlias = CancelRunResponse  # noqa: Y015
 
 @_typing.final
+class ListRunsRequest(_message.Message):
+    """Request of `HostService.ListRuns`. Filters combine with AND; an empty filter matches every run."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    STATUSES_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    RUNNER_ID_FIELD_NUMBER: _builtins.int
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    BINDING_ID_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """Maximum runs in the page; 50 when 0, at most 200 (larger values are capped). Negative is
+    `INVALID_ARGUMENT`.
+    """
+    page_token: _builtins.str
+    """`next_page_token` of the previous page; empty for the first page."""
+    agent_id: _builtins.str
+    """Only runs of this agent."""
+    runner_id: _builtins.str
+    """Only runs of this runner (`plugin:<author>/<name>/<runner>`)."""
+    conversation_id: _builtins.str
+    """Only runs of this conversation."""
+    binding_id: _builtins.str
+    """Only runs routed by this binding."""
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedScalarFieldContainer[_common_pb2.RunStatus.ValueType]:
+        """Only runs in one of these statuses; every status when empty."""
+
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        statuses: _abc.Iterable[_common_pb2.RunStatus.ValueType] | None = ...,
+        agent_id: _builtins.str = ...,
+        runner_id: _builtins.str = ...,
+        conversation_id: _builtins.str = ...,
+        binding_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "binding_id", b"binding_id", "conversation_id", b"conversation_id", "page_size", b"page_size", "page_token", b"page_token", "runner_id", b"runner_id", "statuses", b"statuses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunsRequest: _TypeAlias = ListRunsRequest  # noqa: Y015
+
+@_typing.final
+class ListRunsResponse(_message.Message):
+    """Response of `HostService.ListRuns`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token of the next page; empty on the last page."""
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Run]:
+        """The page, newest run first."""
+
+    def __init__(
+        self,
+        *,
+        runs: _abc.Iterable[Global___Run] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "runs", b"runs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunsResponse: _TypeAlias = ListRunsResponse  # noqa: Y015
+
+@_typing.final
 class HostServiceListRunnersRequest(_message.Message):
     """Request of `HostService.ListRunners`."""
 
@@ -717,22 +795,82 @@ class HostServiceListRunnersResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RUNNERS_FIELD_NUMBER: _builtins.int
+    ENDPOINTS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def runners(self) -> _containers.RepeatedCompositeFieldContainer[Global___RegisteredRunner]:
         """Runners currently served."""
+
+    @_builtins.property
+    def endpoints(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunnerEndpointStatus]:
+        """Every configured runner endpoint, up or down, with its health: an endpoint that is down serves
+        no runner above but is listed here with its last error.
+        """
 
     def __init__(
         self,
         *,
         runners: _abc.Iterable[Global___RegisteredRunner] | None = ...,
+        endpoints: _abc.Iterable[Global___RunnerEndpointStatus] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["runners", b"runners"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["endpoints", b"endpoints", "runners", b"runners"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HostServiceListRunnersResponse: _TypeAlias = HostServiceListRunnersResponse  # noqa: Y015
+
+@_typing.final
+class RunnerEndpointStatus(_message.Message):
+    """The health of one runner endpoint of the host config."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENDPOINT_ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    AVAILABLE_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    CHECK_TIME_FIELD_NUMBER: _builtins.int
+    SUCCESS_TIME_FIELD_NUMBER: _builtins.int
+    RUNNER_IDS_FIELD_NUMBER: _builtins.int
+    endpoint_id: _builtins.str
+    """Endpoint id from the host config."""
+    address: _builtins.str
+    """Endpoint address."""
+    available: _builtins.bool
+    """Whether the endpoint answered its last probe."""
+    last_error: _builtins.str
+    """Why the last probe failed, as one readable line; empty while available."""
+    @_builtins.property
+    def check_time(self) -> _timestamp_pb2.Timestamp:
+        """When the endpoint was last probed; unset before the first probe."""
+
+    @_builtins.property
+    def success_time(self) -> _timestamp_pb2.Timestamp:
+        """When the endpoint last answered; unset when it never did."""
+
+    @_builtins.property
+    def runner_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Runner ids it served at its last successful probe."""
+
+    def __init__(
+        self,
+        *,
+        endpoint_id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        available: _builtins.bool = ...,
+        last_error: _builtins.str = ...,
+        check_time: _timestamp_pb2.Timestamp | None = ...,
+        success_time: _timestamp_pb2.Timestamp | None = ...,
+        runner_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["check_time", b"check_time", "success_time", b"success_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "available", b"available", "check_time", b"check_time", "endpoint_id", b"endpoint_id", "last_error", b"last_error", "runner_ids", b"runner_ids", "success_time", b"success_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunnerEndpointStatus: _TypeAlias = RunnerEndpointStatus  # noqa: Y015
 
 @_typing.final
 class RegisteredRunner(_message.Message):

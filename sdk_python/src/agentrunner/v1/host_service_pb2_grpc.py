@@ -61,6 +61,11 @@ class HostServiceStub:
                 request_serializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersRequest.SerializeToString,
                 response_deserializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersResponse.FromString,
                 _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/agentrunner.v1.HostService/ListRuns',
+                request_serializer=agentrunner_dot_v1_dot_host__service__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=agentrunner_dot_v1_dot_host__service__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
         self.SubmitInteraction = channel.unary_stream(
                 '/agentrunner.v1.HostService/SubmitInteraction',
                 request_serializer=agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionRequest.SerializeToString,
@@ -112,6 +117,15 @@ class HostServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRuns(self, request, context):
+        """Lists run records, newest first, filtered and paged (AIP-158): a page holds at most `page_size`
+        runs and `next_page_token` continues it. A token only continues the listing it came from: reused
+        with other filters it is `INVALID_ARGUMENT`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SubmitInteraction(self, request, context):
         """Answers a structured interaction. The answer becomes an `interaction.submitted` event, routed like
         any other event, whose run gets the answer in `RunInput.interaction`; the call streams that run
@@ -151,6 +165,11 @@ def add_HostServiceServicer_to_server(servicer, server):
                     servicer.ListRunners,
                     request_deserializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersRequest.FromString,
                     response_serializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersResponse.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=agentrunner_dot_v1_dot_host__service__pb2.ListRunsRequest.FromString,
+                    response_serializer=agentrunner_dot_v1_dot_host__service__pb2.ListRunsResponse.SerializeToString,
             ),
             'SubmitInteraction': grpc.unary_stream_rpc_method_handler(
                     servicer.SubmitInteraction,
@@ -295,6 +314,33 @@ class HostService:
             '/agentrunner.v1.HostService/ListRunners',
             agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersRequest.SerializeToString,
             agentrunner_dot_v1_dot_host__service__pb2.HostServiceListRunnersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrunner.v1.HostService/ListRuns',
+            agentrunner_dot_v1_dot_host__service__pb2.ListRunsRequest.SerializeToString,
+            agentrunner_dot_v1_dot_host__service__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,

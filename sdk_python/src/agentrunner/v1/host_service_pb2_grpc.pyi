@@ -52,6 +52,11 @@ class HostServiceStub:
     """
     ListRunners: _grpc.UnaryUnaryMultiCallable[_host_service_pb2.HostServiceListRunnersRequest, _host_service_pb2.HostServiceListRunnersResponse]
     """Lists the runners the registry currently serves."""
+    ListRuns: _grpc.UnaryUnaryMultiCallable[_host_service_pb2.ListRunsRequest, _host_service_pb2.ListRunsResponse]
+    """Lists run records, newest first, filtered and paged (AIP-158): a page holds at most `page_size`
+    runs and `next_page_token` continues it. A token only continues the listing it came from: reused
+    with other filters it is `INVALID_ARGUMENT`.
+    """
     SubmitInteraction: _grpc.UnaryStreamMultiCallable[_host_service_pb2.SubmitInteractionRequest, _host_service_pb2.SubmitInteractionResponse]
     """Answers a structured interaction. The answer becomes an `interaction.submitted` event, routed like
     any other event, whose run gets the answer in `RunInput.interaction`; the call streams that run
@@ -85,6 +90,11 @@ class HostServiceAsyncStub(HostServiceStub):
     """
     ListRunners: _aio.UnaryUnaryMultiCallable[_host_service_pb2.HostServiceListRunnersRequest, _host_service_pb2.HostServiceListRunnersResponse]  # type: ignore[assignment]
     """Lists the runners the registry currently serves."""
+    ListRuns: _aio.UnaryUnaryMultiCallable[_host_service_pb2.ListRunsRequest, _host_service_pb2.ListRunsResponse]  # type: ignore[assignment]
+    """Lists run records, newest first, filtered and paged (AIP-158): a page holds at most `page_size`
+    runs and `next_page_token` continues it. A token only continues the listing it came from: reused
+    with other filters it is `INVALID_ARGUMENT`.
+    """
     SubmitInteraction: _aio.UnaryStreamMultiCallable[_host_service_pb2.SubmitInteractionRequest, _host_service_pb2.SubmitInteractionResponse]  # type: ignore[assignment]
     """Answers a structured interaction. The answer becomes an `interaction.submitted` event, routed like
     any other event, whose run gets the answer in `RunInput.interaction`; the call streams that run
@@ -145,6 +155,17 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_host_service_pb2.HostServiceListRunnersResponse, _abc.Awaitable[_host_service_pb2.HostServiceListRunnersResponse]]:
         """Lists the runners the registry currently serves."""
+
+    @_abc_1.abstractmethod
+    def ListRuns(
+        self,
+        request: _host_service_pb2.ListRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_host_service_pb2.ListRunsResponse, _abc.Awaitable[_host_service_pb2.ListRunsResponse]]:
+        """Lists run records, newest first, filtered and paged (AIP-158): a page holds at most `page_size`
+        runs and `next_page_token` continues it. A token only continues the listing it came from: reused
+        with other filters it is `INVALID_ARGUMENT`.
+        """
 
     @_abc_1.abstractmethod
     def SubmitInteraction(

@@ -20,7 +20,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file agentrunner/v1/host_service.proto.
  */
 export const file_agentrunner_v1_host_service: GenFile = /*@__PURE__*/
-  fileDesc("CiFhZ2VudHJ1bm5lci92MS9ob3N0X3NlcnZpY2UucHJvdG8SDmFnZW50cnVubmVyLnYxIskFCg1FdmVudEVudmVsb3BlEhAKCGV2ZW50X2lkGAEgASgJEhIKCmV2ZW50X3R5cGUYAiABKAkSDgoGc291cmNlGAMgASgJEhkKEXNvdXJjZV9ldmVudF90eXBlGAQgASgJEi4KCmV2ZW50X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKDnRyaWdnZXJfc291cmNlGAYgASgOMh0uYWdlbnRydW5uZXIudjEuVHJpZ2dlclNvdXJjZRIOCgZib3RfaWQYByABKAkSFAoMd29ya3NwYWNlX2lkGAggASgJEjkKDGNvbnZlcnNhdGlvbhgJIAEoCzIjLmFnZW50cnVubmVyLnYxLkNvbnZlcnNhdGlvbkNvbnRleHQSKwoFYWN0b3IYCiABKAsyHC5hZ2VudHJ1bm5lci52MS5BY3RvckNvbnRleHQSLwoHc3ViamVjdBgLIAEoCzIeLmFnZW50cnVubmVyLnYxLlN1YmplY3RDb250ZXh0EikKBWlucHV0GAwgASgLMhouYWdlbnRydW5uZXIudjEuRXZlbnRJbnB1dBIxCghkZWxpdmVyeRgNIAEoCzIfLmFnZW50cnVubmVyLnYxLkRlbGl2ZXJ5Q29udGV4dBIlCgRkYXRhGA4gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCg1hZGFwdGVyX2V4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIpCghtZXRhZGF0YRgQIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKgoJdmFyaWFibGVzGBEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBI1Cg5wbGF0Zm9ybV9ldmVudBgSIAEoCzIdLmFnZW50cnVubmVyLnYxLlBsYXRmb3JtRXZlbnQiggEKCkV2ZW50SW5wdXQSDAoEdGV4dBgBIAEoCRIwCghjb250ZW50cxgCIAMoCzIeLmFnZW50cnVubmVyLnYxLkNvbnRlbnRFbGVtZW50EjQKC2F0dGFjaG1lbnRzGAMgAygLMh8uYWdlbnRydW5uZXIudjEuSW5wdXRBdHRhY2htZW50InIKD0lucHV0QXR0YWNobWVudBIMCgRuYW1lGAEgASgJEhEKCW1pbWVfdHlwZRgCIAEoCRIRCgdjb250ZW50GAMgASgMSAASEgoIZGF0YV91cmwYBCABKAlIABINCgN1cmkYBSABKAlIAEIICgZzb3VyY2UiVwoVSG9zdFNlcnZpY2VSdW5SZXF1ZXN0EiwKBWV2ZW50GAEgASgLMh0uYWdlbnRydW5uZXIudjEuRXZlbnRFbnZlbG9wZRIQCghhZ2VudF9pZBgCIAEoCSKNAgoWSG9zdFNlcnZpY2VSdW5SZXNwb25zZRIvCghhY2NlcHRlZBgBIAEoCzIbLmFnZW50cnVubmVyLnYxLlJ1bkFjY2VwdGVkSAASKwoGcmVzdWx0GAIgASgLMhkuYWdlbnRydW5uZXIudjEuUnVuUmVzdWx0SAASLwoIZmluaXNoZWQYAyABKAsyGy5hZ2VudHJ1bm5lci52MS5SdW5GaW5pc2hlZEgAEiYKBXJlcGx5GAQgASgLMhUuYWdlbnRydW5uZXIudjEuUmVwbHlIABIyCgtpbnRlcmFjdGlvbhgFIAEoCzIbLmFnZW50cnVubmVyLnYxLkludGVyYWN0aW9uSABCCAoGdXBkYXRlIowBCgtSdW5BY2NlcHRlZBIOCgZydW5faWQYASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhIKCmJpbmRpbmdfaWQYAyABKAkSEAoIYWdlbnRfaWQYBCABKAkSEAoIYXR0YWNoZWQYBSABKAgSEAoIdHJhY2VfaWQYBiABKAkSEAoIZXZlbnRfaWQYByABKAkifgoLUnVuRmluaXNoZWQSDgoGcnVuX2lkGAEgASgJEikKBnN0YXR1cxgCIAEoDjIZLmFnZW50cnVubmVyLnYxLlJ1blN0YXR1cxIOCgZyZWFzb24YAyABKAkSJAoFdXNhZ2UYBCABKAsyFS5hZ2VudHJ1bm5lci52MS5Vc2FnZSLsBAoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIQCghldmVudF9pZBgCIAEoCRIQCghhZ2VudF9pZBgDIAEoCRISCgpiaW5kaW5nX2lkGAQgASgJEhEKCXJ1bm5lcl9pZBgFIAEoCRIXCg9jb252ZXJzYXRpb25faWQYBiABKAkSEQoJdGhyZWFkX2lkGAcgASgJEikKBnN0YXR1cxgIIAEoDjIZLmFnZW50cnVubmVyLnYxLlJ1blN0YXR1cxIVCg1zdGF0dXNfcmVhc29uGAkgASgJEi8KC2NyZWF0ZV90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNZGVhZGxpbmVfdGltZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNwoTY2FuY2VsX3JlcXVlc3RfdGltZRgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJAoFdXNhZ2UYDyABKAsyFS5hZ2VudHJ1bm5lci52MS5Vc2FnZRIVCg1sYXN0X3NlcXVlbmNlGBAgASgEEhAKCHRyYWNlX2lkGBEgASgJEg4KBmJvdF9pZBgSIAEoCRIUCgx3b3Jrc3BhY2VfaWQYEyABKAkSKQoIbWV0YWRhdGEYFCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjoKEEF0dGFjaFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgEIogCChFBdHRhY2hSdW5SZXNwb25zZRIvCghhY2NlcHRlZBgBIAEoCzIbLmFnZW50cnVubmVyLnYxLlJ1bkFjY2VwdGVkSAASKwoGcmVzdWx0GAIgASgLMhkuYWdlbnRydW5uZXIudjEuUnVuUmVzdWx0SAASLwoIZmluaXNoZWQYAyABKAsyGy5hZ2VudHJ1bm5lci52MS5SdW5GaW5pc2hlZEgAEiYKBXJlcGx5GAQgASgLMhUuYWdlbnRydW5uZXIudjEuUmVwbHlIABIyCgtpbnRlcmFjdGlvbhgFIAEoCzIbLmFnZW50cnVubmVyLnYxLkludGVyYWN0aW9uSABCCAoGdXBkYXRlIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIjIKDkdldFJ1blJlc3BvbnNlEiAKA3J1bhgBIAEoCzITLmFnZW50cnVubmVyLnYxLlJ1biIyChBDYW5jZWxSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiNQoRQ2FuY2VsUnVuUmVzcG9uc2USIAoDcnVuGAEgASgLMhMuYWdlbnRydW5uZXIudjEuUnVuIh8KHUhvc3RTZXJ2aWNlTGlzdFJ1bm5lcnNSZXF1ZXN0IlMKHkhvc3RTZXJ2aWNlTGlzdFJ1bm5lcnNSZXNwb25zZRIxCgdydW5uZXJzGAEgAygLMiAuYWdlbnRydW5uZXIudjEuUmVnaXN0ZXJlZFJ1bm5lciKvAQoQUmVnaXN0ZXJlZFJ1bm5lchIwCghtYW5pZmVzdBgBIAEoCzIeLmFnZW50cnVubmVyLnYxLlJ1bm5lck1hbmlmZXN0EhMKC2VuZHBvaW50X2lkGAIgASgJEg8KB2FkZHJlc3MYAyABKAkSEQoJYXZhaWxhYmxlGAQgASgIEjAKDHJlZnJlc2hfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAizAEKBVJlcGx5Eg4KBnJ1bl9pZBgBIAEoCRIQCghyZXBseV9pZBgCIAEoCRInCgRtb2RlGAMgASgOMhkuYWdlbnRydW5uZXIudjEuUmVwbHlNb2RlEjEKB21lc3NhZ2UYBCABKAsyIC5hZ2VudHJ1bm5lci52MS5Bc3Npc3RhbnRNZXNzYWdlEhQKDHF1b3RlX29yaWdpbhgFIAEoCBIvCgtjcmVhdGVfdGltZRgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAimgIKC0ludGVyYWN0aW9uEjMKB3JlcXVlc3QYASABKAsyIi5hZ2VudHJ1bm5lci52MS5JbnRlcmFjdGlvblJlcXVlc3QSDgoGcnVuX2lkGAIgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgDIAEoCRIxCgZzdGF0dXMYBCABKA4yIS5hZ2VudHJ1bm5lci52MS5JbnRlcmFjdGlvblN0YXR1cxIvCgtjcmVhdGVfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLwoLc3VibWl0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKEHN1Ym1pdHRlZF9ydW5faWQYByABKAkiiwIKGFN1Ym1pdEludGVyYWN0aW9uUmVxdWVzdBIWCg5pbnRlcmFjdGlvbl9pZBgBIAEoCRIRCglhY3Rpb25faWQYAiABKAkSJwoGdmFsdWVzGAMgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIrCgVhY3RvchgEIAEoCzIcLmFnZW50cnVubmVyLnYxLkFjdG9yQ29udGV4dBIxCghkZWxpdmVyeRgFIAEoCzIfLmFnZW50cnVubmVyLnYxLkRlbGl2ZXJ5Q29udGV4dBIQCghldmVudF9pZBgGIAEoCRIpCghtZXRhZGF0YRgHIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QikAIKGVN1Ym1pdEludGVyYWN0aW9uUmVzcG9uc2USLwoIYWNjZXB0ZWQYASABKAsyGy5hZ2VudHJ1bm5lci52MS5SdW5BY2NlcHRlZEgAEisKBnJlc3VsdBgCIAEoCzIZLmFnZW50cnVubmVyLnYxLlJ1blJlc3VsdEgAEi8KCGZpbmlzaGVkGAMgASgLMhsuYWdlbnRydW5uZXIudjEuUnVuRmluaXNoZWRIABImCgVyZXBseRgEIAEoCzIVLmFnZW50cnVubmVyLnYxLlJlcGx5SAASMgoLaW50ZXJhY3Rpb24YBSABKAsyGy5hZ2VudHJ1bm5lci52MS5JbnRlcmFjdGlvbkgAQggKBnVwZGF0ZSq7AQoRSW50ZXJhY3Rpb25TdGF0dXMSIgoeSU5URVJBQ1RJT05fU1RBVFVTX1VOU1BFQ0lGSUVEEAASHgoaSU5URVJBQ1RJT05fU1RBVFVTX1BFTkRJTkcQARIgChxJTlRFUkFDVElPTl9TVEFUVVNfU1VCTUlUVEVEEAISHgoaSU5URVJBQ1RJT05fU1RBVFVTX0VYUElSRUQQAxIgChxJTlRFUkFDVElPTl9TVEFUVVNfQ0FOQ0VMTEVEEAQyrgQKC0hvc3RTZXJ2aWNlElYKA1J1bhIlLmFnZW50cnVubmVyLnYxLkhvc3RTZXJ2aWNlUnVuUmVxdWVzdBomLmFnZW50cnVubmVyLnYxLkhvc3RTZXJ2aWNlUnVuUmVzcG9uc2UwARJSCglBdHRhY2hSdW4SIC5hZ2VudHJ1bm5lci52MS5BdHRhY2hSdW5SZXF1ZXN0GiEuYWdlbnRydW5uZXIudjEuQXR0YWNoUnVuUmVzcG9uc2UwARJHCgZHZXRSdW4SHS5hZ2VudHJ1bm5lci52MS5HZXRSdW5SZXF1ZXN0Gh4uYWdlbnRydW5uZXIudjEuR2V0UnVuUmVzcG9uc2USUAoJQ2FuY2VsUnVuEiAuYWdlbnRydW5uZXIudjEuQ2FuY2VsUnVuUmVxdWVzdBohLmFnZW50cnVubmVyLnYxLkNhbmNlbFJ1blJlc3BvbnNlEmwKC0xpc3RSdW5uZXJzEi0uYWdlbnRydW5uZXIudjEuSG9zdFNlcnZpY2VMaXN0UnVubmVyc1JlcXVlc3QaLi5hZ2VudHJ1bm5lci52MS5Ib3N0U2VydmljZUxpc3RSdW5uZXJzUmVzcG9uc2USagoRU3VibWl0SW50ZXJhY3Rpb24SKC5hZ2VudHJ1bm5lci52MS5TdWJtaXRJbnRlcmFjdGlvblJlcXVlc3QaKS5hZ2VudHJ1bm5lci52MS5TdWJtaXRJbnRlcmFjdGlvblJlc3BvbnNlMAFCT1pNZ2l0aHViLmNvbS9sYW5nYm90LWFwcC9sYW5nYm90LWFnZW50cnVubmVyL3Nka19nby9hZ2VudHJ1bm5lcnYxO2FnZW50cnVubmVydjFiBnByb3RvMw", [file_agentrunner_v1_common, file_agentrunner_v1_context, file_agentrunner_v1_manifest, file_agentrunner_v1_result, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiFhZ2VudHJ1bm5lci92MS9ob3N0X3NlcnZpY2UucHJvdG8SDmFnZW50cnVubmVyLnYxIskFCg1FdmVudEVudmVsb3BlEhAKCGV2ZW50X2lkGAEgASgJEhIKCmV2ZW50X3R5cGUYAiABKAkSDgoGc291cmNlGAMgASgJEhkKEXNvdXJjZV9ldmVudF90eXBlGAQgASgJEi4KCmV2ZW50X3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjUKDnRyaWdnZXJfc291cmNlGAYgASgOMh0uYWdlbnRydW5uZXIudjEuVHJpZ2dlclNvdXJjZRIOCgZib3RfaWQYByABKAkSFAoMd29ya3NwYWNlX2lkGAggASgJEjkKDGNvbnZlcnNhdGlvbhgJIAEoCzIjLmFnZW50cnVubmVyLnYxLkNvbnZlcnNhdGlvbkNvbnRleHQSKwoFYWN0b3IYCiABKAsyHC5hZ2VudHJ1bm5lci52MS5BY3RvckNvbnRleHQSLwoHc3ViamVjdBgLIAEoCzIeLmFnZW50cnVubmVyLnYxLlN1YmplY3RDb250ZXh0EikKBWlucHV0GAwgASgLMhouYWdlbnRydW5uZXIudjEuRXZlbnRJbnB1dBIxCghkZWxpdmVyeRgNIAEoCzIfLmFnZW50cnVubmVyLnYxLkRlbGl2ZXJ5Q29udGV4dBIlCgRkYXRhGA4gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIuCg1hZGFwdGVyX2V4dHJhGA8gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIpCghtZXRhZGF0YRgQIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKgoJdmFyaWFibGVzGBEgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBI1Cg5wbGF0Zm9ybV9ldmVudBgSIAEoCzIdLmFnZW50cnVubmVyLnYxLlBsYXRmb3JtRXZlbnQiggEKCkV2ZW50SW5wdXQSDAoEdGV4dBgBIAEoCRIwCghjb250ZW50cxgCIAMoCzIeLmFnZW50cnVubmVyLnYxLkNvbnRlbnRFbGVtZW50EjQKC2F0dGFjaG1lbnRzGAMgAygLMh8uYWdlbnRydW5uZXIudjEuSW5wdXRBdHRhY2htZW50InIKD0lucHV0QXR0YWNobWVudBIMCgRuYW1lGAEgASgJEhEKCW1pbWVfdHlwZRgCIAEoCRIRCgdjb250ZW50GAMgASgMSAASEgoIZGF0YV91cmwYBCABKAlIABINCgN1cmkYBSABKAlIAEIICgZzb3VyY2UiVwoVSG9zdFNlcnZpY2VSdW5SZXF1ZXN0EiwKBWV2ZW50GAEgASgLMh0uYWdlbnRydW5uZXIudjEuRXZlbnRFbnZlbG9wZRIQCghhZ2VudF9pZBgCIAEoCSKNAgoWSG9zdFNlcnZpY2VSdW5SZXNwb25zZRIvCghhY2NlcHRlZBgBIAEoCzIbLmFnZW50cnVubmVyLnYxLlJ1bkFjY2VwdGVkSAASKwoGcmVzdWx0GAIgASgLMhkuYWdlbnRydW5uZXIudjEuUnVuUmVzdWx0SAASLwoIZmluaXNoZWQYAyABKAsyGy5hZ2VudHJ1bm5lci52MS5SdW5GaW5pc2hlZEgAEiYKBXJlcGx5GAQgASgLMhUuYWdlbnRydW5uZXIudjEuUmVwbHlIABIyCgtpbnRlcmFjdGlvbhgFIAEoCzIbLmFnZW50cnVubmVyLnYxLkludGVyYWN0aW9uSABCCAoGdXBkYXRlIowBCgtSdW5BY2NlcHRlZBIOCgZydW5faWQYASABKAkSEQoJcnVubmVyX2lkGAIgASgJEhIKCmJpbmRpbmdfaWQYAyABKAkSEAoIYWdlbnRfaWQYBCABKAkSEAoIYXR0YWNoZWQYBSABKAgSEAoIdHJhY2VfaWQYBiABKAkSEAoIZXZlbnRfaWQYByABKAkifgoLUnVuRmluaXNoZWQSDgoGcnVuX2lkGAEgASgJEikKBnN0YXR1cxgCIAEoDjIZLmFnZW50cnVubmVyLnYxLlJ1blN0YXR1cxIOCgZyZWFzb24YAyABKAkSJAoFdXNhZ2UYBCABKAsyFS5hZ2VudHJ1bm5lci52MS5Vc2FnZSLsBAoDUnVuEg4KBnJ1bl9pZBgBIAEoCRIQCghldmVudF9pZBgCIAEoCRIQCghhZ2VudF9pZBgDIAEoCRISCgpiaW5kaW5nX2lkGAQgASgJEhEKCXJ1bm5lcl9pZBgFIAEoCRIXCg9jb252ZXJzYXRpb25faWQYBiABKAkSEQoJdGhyZWFkX2lkGAcgASgJEikKBnN0YXR1cxgIIAEoDjIZLmFnZW50cnVubmVyLnYxLlJ1blN0YXR1cxIVCg1zdGF0dXNfcmVhc29uGAkgASgJEi8KC2NyZWF0ZV90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpzdGFydF90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtmaW5pc2hfdGltZRgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNZGVhZGxpbmVfdGltZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNwoTY2FuY2VsX3JlcXVlc3RfdGltZRgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJAoFdXNhZ2UYDyABKAsyFS5hZ2VudHJ1bm5lci52MS5Vc2FnZRIVCg1sYXN0X3NlcXVlbmNlGBAgASgEEhAKCHRyYWNlX2lkGBEgASgJEg4KBmJvdF9pZBgSIAEoCRIUCgx3b3Jrc3BhY2VfaWQYEyABKAkSKQoIbWV0YWRhdGEYFCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IjoKEEF0dGFjaFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJEhYKDmFmdGVyX3NlcXVlbmNlGAIgASgEIogCChFBdHRhY2hSdW5SZXNwb25zZRIvCghhY2NlcHRlZBgBIAEoCzIbLmFnZW50cnVubmVyLnYxLlJ1bkFjY2VwdGVkSAASKwoGcmVzdWx0GAIgASgLMhkuYWdlbnRydW5uZXIudjEuUnVuUmVzdWx0SAASLwoIZmluaXNoZWQYAyABKAsyGy5hZ2VudHJ1bm5lci52MS5SdW5GaW5pc2hlZEgAEiYKBXJlcGx5GAQgASgLMhUuYWdlbnRydW5uZXIudjEuUmVwbHlIABIyCgtpbnRlcmFjdGlvbhgFIAEoCzIbLmFnZW50cnVubmVyLnYxLkludGVyYWN0aW9uSABCCAoGdXBkYXRlIh8KDUdldFJ1blJlcXVlc3QSDgoGcnVuX2lkGAEgASgJIjIKDkdldFJ1blJlc3BvbnNlEiAKA3J1bhgBIAEoCzITLmFnZW50cnVubmVyLnYxLlJ1biIyChBDYW5jZWxSdW5SZXF1ZXN0Eg4KBnJ1bl9pZBgBIAEoCRIOCgZyZWFzb24YAiABKAkiNQoRQ2FuY2VsUnVuUmVzcG9uc2USIAoDcnVuGAEgASgLMhMuYWdlbnRydW5uZXIudjEuUnVuIrcBCg9MaXN0UnVuc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkSKwoIc3RhdHVzZXMYAyADKA4yGS5hZ2VudHJ1bm5lci52MS5SdW5TdGF0dXMSEAoIYWdlbnRfaWQYBCABKAkSEQoJcnVubmVyX2lkGAUgASgJEhcKD2NvbnZlcnNhdGlvbl9pZBgGIAEoCRISCgpiaW5kaW5nX2lkGAcgASgJIk4KEExpc3RSdW5zUmVzcG9uc2USIQoEcnVucxgBIAMoCzITLmFnZW50cnVubmVyLnYxLlJ1bhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiHwodSG9zdFNlcnZpY2VMaXN0UnVubmVyc1JlcXVlc3QijAEKHkhvc3RTZXJ2aWNlTGlzdFJ1bm5lcnNSZXNwb25zZRIxCgdydW5uZXJzGAEgAygLMiAuYWdlbnRydW5uZXIudjEuUmVnaXN0ZXJlZFJ1bm5lchI3CgllbmRwb2ludHMYAiADKAsyJC5hZ2VudHJ1bm5lci52MS5SdW5uZXJFbmRwb2ludFN0YXR1cyLZAQoUUnVubmVyRW5kcG9pbnRTdGF0dXMSEwoLZW5kcG9pbnRfaWQYASABKAkSDwoHYWRkcmVzcxgCIAEoCRIRCglhdmFpbGFibGUYAyABKAgSEgoKbGFzdF9lcnJvchgEIAEoCRIuCgpjaGVja190aW1lGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIwCgxzdWNjZXNzX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnJ1bm5lcl9pZHMYByADKAkirwEKEFJlZ2lzdGVyZWRSdW5uZXISMAoIbWFuaWZlc3QYASABKAsyHi5hZ2VudHJ1bm5lci52MS5SdW5uZXJNYW5pZmVzdBITCgtlbmRwb2ludF9pZBgCIAEoCRIPCgdhZGRyZXNzGAMgASgJEhEKCWF2YWlsYWJsZRgEIAEoCBIwCgxyZWZyZXNoX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIswBCgVSZXBseRIOCgZydW5faWQYASABKAkSEAoIcmVwbHlfaWQYAiABKAkSJwoEbW9kZRgDIAEoDjIZLmFnZW50cnVubmVyLnYxLlJlcGx5TW9kZRIxCgdtZXNzYWdlGAQgASgLMiAuYWdlbnRydW5uZXIudjEuQXNzaXN0YW50TWVzc2FnZRIUCgxxdW90ZV9vcmlnaW4YBSABKAgSLwoLY3JlYXRlX3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpoCCgtJbnRlcmFjdGlvbhIzCgdyZXF1ZXN0GAEgASgLMiIuYWdlbnRydW5uZXIudjEuSW50ZXJhY3Rpb25SZXF1ZXN0Eg4KBnJ1bl9pZBgCIAEoCRIXCg9jb252ZXJzYXRpb25faWQYAyABKAkSMQoGc3RhdHVzGAQgASgOMiEuYWdlbnRydW5uZXIudjEuSW50ZXJhY3Rpb25TdGF0dXMSLwoLY3JlYXRlX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC3N1Ym1pdF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYChBzdWJtaXR0ZWRfcnVuX2lkGAcgASgJIosCChhTdWJtaXRJbnRlcmFjdGlvblJlcXVlc3QSFgoOaW50ZXJhY3Rpb25faWQYASABKAkSEQoJYWN0aW9uX2lkGAIgASgJEicKBnZhbHVlcxgDIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QSKwoFYWN0b3IYBCABKAsyHC5hZ2VudHJ1bm5lci52MS5BY3RvckNvbnRleHQSMQoIZGVsaXZlcnkYBSABKAsyHy5hZ2VudHJ1bm5lci52MS5EZWxpdmVyeUNvbnRleHQSEAoIZXZlbnRfaWQYBiABKAkSKQoIbWV0YWRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IpACChlTdWJtaXRJbnRlcmFjdGlvblJlc3BvbnNlEi8KCGFjY2VwdGVkGAEgASgLMhsuYWdlbnRydW5uZXIudjEuUnVuQWNjZXB0ZWRIABIrCgZyZXN1bHQYAiABKAsyGS5hZ2VudHJ1bm5lci52MS5SdW5SZXN1bHRIABIvCghmaW5pc2hlZBgDIAEoCzIbLmFnZW50cnVubmVyLnYxLlJ1bkZpbmlzaGVkSAASJgoFcmVwbHkYBCABKAsyFS5hZ2VudHJ1bm5lci52MS5SZXBseUgAEjIKC2ludGVyYWN0aW9uGAUgASgLMhsuYWdlbnRydW5uZXIudjEuSW50ZXJhY3Rpb25IAEIICgZ1cGRhdGUquwEKEUludGVyYWN0aW9uU3RhdHVzEiIKHklOVEVSQUNUSU9OX1NUQVRVU19VTlNQRUNJRklFRBAAEh4KGklOVEVSQUNUSU9OX1NUQVRVU19QRU5ESU5HEAESIAocSU5URVJBQ1RJT05fU1RBVFVTX1NVQk1JVFRFRBACEh4KGklOVEVSQUNUSU9OX1NUQVRVU19FWFBJUkVEEAMSIAocSU5URVJBQ1RJT05fU1RBVFVTX0NBTkNFTExFRBAEMv0ECgtIb3N0U2VydmljZRJWCgNSdW4SJS5hZ2VudHJ1bm5lci52MS5Ib3N0U2VydmljZVJ1blJlcXVlc3QaJi5hZ2VudHJ1bm5lci52MS5Ib3N0U2VydmljZVJ1blJlc3BvbnNlMAESUgoJQXR0YWNoUnVuEiAuYWdlbnRydW5uZXIudjEuQXR0YWNoUnVuUmVxdWVzdBohLmFnZW50cnVubmVyLnYxLkF0dGFjaFJ1blJlc3BvbnNlMAESRwoGR2V0UnVuEh0uYWdlbnRydW5uZXIudjEuR2V0UnVuUmVxdWVzdBoeLmFnZW50cnVubmVyLnYxLkdldFJ1blJlc3BvbnNlElAKCUNhbmNlbFJ1bhIgLmFnZW50cnVubmVyLnYxLkNhbmNlbFJ1blJlcXVlc3QaIS5hZ2VudHJ1bm5lci52MS5DYW5jZWxSdW5SZXNwb25zZRJsCgtMaXN0UnVubmVycxItLmFnZW50cnVubmVyLnYxLkhvc3RTZXJ2aWNlTGlzdFJ1bm5lcnNSZXF1ZXN0Gi4uYWdlbnRydW5uZXIudjEuSG9zdFNlcnZpY2VMaXN0UnVubmVyc1Jlc3BvbnNlEk0KCExpc3RSdW5zEh8uYWdlbnRydW5uZXIudjEuTGlzdFJ1bnNSZXF1ZXN0GiAuYWdlbnRydW5uZXIudjEuTGlzdFJ1bnNSZXNwb25zZRJqChFTdWJtaXRJbnRlcmFjdGlvbhIoLmFnZW50cnVubmVyLnYxLlN1Ym1pdEludGVyYWN0aW9uUmVxdWVzdBopLmFnZW50cnVubmVyLnYxLlN1Ym1pdEludGVyYWN0aW9uUmVzcG9uc2UwAUJPWk1naXRodWIuY29tL2xhbmdib3QtYXBwL2xhbmdib3QtYWdlbnRydW5uZXIvc2RrX2dvL2FnZW50cnVubmVydjE7YWdlbnRydW5uZXJ2MWIGcHJvdG8z", [file_agentrunner_v1_common, file_agentrunner_v1_context, file_agentrunner_v1_manifest, file_agentrunner_v1_result, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * An incoming event as an entry adapter or client submits it.
@@ -788,6 +788,98 @@ export const CancelRunResponseSchema: GenMessage<CancelRunResponse> = /*@__PURE_
   messageDesc(file_agentrunner_v1_host_service, 13);
 
 /**
+ * Request of `HostService.ListRuns`. Filters combine with AND; an empty filter matches every run.
+ *
+ * @generated from message agentrunner.v1.ListRunsRequest
+ */
+export type ListRunsRequest = Message<"agentrunner.v1.ListRunsRequest"> & {
+  /**
+   * Maximum runs in the page; 50 when 0, at most 200 (larger values are capped). Negative is
+   * `INVALID_ARGUMENT`.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * `next_page_token` of the previous page; empty for the first page.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+
+  /**
+   * Only runs in one of these statuses; every status when empty.
+   *
+   * @generated from field: repeated agentrunner.v1.RunStatus statuses = 3;
+   */
+  statuses: RunStatus[];
+
+  /**
+   * Only runs of this agent.
+   *
+   * @generated from field: string agent_id = 4;
+   */
+  agentId: string;
+
+  /**
+   * Only runs of this runner (`plugin:<author>/<name>/<runner>`).
+   *
+   * @generated from field: string runner_id = 5;
+   */
+  runnerId: string;
+
+  /**
+   * Only runs of this conversation.
+   *
+   * @generated from field: string conversation_id = 6;
+   */
+  conversationId: string;
+
+  /**
+   * Only runs routed by this binding.
+   *
+   * @generated from field: string binding_id = 7;
+   */
+  bindingId: string;
+};
+
+/**
+ * Describes the message agentrunner.v1.ListRunsRequest.
+ * Use `create(ListRunsRequestSchema)` to create a new message.
+ */
+export const ListRunsRequestSchema: GenMessage<ListRunsRequest> = /*@__PURE__*/
+  messageDesc(file_agentrunner_v1_host_service, 14);
+
+/**
+ * Response of `HostService.ListRuns`.
+ *
+ * @generated from message agentrunner.v1.ListRunsResponse
+ */
+export type ListRunsResponse = Message<"agentrunner.v1.ListRunsResponse"> & {
+  /**
+   * The page, newest run first.
+   *
+   * @generated from field: repeated agentrunner.v1.Run runs = 1;
+   */
+  runs: Run[];
+
+  /**
+   * Token of the next page; empty on the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message agentrunner.v1.ListRunsResponse.
+ * Use `create(ListRunsResponseSchema)` to create a new message.
+ */
+export const ListRunsResponseSchema: GenMessage<ListRunsResponse> = /*@__PURE__*/
+  messageDesc(file_agentrunner_v1_host_service, 15);
+
+/**
  * Request of `HostService.ListRunners`.
  *
  * @generated from message agentrunner.v1.HostServiceListRunnersRequest
@@ -800,7 +892,7 @@ export type HostServiceListRunnersRequest = Message<"agentrunner.v1.HostServiceL
  * Use `create(HostServiceListRunnersRequestSchema)` to create a new message.
  */
 export const HostServiceListRunnersRequestSchema: GenMessage<HostServiceListRunnersRequest> = /*@__PURE__*/
-  messageDesc(file_agentrunner_v1_host_service, 14);
+  messageDesc(file_agentrunner_v1_host_service, 16);
 
 /**
  * Response of `HostService.ListRunners`.
@@ -814,6 +906,14 @@ export type HostServiceListRunnersResponse = Message<"agentrunner.v1.HostService
    * @generated from field: repeated agentrunner.v1.RegisteredRunner runners = 1;
    */
   runners: RegisteredRunner[];
+
+  /**
+   * Every configured runner endpoint, up or down, with its health: an endpoint that is down serves
+   * no runner above but is listed here with its last error.
+   *
+   * @generated from field: repeated agentrunner.v1.RunnerEndpointStatus endpoints = 2;
+   */
+  endpoints: RunnerEndpointStatus[];
 };
 
 /**
@@ -821,7 +921,70 @@ export type HostServiceListRunnersResponse = Message<"agentrunner.v1.HostService
  * Use `create(HostServiceListRunnersResponseSchema)` to create a new message.
  */
 export const HostServiceListRunnersResponseSchema: GenMessage<HostServiceListRunnersResponse> = /*@__PURE__*/
-  messageDesc(file_agentrunner_v1_host_service, 15);
+  messageDesc(file_agentrunner_v1_host_service, 17);
+
+/**
+ * The health of one runner endpoint of the host config.
+ *
+ * @generated from message agentrunner.v1.RunnerEndpointStatus
+ */
+export type RunnerEndpointStatus = Message<"agentrunner.v1.RunnerEndpointStatus"> & {
+  /**
+   * Endpoint id from the host config.
+   *
+   * @generated from field: string endpoint_id = 1;
+   */
+  endpointId: string;
+
+  /**
+   * Endpoint address.
+   *
+   * @generated from field: string address = 2;
+   */
+  address: string;
+
+  /**
+   * Whether the endpoint answered its last probe.
+   *
+   * @generated from field: bool available = 3;
+   */
+  available: boolean;
+
+  /**
+   * Why the last probe failed, as one readable line; empty while available.
+   *
+   * @generated from field: string last_error = 4;
+   */
+  lastError: string;
+
+  /**
+   * When the endpoint was last probed; unset before the first probe.
+   *
+   * @generated from field: google.protobuf.Timestamp check_time = 5;
+   */
+  checkTime?: Timestamp | undefined;
+
+  /**
+   * When the endpoint last answered; unset when it never did.
+   *
+   * @generated from field: google.protobuf.Timestamp success_time = 6;
+   */
+  successTime?: Timestamp | undefined;
+
+  /**
+   * Runner ids it served at its last successful probe.
+   *
+   * @generated from field: repeated string runner_ids = 7;
+   */
+  runnerIds: string[];
+};
+
+/**
+ * Describes the message agentrunner.v1.RunnerEndpointStatus.
+ * Use `create(RunnerEndpointStatusSchema)` to create a new message.
+ */
+export const RunnerEndpointStatusSchema: GenMessage<RunnerEndpointStatus> = /*@__PURE__*/
+  messageDesc(file_agentrunner_v1_host_service, 18);
 
 /**
  * A runner known to the host's registry.
@@ -870,7 +1033,7 @@ export type RegisteredRunner = Message<"agentrunner.v1.RegisteredRunner"> & {
  * Use `create(RegisteredRunnerSchema)` to create a new message.
  */
 export const RegisteredRunnerSchema: GenMessage<RegisteredRunner> = /*@__PURE__*/
-  messageDesc(file_agentrunner_v1_host_service, 16);
+  messageDesc(file_agentrunner_v1_host_service, 19);
 
 /**
  * A reply delivered to the event's client (`ProxyService.SendReply`), as streamed by `Run` and
@@ -927,7 +1090,7 @@ export type Reply = Message<"agentrunner.v1.Reply"> & {
  * Use `create(ReplySchema)` to create a new message.
  */
 export const ReplySchema: GenMessage<Reply> = /*@__PURE__*/
-  messageDesc(file_agentrunner_v1_host_service, 17);
+  messageDesc(file_agentrunner_v1_host_service, 20);
 
 /**
  * A structured interaction as the host stores it.
@@ -990,7 +1153,7 @@ export type Interaction = Message<"agentrunner.v1.Interaction"> & {
  * Use `create(InteractionSchema)` to create a new message.
  */
 export const InteractionSchema: GenMessage<Interaction> = /*@__PURE__*/
-  messageDesc(file_agentrunner_v1_host_service, 18);
+  messageDesc(file_agentrunner_v1_host_service, 21);
 
 /**
  * Request of `SubmitInteraction`.
@@ -1053,7 +1216,7 @@ export type SubmitInteractionRequest = Message<"agentrunner.v1.SubmitInteraction
  * Use `create(SubmitInteractionRequestSchema)` to create a new message.
  */
 export const SubmitInteractionRequestSchema: GenMessage<SubmitInteractionRequest> = /*@__PURE__*/
-  messageDesc(file_agentrunner_v1_host_service, 19);
+  messageDesc(file_agentrunner_v1_host_service, 22);
 
 /**
  * One streamed item of `SubmitInteraction`: the new run's stream, item for item like `Run`.
@@ -1114,7 +1277,7 @@ export type SubmitInteractionResponse = Message<"agentrunner.v1.SubmitInteractio
  * Use `create(SubmitInteractionResponseSchema)` to create a new message.
  */
 export const SubmitInteractionResponseSchema: GenMessage<SubmitInteractionResponse> = /*@__PURE__*/
-  messageDesc(file_agentrunner_v1_host_service, 20);
+  messageDesc(file_agentrunner_v1_host_service, 23);
 
 /**
  * Lifecycle of a structured interaction.
@@ -1224,6 +1387,18 @@ export const HostService: GenService<{
     methodKind: "unary";
     input: typeof HostServiceListRunnersRequestSchema;
     output: typeof HostServiceListRunnersResponseSchema;
+  },
+  /**
+   * Lists run records, newest first, filtered and paged (AIP-158): a page holds at most `page_size`
+   * runs and `next_page_token` continues it. A token only continues the listing it came from: reused
+   * with other filters it is `INVALID_ARGUMENT`.
+   *
+   * @generated from rpc agentrunner.v1.HostService.ListRuns
+   */
+  listRuns: {
+    methodKind: "unary";
+    input: typeof ListRunsRequestSchema;
+    output: typeof ListRunsResponseSchema;
   },
   /**
    * Answers a structured interaction. The answer becomes an `interaction.submitted` event, routed like

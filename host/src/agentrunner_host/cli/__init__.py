@@ -1,0 +1,79 @@
+"""`agentrunner-host`: serve, db upgrade, kb ingest, config check, run (streamed reply), interact,
+runners, runs list / show / cancel, migrate-pipeline.
+
+gRPC's C core writes its own log lines to stderr (`I1201 ... ssl_transport_security.cc ...`); the CLI
+silences them unless `GRPC_VERBOSITY` is set, so what a user sees is this program's one-line errors.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # before grpc's C core starts (first import below)
+
+import sys
+from typing import Annotated
+
+import typer
+
+from agentrunner_host import __version__
+from agentrunner_host.cli import admin, client, runs, serve
+from agentrunner_host.cli.common import host_channel
+from agentrunner_host.cli.render import (
+    full_interaction_support,
+    render_stream,
+    run_request,
+    stream_reply,
+)
+
+app = typer.Typer(help="The LangBot AgentRunner host.", no_args_is_help=True)
+runs_app = typer.Typer(help="Run records: list, show (follows live runs), cancel.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+db_app = typer.Typer(help="The host database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+kb_app = typer.Typer(help="Built-in knowledge bases.", no_args_is_help=True)
+app.add_typer(kb_app, name="kb")
+config_app = typer.Typer(help="The host configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from agentrunner.protocol import PROTOCOL_VERSION
+
+        typer.echo(f"agentrunner-host {__version__} (AgentRunner protocol v{PROTOCOL_VERSION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """The LangBot AgentRunner host."""
+
+
+serve.register(app)
+admin.register(app, db_app, kb_app, config_app)
+client.register(app)
+runs.register(runs_app)
+
+
+def main() -> None:
+    app()
+
+
+__all__ = [
+    "MessageView",
+    "app",
+    "full_interaction_support",
+    "host_channel",
+    "main",
+    "render_stream",
+    "run_request",
+    "stream_reply",
+]
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""Rendering run streams in a terminal: message text and replies updated in place, `run.log` lines,
+interactions as blocks, and the run id as soon as the host accepted the event."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from agentrunner.results import kind_name
+from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
+
+LOG_LEVELS = {0: "info", 1: "debug", 2: "info", 3: "warning", 4: "error"}
+
+
+def run_request(
+    text: str, agent: str, event_id: str, conversation: str, bot: str, stream: bool
+) -> host_service_pb2.HostServiceRunRequest:
+    """A `message.received` event from the CLI (a user `cli`, streaming as asked)."""
+    req = host_service_pb2.HostServiceRunRequest(agent_id=agent)
+    ev = req.event
+    ev.event_id = event_id
+    ev.event_type = "message.received"
+    ev.source = "cli"
+    ev.bot_id = bot
+    ev.conversation.conversation_id = conversation
+    ev.actor.actor_type = "user"
+    ev.actor.actor_id = "cli"
+    ev.input.text = text
+    ev.delivery.surface = "cli"
+    ev.delivery.supports_streaming = stream
+    ev.delivery.interactions.CopyFrom(full_interaction_support())
+    return req
+
+
+def full_interaction_support() -> common_pb2.InteractionCapabilities:
+    """What this CLI renders: every field type and action style (it prints them and `interact` answers)."""
+    caps = common_pb2.InteractionCapabilities(supports_updates=False)
+    caps.field_types.extend(v for v in common_pb2.InteractionFieldType.values() if v)
+    caps.action_styles.extend(v for v in common_pb2.InteractionActionStyle.values() if v)
+    return caps
+
+
+def log_line(entry: Any) -> str:
+    """A `run.log` result as a CLI line, distinct from message text."""
+    return f"[{LOG_LEVELS.get(entry.level, 'info')}] {entry.text}"
+
+
+def interaction_lines(item: Any) -> list[str]:
+    req = item.request
+    expires = (
+        req.expires_at.ToDatetime().isoformat(timespec="seconds") + "Z" if req.HasField("expires_at") else "-"
+    )
+    lines = [f"? interaction {req.interaction_id} (expires {expires})", f"  {req.title}"]
+    if req.description:
+        lines.append(f"  {req.description}")
+    for f in req.fields:
+        kind = common_pb2.InteractionFieldType.Name(f.type).removeprefix("INTERACTION_FIELD_TYPE_").lower()
+        options = f" options: {', '.join(o.value for o in f.options)}" if f.options else ""
+        lines.append(f"  - {f.id} ({kind}{', required' if f.required else ''}): {f.label}{options}")
+    if req.actions:
+        lines.append("  actions: " + ", ".join(f"{a.id} ({a.label})" for a in req.actions))
+    lines.append(
+        f"  answer: agentrunner-host interact {req.interaction_id} --action <id> --value <field>=<value>"
+    )
+    return lines
+
+
+#: how the CLI shows each message kind: the answer plain, reasoning dimmed, progress dimmed in italics
+KIND_STYLES = {"answer": "", "reasoning": "dim", "progress": "dim italic"}
+
+
+class MessageView:
+    """The messages of a run as the terminal shows them: one block per (kind, message id), in the
+    order they started; answers plain, reasoning and progress dimmed (`KIND_STYLES`)."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[tuple[str, str], list[str]] = {}
+
+    def has_answer(self, message_id: str | None = None) -> bool:
+        return any(
+            kind == "answer" and (message_id is None or mid == message_id) and "".join(parts)
+            for (kind, mid), parts in self.blocks.items()
+        )
+
+    def delta(self, delta: Any) -> None:
+        self.blocks.setdefault((kind_name(delta.kind), delta.message_id), []).append(delta.text)
+
+    def completed(self, message: Any, *, terminal: bool = False) -> None:
+        """A complete message: shown unless its deltas already showed it (an answer without a message id,
+        or the message of `run.completed`, only when no answer was shown yet)."""
+        kind = kind_name(message.kind)
+        if not message.content:
+            return
+        if kind == "answer" and (terminal or not message.message_id):
+            if self.has_answer():
+                return
+        elif "".join(self.blocks.get((kind, message.message_id), [])):
+            return
+        self.blocks[(kind, message.message_id)] = [message.content]
+
+    def render(self, out: Text) -> None:
+        for (kind, _), parts in self.blocks.items():
+            body = "".join(parts)
+            if not body:
+                continue
+            if out.plain and not out.plain.endswith("\n"):
+                out.append("\n")  # each message on lines of its own
+            out.append(body, style=KIND_STYLES[kind] or None)
+
+
+async def render_stream(
+    updates: AsyncIterator[Any],
+    console: Console,
+    collect: list[Any] | None = None,
+    on_accepted: Callable[[host_service_pb2.RunAccepted], None] | None = None,
+) -> host_service_pb2.RunFinished:
+    """Renders a run stream (`Run`, `SubmitInteraction`, `AttachRun`): message text and replies (updated
+    in place; reasoning and progress dimmed apart from the answer), `run.log` lines as `[level] text`,
+    interactions as a block. `on_accepted` sees the `accepted` item as it arrives (the CLI prints the
+    run id at once). Returns the final status."""
+    messages = MessageView()
+    failure = Text()
+    replies: dict[str, str] = {}
+    finished = host_service_pb2.RunFinished()
+
+    def view() -> Text:
+        out = Text()
+        messages.render(out)
+        out.append_text(failure)
+        for content in replies.values():
+            if out.plain:
+                out.append("\n")
+            out.append(content)
+        return out
+
+    with Live(view(), console=console, refresh_per_second=20, transient=False) as live:
+        async for update in updates:
+            kind = update.WhichOneof("update")
+            if kind == "accepted" and on_accepted is not None:
+                on_accepted(update.accepted)
+            elif kind == "result":
+                r = update.result
+                if collect is not None:
+                    collect.append(r)
+                payload = r.WhichOneof("payload")
+                if payload == "message_delta":
+                    messages.delta(r.message_delta)
+                elif payload == "message_completed":
+                    messages.completed(r.message_completed.message)
+                elif payload == "run_completed" and r.run_completed.HasField("message"):
+                    messages.completed(r.run_completed.message, terminal=True)
+                elif payload == "run_failed":
+                    failure.append(f"\n[{r.run_failed.code}] {r.run_failed.message}", style="red")
+                elif payload == "run_log":
+                    live.console.print(log_line(r.run_log), style="dim", markup=False, highlight=False)
+            elif kind == "reply":
+                reply = update.reply
+                if reply.mode == common_pb2.REPLY_MODE_ABORT:
+                    replies.pop(reply.reply_id, None)
+                    live.console.print("(reply withdrawn)", style="dim")
+                else:
+                    replies[reply.reply_id] = reply.message.content
+            elif kind == "interaction":
+                for line in interaction_lines(update.interaction):
+                    live.console.print(line, markup=False, highlight=False)
+            elif kind == "finished":
+                finished = update.finished
+            live.update(view())
+    if not console.is_terminal and view().plain:
+        console.print()  # a Live display leaves no line break when output is piped
+    return finished
+
+
+async def stream_reply(
+    address: str | grpc.aio.Channel,
+    request: host_service_pb2.HostServiceRunRequest,
+    console: Console,
+    deadline_seconds: float = 330,
+    collect: list[Any] | None = None,
+    on_accepted: Callable[[host_service_pb2.RunAccepted], None] | None = None,
+) -> host_service_pb2.RunFinished:
+    """Sends one event and renders the reply as it arrives. Returns the final status (and appends
+    every result to `collect` when given). `address` may be a channel (`host_channel`)."""
+    async with grpc.aio.insecure_channel(address) if isinstance(address, str) else address as channel:
+        stub = host_service_pb2_grpc.HostServiceStub(channel)
+        return await render_stream(
+            stub.Run(request, timeout=deadline_seconds), console, collect, on_accepted=on_accepted
+        )

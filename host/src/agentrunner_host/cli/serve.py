@@ -1,0 +1,86 @@
+"""`agentrunner-host serve`: the host process, with every start-up failure as one line."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import gc
+import signal
+from typing import Annotated, Any
+
+import typer
+
+from agentrunner_host.cli.common import ConfigOpt, err_console, fail, load
+
+
+class LogLevel(enum.StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+    critical = "critical"
+
+
+LogLevelOpt = Annotated[
+    LogLevel, typer.Option(help="Log level.", case_sensitive=False, envvar="AGENTRUNNER_LOG_LEVEL")
+]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def serve(
+        config: ConfigOpt,
+        address: Annotated[str | None, typer.Option(help="Override listen.address.")] = None,
+        log_level: LogLevelOpt = LogLevel.info,
+    ) -> None:
+        """Serve HostService + ProxyService (+ health, reflection) until SIGINT/SIGTERM.
+        Refuses to start on a database that is not migrated (run `agentrunner-host db upgrade`)."""
+        from agentrunner_host.observability import configure_logging
+
+        configure_logging(log_level.value)
+        cfg = load(config)
+        try:
+            asyncio.run(_serve(cfg, address))
+        except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+            raise typer.Exit(130) from None
+
+
+async def _serve(cfg: Any, address: str | None) -> None:
+    from prometheus_client import start_http_server
+
+    from agentrunner_host.server import HostApp, ListenError
+    from agentrunner_host.store.db import DatabaseNotMigratedError
+    from agentrunner_host.transport_errors import explain_bind_failure
+
+    try:
+        host = await HostApp.open(cfg)
+    except DatabaseNotMigratedError as exc:
+        err_console.print(f"[red]refusing to serve[/red]: {exc}", highlight=False)
+        raise typer.Exit(3) from None
+    try:
+        port = await host.start(address)
+        if cfg.metrics.address:
+            mhost, _, mport = cfg.metrics.address.rpartition(":")
+            try:
+                start_http_server(int(mport), addr=mhost or "127.0.0.1")
+            except OSError as exc:
+                raise ListenError(explain_bind_failure("metrics.address", cfg.metrics.address, exc)) from None
+    except ListenError as exc:
+        await host.stop(0)
+        fail(str(exc), 3)
+    except BaseException:
+        await host.stop(0)
+        raise
+    # What is alive now (modules, descriptors, SQLAlchemy metadata, config, channels) lives as long as the
+    # process: out of the collector's way, the collections that each run's garbage triggers stop walking
+    # it again and again (~4% more results/s under the throughput benchmark).
+    gc.collect()
+    gc.freeze()
+    bound_host = (address or cfg.listen.address).rsplit(":", 1)[0]
+    print(f"AGENTRUNNER_HOST_LISTENING {bound_host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await host.stop(5.0)
