@@ -16,6 +16,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from agentrunner import results
 from agentrunner.v1 import common_pb2, result_pb2
 
 LOG_LEVELS = {0: "info", 1: "debug", 2: "info", 3: "warning", 4: "error"}
@@ -39,14 +40,8 @@ def _struct(message: Message, field: str) -> dict[str, Any]:
 
 
 def _kind_name(message: Message) -> str:
-    """The message kind (answer / reasoning / progress) where the contract has one; `answer` otherwise."""
-    field = message.DESCRIPTOR.fields_by_name.get("kind")
-    if field is None or field.enum_type is None:
-        return "answer"
-    value = field.enum_type.values_by_number.get(message.kind)
-    if value is None or value.number == 0:
-        return "answer"
-    return value.name.rsplit("_", 1)[-1].lower()
+    """The kind of a delta or a message: `answer`, `reasoning` or `progress`."""
+    return results.kind_name(getattr(message, "kind", 0))
 
 
 class Timeline:
