@@ -20,6 +20,7 @@ from agentrunner_host import __version__
 from agentrunner_host.cli import admin, client, runs, serve
 from agentrunner_host.cli.common import host_channel
 from agentrunner_host.cli.render import (
+    MessageView,
     full_interaction_support,
     render_stream,
     run_request,
