@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import make_url
 
 from agentrunner.v1 import result_pb2
 from agentrunner_host.ports import RunRecord
@@ -79,8 +81,10 @@ def test_downgrade_to_base_and_upgrade_again(empty_url: str) -> None:
 def test_upgrade_from_the_previous_revision_keeps_existing_data(empty_url: str, tmp_path: Path) -> None:
     """A database at the previous release's revision upgrades to head without losing what it holds."""
     heads = sorted(head_revisions())
-    assert heads == ["0005_deferred_fts"], "update this test's previous revision when adding a migration"
-    upgrade(empty_url, "0004_packed_deltas")
+    assert heads == ["0006_agent_state_leases"], (
+        "update this test's previous revision when adding a migration"
+    )
+    upgrade(empty_url, "0005_deferred_fts")
     with pytest.raises(DatabaseNotMigratedError):
         ensure_current(empty_url)  # serving refuses a database one revision behind
 
@@ -167,3 +171,52 @@ def test_downgrade_unpacks_packed_delta_rows_without_losing_a_result(empty_url: 
     assert asyncio.run(rows()) == [(s, "message.delta") for s in range(1, 8)]
     migrate_cli(empty_url, echo=lambda _: None)
     assert asyncio.run(read()) == stored
+
+
+def test_upgrade_moves_conversation_state_from_bindings_to_their_agent(
+    empty_url: str, tmp_path: Path
+) -> None:
+    """0006 namespaces conversation state by agent: values two bindings of one agent kept apart become
+    one (the newest wins), readable by a run of that agent routed by any binding; nothing else moves."""
+    upgrade(empty_url, "0005_deferred_fts")
+    sep = "\x1e"
+    engine = (
+        create_engine(make_url(empty_url).set(drivername="sqlite+pysqlite"))
+        if "sqlite" in empty_url
+        else (create_engine(empty_url))
+    )
+    rows = [  # (run, binding, key, value, updated_at)
+        ("run_a", "questions", "pending", '"old question"', "2026-01-01 10:00:00"),
+        ("run_b", "answers", "pending", '"new question"', "2026-01-01 11:00:00"),
+        ("run_a", "questions", "turns", "3", "2026-01-01 10:00:00"),
+    ]
+    with engine.begin() as conn:
+        for run_id, binding in (("run_a", "questions"), ("run_b", "answers")):
+            conn.execute(
+                text("INSERT INTO runs (run_id, event_id, agent_id, binding_id, runner_id, status, status_reason, "
+                     "conversation_id, thread_id, bot_id, workspace_id, trace_id, owner, created_at, usage, "
+                     "last_sequence, metadata) VALUES (:r, :e, 'asker', :b, 'plugin:x/y/z', 3, '', 'c1', '', '', "
+                     "'', '', '', '2026-01-01 09:00:00', '{}', 0, '{}')"),
+                {"r": run_id, "e": f"evt_{run_id}", "b": binding},
+            )  # fmt: skip
+        for run_id, binding, key, value, at in rows:
+            conn.execute(
+                text("INSERT INTO state_entries (scope, owner_key, key, value, size_bytes, updated_by_run, "
+                     "updated_at) VALUES ('conversation', :o, :k, :v, 1, :r, :at)"),
+                {"o": sep.join(("plugin:x/y/z", binding, "c1\x1f")), "k": key, "v": value, "r": run_id, "at": at},
+            )  # fmt: skip
+    migrate_cli(empty_url, echo=lambda _: None)
+    with engine.connect() as conn:
+        moved = conn.execute(text("SELECT owner_key, key, value FROM state_entries ORDER BY key")).all()
+    engine.dispose()
+    owner = sep.join(("plugin:x/y/z", "a:asker", "c1\x1f"))
+
+    def decode(
+        v: object,
+    ) -> object:  # JSON text on SQLite (a number may come back as one), JSONB on PostgreSQL
+        return json.loads(v) if isinstance(v, str) and "sqlite" in empty_url else v
+
+    assert [(o, k, decode(v)) for o, k, v in moved] == [
+        (owner, "pending", "new question"),
+        (owner, "turns", 3),
+    ]

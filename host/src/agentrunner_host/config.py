@@ -65,6 +65,16 @@ class MetricsConfig(_Strict):
     address: str | None = None
 
 
+class ConsoleConfig(_Strict):
+    """The web console (debug chat, runs, runners) served by the host over HTTP."""
+
+    #: `host:port` to serve it on; unset (the default) turns it off. Bound to anything but loopback
+    #: it needs a bearer token (`token_env`).
+    address: str | None = None
+    #: environment variable holding the console's bearer token (never the token itself)
+    token_env: str = "AGENTRUNNER_CONSOLE_TOKEN"
+
+
 class LimitsConfig(_Strict):
     result_max_bytes: int = Field(1024 * 1024, gt=0)
     state_key_max_chars: int = Field(256, gt=0)
@@ -239,6 +249,7 @@ class HostConfig(_Strict):
     listen: ListenConfig = Field(default_factory=ListenConfig)
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     runners: list[RunnerEndpointConfig] = Field(default_factory=list)
@@ -291,6 +302,8 @@ class HostEnv(BaseSettings):
     model_base_urls: dict[str, str] = Field(default_factory=dict)
     #: this host's `instance_id` (each replica its own)
     instance_id: str | None = None
+    #: `console.address` (e.g. 127.0.0.1:8080)
+    console_address: str | None = None
 
 
 def cross_check(config: HostConfig) -> list[tuple[str, str]]:
@@ -383,6 +396,8 @@ def parse_config(data: Any, source: str = "<config>", env: HostEnv | None = None
         config.listen.address = env.listen_address
     if env.instance_id:
         config.instance_id = env.instance_id
+    if env.console_address:
+        config.console.address = env.console_address
     unknown = sorted(set(env.model_base_urls) - {m.id for m in config.models})
     if unknown:
         raise ConfigError(f"AGENTRUNNER_MODEL_BASE_URLS: unknown model id(s) {unknown}")

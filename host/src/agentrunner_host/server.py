@@ -24,6 +24,7 @@ from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
 from agentrunner_host.config import AgentConfig, HostConfig, HostEnv
 from agentrunner_host.config_check import Problem, check_against_registry, check_bindings, registry_view
+from agentrunner_host.console.server import ConsoleServer
 from agentrunner_host.control import ControlHub
 from agentrunner_host.delivery.adapters import AdapterRegistry, GrpcDeliveryAdapter
 from agentrunner_host.delivery.channel import DeliveryHub
@@ -40,6 +41,7 @@ from agentrunner_host.run.service import RunService
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database, ensure_current, upgrade
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
+from agentrunner_host.store.leases import InstanceLease
 from agentrunner_host.transport_errors import explain_bind_failure
 
 log = structlog.get_logger("agentrunner_host.server")
@@ -170,6 +172,8 @@ class HostApp:
         )
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
+        self.console: ConsoleServer | None = None
+        self.lease = InstanceLease(db, config.instance_id)
         self.port = 0
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -230,6 +234,12 @@ class HostApp:
             port = 0
         if port == 0:
             raise ListenError(explain_bind_failure("listen.address", address))
+        if self.config.console.address:
+            self.console = ConsoleServer(self.config)  # (a non-loopback address without a token: refused)
+            self.console.bind()
+            server.add_insecure_port(self.console.host_target)
+        await self.lease.acquire()  # (another live host with this instance_id: InstanceLeaseError)
+        self._tasks.append(asyncio.create_task(self.lease.run_heartbeat(), name="instance-lease"))
         interrupted = await self.stores.mark_interrupted()
         if interrupted:
             log.warning("host.interrupted_runs", count=interrupted)
@@ -248,6 +258,8 @@ class HostApp:
         await server.start()
         self.server = server
         await self.registry.start()
+        if self.console is not None:
+            await self.console.start(audit=self.stores.events.run_audit)
         self.report_config_problems()
         for name in ("", HOST_SERVICE_NAME, PROXY_SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -302,6 +314,8 @@ class HostApp:
         while self.runs.open_runs and loop.time() < until:
             self.runs.cancel_idle(idle)
             await asyncio.sleep(0.05)
+        if self.console is not None:
+            await self.console.stop()
         if self.server is not None:
             await self.server.stop(0.5)
         await self.registry.close()
@@ -311,6 +325,10 @@ class HostApp:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        try:
+            await self.lease.release()
+        except Exception:
+            log.warning("host.lease_release_failed", exc_info=True)
         await self.close_backends()
 
     async def close_backends(self) -> None:

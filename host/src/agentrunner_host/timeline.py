@@ -18,28 +18,16 @@ from google.protobuf.message import Message
 
 from agentrunner import results
 from agentrunner.v1 import common_pb2, result_pb2
+from agentrunner_host.jsonview import usage_dict
 
 LOG_LEVELS = {0: "info", 1: "debug", 2: "info", 3: "warning", 4: "error"}
-
-
-def usage_dict(usage: common_pb2.Usage | None) -> dict[str, Any]:
-    """Token counts as numbers (proto JSON would write int64 as strings)."""
-    if usage is None:
-        return {}
-    out: dict[str, Any] = {}
-    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        if usage.HasField(name):
-            out[name] = int(getattr(usage, name))
-    if usage.HasField("extra"):
-        out["extra"] = json_format.MessageToDict(usage.extra)
-    return out
 
 
 def _struct(message: Message, field: str) -> dict[str, Any]:
     return json_format.MessageToDict(getattr(message, field)) if message.HasField(field) else {}
 
 
-def _kind_name(message: Message) -> str:
+def kind_name(message: Message) -> str:
     """The kind of a delta or a message: `answer`, `reasoning` or `progress`."""
     return results.kind_name(getattr(message, "kind", 0))
 
@@ -103,7 +91,7 @@ class Timeline:
             entry = self._message(d.message_id, seq)
             entry["text"] = d.cumulative_text if d.HasField("cumulative_text") else entry["text"] + d.text
             entry["deltas"] += 1
-            entry["message_kind"] = _kind_name(d)
+            entry["message_kind"] = kind_name(d)
             return entry
         if payload in ("message_completed", "run_completed"):
             message = getattr(r, payload).message
@@ -112,7 +100,7 @@ class Timeline:
             entry = self._message(message.message_id, seq)
             entry["text"] = message.content or entry["text"]
             entry["completed"] = True
-            entry["message_kind"] = _kind_name(message)
+            entry["message_kind"] = kind_name(message)
             if payload == "run_completed":
                 self._terminal(r, "completed")
             return entry

@@ -27,11 +27,10 @@ from agentrunner_host.cli.common import (
     err_console,
     fail,
     fail_rpc,
-    message_dict,
     print_json,
-    status_name,
 )
 from agentrunner_host.cli.render import full_interaction_support, render_stream, run_request
+from agentrunner_host.jsonview import message_dict, status_name
 
 
 def print_finished(finished: host_service_pb2.RunFinished) -> None:

@@ -16,12 +16,10 @@ from typing import Annotated, Any, NoReturn
 
 import grpc
 import typer
-from google.protobuf import json_format
-from google.protobuf.message import Message
 from rich.console import Console
 
 from agentrunner.errors import from_rpc_error
-from agentrunner.v1 import common_pb2, host_service_pb2_grpc
+from agentrunner.v1 import host_service_pb2_grpc
 from agentrunner_host.transport_errors import explain_rpc_failure
 
 console = Console()
@@ -130,41 +128,6 @@ def load(config: pathlib.Path) -> Any:
     except ConfigError as exc:
         err_console.print(f"[red]invalid config[/red]\n{exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-
-
-def status_name(status: int) -> str:
-    return common_pb2.RunStatus.Name(status).removeprefix("RUN_STATUS_").lower()  # type: ignore[arg-type]
-
-
-def message_dict(message: Message) -> dict[str, Any]:
-    """A message as JSON-ready data: proto field names, and 64-bit integers as numbers (proto JSON
-    writes them as strings, which reads wrong in a table or a script)."""
-    return _ints(json_format.MessageToDict(message, preserving_proto_field_name=True), message)
-
-
-def _ints(data: Any, message: Message | None) -> Any:
-    if not isinstance(data, dict) or message is None:
-        return data
-    out: dict[str, Any] = {}
-    fields = message.DESCRIPTOR.fields_by_name
-    for key, value in data.items():
-        field = fields.get(key)
-        if field is None:
-            out[key] = value
-            continue
-        if field.type in (field.TYPE_INT64, field.TYPE_UINT64, field.TYPE_SINT64, field.TYPE_FIXED64):
-            out[key] = [int(v) for v in value] if isinstance(value, list) else int(value)
-        elif field.message_type is not None and field.message_type.GetOptions().map_entry is False:
-            sub = getattr(message, key)
-            if isinstance(value, list):
-                out[key] = [_ints(v, m) for v, m in zip(value, sub, strict=False)]
-            elif field.message_type.full_name.startswith("google.protobuf."):
-                out[key] = value
-            else:
-                out[key] = _ints(value, sub)
-        else:
-            out[key] = value
-    return out
 
 
 def print_json(data: Any) -> None:

@@ -28,12 +28,11 @@ from agentrunner_host.cli.common import (
     err_console,
     fail,
     fail_rpc,
-    message_dict,
     print_json,
-    status_name,
 )
 from agentrunner_host.cli.render import render_stream
-from agentrunner_host.timeline import Timeline, usage_dict
+from agentrunner_host.jsonview import message_dict, status_name, usage_dict
+from agentrunner_host.timeline import Timeline
 
 STATUSES = {status_name(v): v for v in common_pb2.RunStatus.values() if v}
 OPEN = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
@@ -251,7 +250,7 @@ def _print_timeline(entries: list[dict[str, Any]]) -> None:
             elif e.get("result_preview"):
                 detail += f" -> {json.dumps(e['result_preview'], ensure_ascii=False)}"
         elif kind == "log":
-            seq, label, detail = str(e["sequence"]), f"log {e['level']}", e["text"]
+            seq, label, detail = str(e["sequence"]), "log", f"[{e['level']}] {e['text']}"
         elif kind == "terminal":
             seq, label = str(e["sequence"]), f"run {e['status']}"
             detail = f"{e.get('code', '')} {e.get('message', '')}".strip()

@@ -48,8 +48,10 @@ def register(app: typer.Typer) -> None:
 async def _serve(cfg: Any, address: str | None) -> None:
     from prometheus_client import start_http_server
 
+    from agentrunner_host.console.auth import ConsoleAccessError
     from agentrunner_host.server import HostApp, ListenError
     from agentrunner_host.store.db import DatabaseNotMigratedError
+    from agentrunner_host.store.leases import InstanceLeaseError
     from agentrunner_host.transport_errors import explain_bind_failure
 
     try:
@@ -65,7 +67,7 @@ async def _serve(cfg: Any, address: str | None) -> None:
                 start_http_server(int(mport), addr=mhost or "127.0.0.1")
             except OSError as exc:
                 raise ListenError(explain_bind_failure("metrics.address", cfg.metrics.address, exc)) from None
-    except ListenError as exc:
+    except (ListenError, ConsoleAccessError, InstanceLeaseError) as exc:
         await host.stop(0)
         fail(str(exc), 3)
     except BaseException:
@@ -78,6 +80,8 @@ async def _serve(cfg: Any, address: str | None) -> None:
     gc.freeze()
     bound_host = (address or cfg.listen.address).rsplit(":", 1)[0]
     print(f"AGENTRUNNER_HOST_LISTENING {bound_host}:{port}", flush=True)
+    if host.console is not None:
+        print(f"AGENTRUNNER_CONSOLE {host.console.url}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -250,6 +250,22 @@ class EventLog:
             data={"resource": resource, "outcome": outcome, **detail},
         )
 
+    async def run_audit(self, run_id: str, limit: int = 500) -> list[dict[str, Any]]:
+        """A run's proxy-call audit records in order, for operators (the console's run page)."""
+        stmt = (
+            select(EventLogRow)
+            .where(EventLogRow.kind == "audit", EventLogRow.run_id == run_id)
+            .order_by(EventLogRow.seq)
+            .limit(limit)
+        )
+        async with self.db.read() as s:
+            rows = (await s.scalars(stmt)).all()
+        return [
+            {"time": row.created_at.isoformat(), "method": row.event_type, "summary": row.summary,
+             "resource": str(row.data.get("resource", "")), "outcome": str(row.data.get("outcome", ""))}
+            for row in rows
+        ]  # fmt: skip
+
     async def get(self, record_id: str, *, kinds: Sequence[str] = RUNNER_VISIBLE_KINDS) -> EventLogRow | None:
         async with self.db.read() as s:
             return await s.scalar(

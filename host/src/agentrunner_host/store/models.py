@@ -116,6 +116,8 @@ class RunRow(Base):
     __tablename__ = "runs"
     __table_args__ = (
         Index("ix_runs_conversation_id", "conversation_id", "id"),
+        Index("ix_runs_agent_id", "agent_id", "id"),
+        Index("ix_runs_runner_id", "runner_id", "id"),
         Index("ix_runs_status_owner", "status", "owner"),
     )
 
@@ -238,6 +240,21 @@ class ArtifactRow(Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", Json, nullable=False, default=dict)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     expires_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class HostLeaseRow(Base):
+    """The lease of a live host instance (`store/leases.py`): renewed by its heartbeat."""
+
+    __tablename__ = "host_leases"
+
+    instance_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    #: random token of the process holding the lease
+    holder: Mapped[str] = mapped_column(String(64), nullable=False)
+    hostname: Mapped[str] = mapped_column(String(256), nullable=False, default="")
+    pid: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    started_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    heartbeat_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    expires_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
 
 
 class StateRow(Base):

@@ -1,8 +1,13 @@
 """Host-owned state (HOST_SDK §4.6, PROTOCOL_V1 §5.10): small JSON values per scope.
 
-Every key lives under an owner key built from the run's snapshot: runner id, binding and the scope's
-identity (conversation + thread, actor, subject, workspace). A runner therefore never sees another
-runner's or binding's state, and a scope must be granted by the snapshot.
+Every key lives under an owner key built from the run's snapshot: runner id, a namespace and the
+scope's identity (conversation + thread, actor, subject, workspace). The namespace of conversation,
+actor and subject state is the AGENT: every run of one agent in a conversation sees the same
+conversation state, whichever binding routed its event (the run answering an interaction usually
+arrives through an `interaction.submitted` binding of its own; a run started with an explicit agent id
+has no binding at all). Runner and binding state are per binding, as the protocol defines them;
+workspace state is shared by the runner across bindings. A runner never sees another runner's state,
+and a scope must be granted by the snapshot.
 """
 
 from __future__ import annotations
@@ -64,6 +69,18 @@ def scope_name(scope: int | str) -> str:
     raise InvalidArgumentError(f"unknown state scope {scope!r}", field="scope")
 
 
+#: scopes namespaced by the run's agent (`a:<agent id>`) rather than its binding
+AGENT_SCOPES = frozenset({"conversation", "actor", "subject"})
+
+
+def namespace(snapshot: AuthorizationSnapshot, scope: str) -> str:
+    """The middle part of an owner key: the agent (`a:<id>`) for conversation / actor / subject state,
+    the binding for runner and binding state, nothing for workspace state."""
+    if scope in AGENT_SCOPES:
+        return f"a:{snapshot.agent_id}"
+    return "" if scope == "workspace" else snapshot.binding_id
+
+
 def _identity(snapshot: AuthorizationSnapshot, scope: str) -> str:
     match scope:
         case "conversation":
@@ -97,8 +114,7 @@ class StateStore:
                 f"{name} state is not authorized for this run",
                 metadata={"runId": snapshot.run_id, "resource": f"state:{name}"},
             )
-        binding = "" if name == "workspace" else snapshot.binding_id
-        return name, "\x1e".join((snapshot.runner_id, binding, _identity(snapshot, name)))
+        return name, "\x1e".join((snapshot.runner_id, namespace(snapshot, name), _identity(snapshot, name)))
 
     @staticmethod
     def _check_key(key: str) -> None:

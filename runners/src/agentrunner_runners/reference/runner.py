@@ -28,6 +28,11 @@ Input (stripped) -> behaviour:
   pre-check against `ctx.resources`, so the host's own enforcement can be exercised.
 - `steer`: waits up to 5 s for one steering input and replies `steered: <text>` (`steered: ` plus
   `(none)` when nothing arrived).
+- `ask:<question>`: keeps the question in conversation state (`reference.pending`), asks for an
+  answer with a form (a text field `answer`, actions `submit` / `skip`) and replies `asked: <question>`.
+- an `interaction.submitted` event (the answer to `ask:`, whichever binding routed it): reads the
+  question back from conversation state and replies `answer to "<question>" (<action>): <answer>`, or
+  `answer to an unknown question ...` when the state is not there.
 
 "Normal reply" above means `run.completed` with message `echo: <text>`.
 """
@@ -39,11 +44,12 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentrunner import RunContext, Runner, results, tool_text
+from agentrunner import RunContext, Runner, interactions, results, tool_text
 from agentrunner.errors import AgentRunnerError
 from agentrunner.v1 import common_pb2, proxy_service_pb2, result_pb2
 
 TURNS_KEY = "reference.turns"
+PENDING_KEY = "reference.pending"
 OVERSIZE_BYTES = (1 << 20) + 1024
 #: A RunResult payload at oneof field 99 (wire type 2) holding `{1: 1}`: unknown to every v1 reader.
 UNKNOWN_PAYLOAD = bytes([0x9A, 0x06, 0x02, 0x08, 0x01])
@@ -68,6 +74,13 @@ class ReferenceRunner(Runner):
             return
         if text == "stall":
             await asyncio.Event().wait()
+        if ctx.input.interaction is not None:
+            yield self._answered(ctx)
+            return
+        if text.startswith("ask:"):
+            async for r in self._ask(ctx, text.removeprefix("ask:").strip()):
+                yield r
+            return
         if text.startswith("slow:"):
             async for r in self._slow(ctx, text):
                 yield r
@@ -116,6 +129,27 @@ class ReferenceRunner(Runner):
                 yield results.delta(piece, message_id=message_id)
         yield results.state("conversation", TURNS_KEY, turn)
         yield results.completed(reply, message_id=message_id, message_metadata=meta, metadata=meta)
+
+    async def _ask(self, ctx: RunContext, question: str) -> AsyncIterator[result_pb2.RunResult]:
+        yield results.state("conversation", PENDING_KEY, question)
+        await ctx.request_form(
+            question or "Your answer?",
+            [interactions.field("answer", "Answer", "text", required=True)],
+            actions=[("submit", "Submit", "primary"), ("skip", "Skip")],
+        )
+        yield results.completed(f"asked: {question}")
+
+    @staticmethod
+    def _answered(ctx: RunContext) -> result_pb2.RunResult:
+        question = ctx.state.conversation.get(PENDING_KEY)
+        submission = ctx.input.interaction
+        action = submission.action_id if submission is not None else ""
+        answer = ctx.input.interaction_values.get("answer", "")
+        if not question:
+            return results.completed(
+                f"answer to an unknown question (no conversation state) ({action}): {answer}"
+            )
+        return results.completed(f'answer to "{question}" ({action}): {answer}')
 
     async def _slow(self, ctx: RunContext, text: str) -> AsyncIterator[result_pb2.RunResult]:
         try:
