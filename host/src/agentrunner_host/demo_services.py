@@ -25,7 +25,7 @@ from rich.console import Console
 
 from agentrunner.results import is_answer, kind_name
 from agentrunner.v1 import common_pb2, host_service_pb2_grpc
-from agentrunner_host.cli import _request
+from agentrunner_host.cli import run_request
 from agentrunner_host.config import load_config
 from agentrunner_host.observability import configure_logging
 from agentrunner_host.server import HostApp
@@ -145,7 +145,7 @@ def config_file(workdir: Path, base: str, addresses: dict[str, str]) -> Path:
 async def one_turn(console: Console, address: str, name: str, label: str, text: str) -> bool:
     console.print(f"[cyan]you[/cyan] > {text}")
     console.print("[green]bot[/green] > ", end="")
-    request = _request(text, "", "", f"demo-{name}", "demo-bot", True)
+    request = run_request(text, "", "", f"demo-{name}", "demo-bot", True)
     streamed, final, ids, status, reason = "", "", [], 0, ""
     side: dict[str, str] = {}
     images: list[str] = []

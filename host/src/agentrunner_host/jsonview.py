@@ -18,7 +18,10 @@ def status_name(status: int) -> str:
 def message_dict(message: Message) -> dict[str, Any]:
     """A message as JSON-ready data: proto field names, and 64-bit integers as numbers (proto JSON
     writes them as strings, which reads wrong in a table or a script)."""
-    return _ints(json_format.MessageToDict(message, preserving_proto_field_name=True), message)
+    data: dict[str, Any] = _ints(
+        json_format.MessageToDict(message, preserving_proto_field_name=True), message
+    )
+    return data
 
 
 def _ints(data: Any, message: Message | None) -> Any:

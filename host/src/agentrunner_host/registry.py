@@ -100,12 +100,12 @@ class Endpoint:
         self.runner_ids: list[str] = []
         self._retired: set[asyncio.Task[None]] = set()
 
-    def fresh_stub(self) -> tuple[grpc.aio.Channel, runner_service_pb2_grpc.RunnerServiceStub]:
+    def fresh_stub(self) -> tuple[grpc.aio.Channel, runner_service_pb2_grpc.RunnerServiceAsyncStub]:
         """A new channel (no reconnect backoff state) for probing an endpoint that was down."""
         channel = _channel(self.config, self.retry_seconds)
         return channel, runner_service_pb2_grpc.RunnerServiceStub(channel)
 
-    def adopt(self, channel: grpc.aio.Channel, stub: runner_service_pb2_grpc.RunnerServiceStub) -> None:
+    def adopt(self, channel: grpc.aio.Channel, stub: runner_service_pb2_grpc.RunnerServiceAsyncStub) -> None:
         """Serves from `channel` from now on; the old one closes once its calls ended (30 s at most)."""
         old, self.channel, self.stub = self.channel, channel, stub
         task = asyncio.create_task(old.close(grace=30), name=f"retire-channel-{self.config.id}")

@@ -11,7 +11,6 @@ import os
 
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # before grpc's C core starts (first import below)
 
-import sys
 from typing import Annotated
 
 import typer
@@ -77,4 +76,4 @@ __all__ = [
 ]
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

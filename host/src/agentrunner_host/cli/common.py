@@ -58,8 +58,8 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 def fail_rpc(exc: grpc.RpcError, target: str, timeout: float | None = None) -> NoReturn:
     """A failed call as one line: transport failures explained, typed errors as `REASON: message`."""
-    code = exc.code() if hasattr(exc, "code") else None  # type: ignore[attr-defined]
-    details = (exc.details() if hasattr(exc, "details") else "") or ""  # type: ignore[attr-defined]
+    code = exc.code() if hasattr(exc, "code") else None
+    details = (exc.details() if hasattr(exc, "details") else "") or ""
     explained = explain_rpc_failure(code.name if code else "UNKNOWN", details, target, timeout=timeout)
     if explained:
         fail(explained)

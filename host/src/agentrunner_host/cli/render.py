@@ -3,7 +3,7 @@ interactions as blocks, and the run id as soon as the host accepted the event.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, Callable
 from typing import Any
 
 import grpc
@@ -114,7 +114,7 @@ class MessageView:
 
 
 async def render_stream(
-    updates: AsyncIterator[Any],
+    updates: AsyncIterable[Any],
     console: Console,
     collect: list[Any] | None = None,
     on_accepted: Callable[[host_service_pb2.RunAccepted], None] | None = None,

@@ -65,8 +65,8 @@ def run_dict(run: host_service_pb2.Run) -> dict[str, Any]:
     return data
 
 
-def _statuses(values: list[str] | None) -> list[int]:
-    out = []
+def _statuses(values: list[str] | None) -> list[common_pb2.RunStatus.ValueType]:
+    out: list[common_pb2.RunStatus.ValueType] = []
     for value in values or []:
         for part in value.split(","):
             name = part.strip().lower()

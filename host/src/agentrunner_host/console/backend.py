@@ -42,7 +42,7 @@ _HTTP = {
 
 def console_error(exc: grpc.RpcError) -> ConsoleError:
     err = from_rpc_error(exc)
-    code = exc.code() if hasattr(exc, "code") else None  # type: ignore[attr-defined]
+    code = exc.code() if hasattr(exc, "code") else None
     return ConsoleError(err.reason, err.message, _HTTP.get(code, 500))  # type: ignore[arg-type]
 
 

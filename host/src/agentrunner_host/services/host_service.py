@@ -125,7 +125,9 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
     async def ListRuns(
         self,
         request: host_service_pb2.ListRunsRequest,
-        context: grpc.aio.ServicerContext[host_service_pb2.ListRunsRequest, host_service_pb2.ListRunsResponse],
+        context: grpc.aio.ServicerContext[
+            host_service_pb2.ListRunsRequest, host_service_pb2.ListRunsResponse
+        ],
     ) -> host_service_pb2.ListRunsResponse:
         try:
             if self.ledger is None:

@@ -30,7 +30,7 @@ _SEP = "\x1e"
 
 
 def _restate(conn: sa.engine.Connection, *, to_agent: bool) -> None:
-    rows = conn.execute(
+    found = conn.execute(
         sa.text(
             "SELECT s.id, s.scope, s.owner_key, s.key, s.updated_at, r.agent_id, r.binding_id "
             "FROM state_entries s JOIN runs r ON r.run_id = s.updated_by_run "
@@ -38,7 +38,7 @@ def _restate(conn: sa.engine.Connection, *, to_agent: bool) -> None:
         )
     ).all()
     # newest first: the first row to claim a (scope, owner, key) keeps it, older ones are dropped
-    rows.sort(key=lambda r: r.updated_at, reverse=True)
+    rows = sorted(found, key=lambda r: r.updated_at, reverse=True)
     taken = {
         (r.scope, r.owner_key, r.key)
         for r in conn.execute(sa.text("SELECT scope, owner_key, key FROM state_entries")).all()
