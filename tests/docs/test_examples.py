@@ -50,3 +50,17 @@ def test_a_typo_in_a_capability_section_is_refused(tmp_path: pathlib.Path) -> No
     assert "models.0.api_key_envv" in message
     message = _broken(tmp_path, lambda d: d["tools"]["native"].update(fetch_url_alow=["https://x/"]))
     assert "tools.native.fetch_url_alow" in message
+
+
+def test_the_compose_deployment_is_consistent() -> None:
+    """compose.yaml (not built in CI: no Docker engine there) and its host config agree: every runner
+    endpoint the host dials is a service, the console is token-protected, the migration runs first."""
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    services = compose["services"]
+    config = load_config(ROOT / "examples" / "compose" / "host.yaml")
+    for endpoint in config.runners:
+        assert endpoint.address.split(":")[0] in services, endpoint.address
+    host = services["host"]
+    assert "AGENTRUNNER_CONSOLE_TOKEN" in host["environment"] and config.console.address == "0.0.0.0:8080"
+    assert host["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+    assert (ROOT / "Dockerfile").read_text().count("uv==0.13.9") == 1  # the Makefile's pinned uv

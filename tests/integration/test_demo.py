@@ -33,6 +33,7 @@ def test_demo_runs_both_conversations_offline() -> None:
     assert "+09:00 in Tokyo." in out
     assert 'bot > You told me earlier: "Hi! I\'m Ada, and my favourite fruit is the tangerine."' in out
     assert "4 earlier message(s) via the history API" in out
+    assert "console http://127.0.0.1:" in out  # the web console, on while the demo runs
     assert out.rstrip().endswith("demo finished")
 
 

@@ -13,6 +13,9 @@ first one (history pulled through the host). Its model is an OpenAI-compatible e
 `AGENTRUNNER_DEMO_OPENAI_BASE_URL` is set (with `AGENTRUNNER_DEMO_OPENAI_API_KEY` and
 `AGENTRUNNER_DEMO_MODEL`, default `gpt-4o-mini`); otherwise the bundled mock server
 (`agentrunner_host.testing.openai_mock`) runs in this process, needing no network, and the demo says so.
+The web console is on (`console.address`, port 8080 when free) and its URL is printed; on a terminal
+the host keeps serving after the scripted conversations so the console can be used with both runners,
+until Ctrl-C (`AGENTRUNNER_DEMO_NO_WAIT=1`, or output that is not a terminal, ends it at once).
 Exits 0 when every turn ended as expected.
 """
 
@@ -23,6 +26,8 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -48,6 +53,8 @@ LOCAL_AGENT_ID = "plugin:langbot/local-agent/default"
 ENV_BASE_URL = "AGENTRUNNER_DEMO_OPENAI_BASE_URL"
 ENV_API_KEY = "AGENTRUNNER_DEMO_OPENAI_API_KEY"
 ENV_MODEL = "AGENTRUNNER_DEMO_MODEL"
+#: set to end the demo after the scripted conversations even on a terminal
+ENV_NO_WAIT = "AGENTRUNNER_DEMO_NO_WAIT"
 DEFAULT_MODEL = "gpt-4o-mini"
 LA_CONVERSATION = "demo-local-agent"
 LA_PROMPT = (
@@ -163,11 +170,15 @@ def demo_config(
             "id": "demo",
             "runner_id": REFERENCE_ID,
             "runner_config": {"prefix": "echo: "},
-            "event_types": ["message.*"],
-            "timeout_seconds": 30,
+            "event_types": ["message.*", "interaction.submitted"],
+            "timeout_seconds": 60,
         }
     ]
-    bindings: list[dict[str, Any]] = [{"id": "everything", "event": "message.*", "target": {"agent": "demo"}}]
+    bindings: list[dict[str, Any]] = [
+        {"id": "everything", "event": "message.*", "target": {"agent": "demo"}},
+        # answers to the reference runner's `ask:` forms arrive as events of their own
+        {"id": "answers", "event": "interaction.submitted", "target": {"agent": "demo"}},
+    ]
     models: list[dict[str, Any]] = []
     if local_agent_address and endpoint:
         runners.append({"id": "local-agent", "address": local_agent_address})
@@ -207,6 +218,7 @@ def demo_config(
         yaml.safe_dump(
             {
                 "listen": {"address": "127.0.0.1:0"},
+                "console": {"address": console_address()},
                 "database": {
                     "url": f"sqlite+aiosqlite:///{workdir / 'agentrunner.db'}",
                     "artifact_dir": str(workdir / "artifacts"),
@@ -219,6 +231,33 @@ def demo_config(
         )
     )
     return path
+
+
+#: the console's port in the demo when it is free (else any free port); the URL is printed either way
+CONSOLE_PORT = 8080
+
+
+def console_address() -> str:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", CONSOLE_PORT))
+        except OSError:
+            return "127.0.0.1:0"
+    return f"127.0.0.1:{CONSOLE_PORT}"
+
+
+async def keep_serving(console: Console, url: str) -> None:
+    """After the scripted conversations, on a terminal: the host stays up for the console until Ctrl-C."""
+    console.print(
+        f"\n[bold]The host keeps serving.[/bold] Open [bold]{url}[/bold] to chat with both runners "
+        "(agent demo: try `ask:Which colour?` for a form, `slow:100` then Cancel; agent local-agent "
+        "talks to the mock model, which echoes). Ctrl-C stops the demo."
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 def _completed_metadata(collected: list[Any]) -> dict[str, Any]:
@@ -385,8 +424,10 @@ async def main() -> int:
         try:
             port = await host.start()
             console.print(
-                f"[bold]host[/bold] 127.0.0.1:{port}  [bold]runner[/bold] {REFERENCE_ID} at {address}\n"
+                f"[bold]host[/bold] 127.0.0.1:{port}  [bold]runner[/bold] {REFERENCE_ID} at {address}"
             )
+            url = host.console.url if host.console is not None else ""
+            console.print(f"[bold]console[/bold] {url}  (debug chat, runs, runners)\n")
             ok = await reference_conversation(console, f"127.0.0.1:{port}")
             console.rule("local agent")
             console.print(f"[bold]runner[/bold] {LOCAL_AGENT_ID} at {la_address}")
@@ -401,6 +442,8 @@ async def main() -> int:
                     f"[bold]model[/bold] {endpoint.model} at {endpoint.base_url} (from {ENV_BASE_URL})\n"
                 )
             ok = await local_agent_conversation(console, f"127.0.0.1:{port}", endpoint) and ok
+            if sys.stdin.isatty() and not os.environ.get(ENV_NO_WAIT):
+                await keep_serving(console, url)
         except grpc.RpcError as exc:
             console.print(f"[red]demo failed[/red]: {exc.code().name}")
             ok = False

@@ -359,8 +359,8 @@ class MockOpenAIServer:
         await self.stop()
 
 
-async def _main(port: int) -> None:
-    server = MockOpenAIServer(port=port)
+async def _main(port: int, host: str = "127.0.0.1") -> None:
+    server = MockOpenAIServer(host=host, port=port)
     await server.start()
     print(f"MOCK_OPENAI_LISTENING {server.port}", flush=True)
     assert server._task is not None
@@ -371,9 +371,10 @@ def main() -> None:
     """`python -m ... --port 0`: serve until killed."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0 in a container)")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_main(args.port))
+        asyncio.run(_main(args.port, args.host))
     sys.exit(0)
 
 
