@@ -138,13 +138,18 @@ async def test_state_scopes_are_namespaced_granted_and_capped(stores: FactStores
     await stores.state.set(snap, "runner", "counter", 1)
     await stores.state.set(snap, "workspace", "w", [1, 2])
     assert await stores.state.get(snap, "conversation", "summary.checkpoint") == (True, {"upto": 3})
-    # Another conversation, runner or binding sees none of it.
+    # Another conversation, runner or agent sees none of it ...
     for other in (
         make_snapshot(conversation_id="c2"),
         make_snapshot(runner_id="plugin:acme/other/default"),
-        make_snapshot(binding_id="bind_2"),
+        make_snapshot(agent_id="agent_2"),
     ):
         assert await stores.state.get(other, "conversation", "summary.checkpoint") == (False, None)
+    # ... while a run of the same agent routed by another binding (an interaction's answer) sees the
+    # conversation state; runner state stays per binding
+    routed = make_snapshot(binding_id="bind_2")
+    assert await stores.state.get(routed, "conversation", "summary.checkpoint") == (True, {"upto": 3})
+    assert await stores.state.get(routed, "runner", "counter") == (False, None)
     assert await stores.state.get(make_snapshot(conversation_id="c2"), "actor", "lang") == (True, "en")
     assert await stores.state.get(make_snapshot(binding_id="bind_2"), "workspace", "w") == (True, [1, 2])
     narrow = make_snapshot(state_scopes=frozenset({"conversation"}))
