@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import pathlib
+from typing import Any
 
 import grpc
 import structlog
