@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
 TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance demo demo-services bench clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance soak demo demo-services bench clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -65,6 +65,11 @@ test-go: ## Go runner kit tests (sdk_go; modules from the Go module proxy)
 
 test-ts: $(TS_DEPS) ## TypeScript runner kit tests (sdk_ts; packages from the npm registry)
 	cd sdk_ts && npm test --silent
+soak: sync ## The long hardening matrix (tests/hardening at soak scale), with its figures
+	@rm -f .soak-report.jsonl
+	AGENTRUNNER_SOAK=1 AGENTRUNNER_HARDENING_REPORT=$(CURDIR)/.soak-report.jsonl \
+	  $(RUN) pytest tests/hardening -n 2 --dist loadfile --timeout 3600 $(PYTEST_ARGS)
+	$(RUN) python tools/hardening_report.py .soak-report.jsonl
 
 conformance: sync $(TS_DEPS) ## Conformance kits: runner kit vs the Python, Go, TS runners; host kit vs our host
 	$(RUN) python tools/conformance.py

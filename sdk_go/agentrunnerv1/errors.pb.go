@@ -56,6 +56,9 @@ const (
 	ErrorReason_ERROR_REASON_NOT_IMPLEMENTED ErrorReason = 12
 	// ALREADY_EXISTS, not retryable: the event id was already submitted with different content.
 	ErrorReason_ERROR_REASON_ALREADY_EXISTS ErrorReason = 13
+	// UNAUTHENTICATED, not retryable: the client's credentials for `HostService` (an API key, a client
+	// certificate) are missing, unknown, revoked or expired (spec code `unauthorized`).
+	ErrorReason_ERROR_REASON_CREDENTIALS_INVALID ErrorReason = 14
 )
 
 // Enum value maps for ErrorReason.
@@ -75,6 +78,7 @@ var (
 		11: "ERROR_REASON_FAILED_PRECONDITION",
 		12: "ERROR_REASON_NOT_IMPLEMENTED",
 		13: "ERROR_REASON_ALREADY_EXISTS",
+		14: "ERROR_REASON_CREDENTIALS_INVALID",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":         0,
@@ -91,6 +95,7 @@ var (
 		"ERROR_REASON_FAILED_PRECONDITION": 11,
 		"ERROR_REASON_NOT_IMPLEMENTED":     12,
 		"ERROR_REASON_ALREADY_EXISTS":      13,
+		"ERROR_REASON_CREDENTIALS_INVALID": 14,
 	}
 )
 
@@ -125,7 +130,7 @@ var File_agentrunner_v1_errors_proto protoreflect.FileDescriptor
 
 const file_agentrunner_v1_errors_proto_rawDesc = "" +
 	"\n" +
-	"\x1bagentrunner/v1/errors.proto\x12\x0eagentrunner.v1*\xe6\x03\n" +
+	"\x1bagentrunner/v1/errors.proto\x12\x0eagentrunner.v1*\x8c\x04\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19ERROR_REASON_UNAUTHORIZED\x10\x01\x12\"\n" +
@@ -141,7 +146,8 @@ const file_agentrunner_v1_errors_proto_rawDesc = "" +
 	"\x12$\n" +
 	" ERROR_REASON_FAILED_PRECONDITION\x10\v\x12 \n" +
 	"\x1cERROR_REASON_NOT_IMPLEMENTED\x10\f\x12\x1f\n" +
-	"\x1bERROR_REASON_ALREADY_EXISTS\x10\rBOZMgithub.com/langbot-app/langbot-agentrunner/sdk_go/agentrunnerv1;agentrunnerv1b\x06proto3"
+	"\x1bERROR_REASON_ALREADY_EXISTS\x10\r\x12$\n" +
+	" ERROR_REASON_CREDENTIALS_INVALID\x10\x0eBOZMgithub.com/langbot-app/langbot-agentrunner/sdk_go/agentrunnerv1;agentrunnerv1b\x06proto3"
 
 var (
 	file_agentrunner_v1_errors_proto_rawDescOnce sync.Once

@@ -1532,7 +1532,10 @@ type ListHistoryResponse struct {
 	// More items in the requested direction.
 	HasMore bool `protobuf:"varint,4,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
 	// Items in the conversation, when cheap to know.
-	TotalCount    *int64 `protobuf:"varint,5,opt,name=total_count,json=totalCount,proto3,oneof" json:"total_count,omitempty"`
+	TotalCount *int64 `protobuf:"varint,5,opt,name=total_count,json=totalCount,proto3,oneof" json:"total_count,omitempty"`
+	// The byte cap of one page on this host: a page ends early (with `has_more`, and the cursor to
+	// continue from) before its serialized items would pass it; it holds at least one item.
+	MaxPageBytes  int64 `protobuf:"varint,6,opt,name=max_page_bytes,json=maxPageBytes,proto3" json:"max_page_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1598,6 +1601,13 @@ func (x *ListHistoryResponse) GetHasMore() bool {
 func (x *ListHistoryResponse) GetTotalCount() int64 {
 	if x != nil && x.TotalCount != nil {
 		return *x.TotalCount
+	}
+	return 0
+}
+
+func (x *ListHistoryResponse) GetMaxPageBytes() int64 {
+	if x != nil {
+		return x.MaxPageBytes
 	}
 	return 0
 }
@@ -1844,7 +1854,10 @@ type SearchHistoryResponse struct {
 	// Matches, best first.
 	Items []*TranscriptItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
 	// The query.
-	Query         string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	// The byte cap of a response on this host: fewer than `top_k` items come back when the next one
+	// would pass it.
+	MaxPageBytes  int64 `protobuf:"varint,3,opt,name=max_page_bytes,json=maxPageBytes,proto3" json:"max_page_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1891,6 +1904,13 @@ func (x *SearchHistoryResponse) GetQuery() string {
 		return x.Query
 	}
 	return ""
+}
+
+func (x *SearchHistoryResponse) GetMaxPageBytes() int64 {
+	if x != nil {
+		return x.MaxPageBytes
+	}
+	return 0
 }
 
 // Request of `GetEvent`.
@@ -2229,7 +2249,10 @@ type ListEventsResponse struct {
 	// Cursor for the next (older) page.
 	NextCursor string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
 	// More older events.
-	HasMore       bool `protobuf:"varint,3,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	HasMore bool `protobuf:"varint,3,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	// The byte cap of one page on this host: a page ends early (with `has_more`, and the cursor to
+	// continue from) before its serialized items would pass it; it holds at least one item.
+	MaxPageBytes  int64 `protobuf:"varint,4,opt,name=max_page_bytes,json=maxPageBytes,proto3" json:"max_page_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2283,6 +2306,13 @@ func (x *ListEventsResponse) GetHasMore() bool {
 		return x.HasMore
 	}
 	return false
+}
+
+func (x *ListEventsResponse) GetMaxPageBytes() int64 {
+	if x != nil {
+		return x.MaxPageBytes
+	}
+	return 0
 }
 
 // Request of `GetArtifactMetadata`.
@@ -2533,7 +2563,9 @@ type ReadArtifactResponse struct {
 	// Total size.
 	SizeBytes int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
 	// More bytes after this range.
-	HasMore       bool `protobuf:"varint,4,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	HasMore bool `protobuf:"varint,4,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	// The most bytes one read returns on this host (`length` is capped to it).
+	MaxReadBytes  int64 `protobuf:"varint,5,opt,name=max_read_bytes,json=maxReadBytes,proto3" json:"max_read_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2594,6 +2626,13 @@ func (x *ReadArtifactResponse) GetHasMore() bool {
 		return x.HasMore
 	}
 	return false
+}
+
+func (x *ReadArtifactResponse) GetMaxReadBytes() int64 {
+	if x != nil {
+		return x.MaxReadBytes
+	}
+	return 0
 }
 
 // Request of `DownloadArtifact`.
@@ -3609,7 +3648,10 @@ func (x *PullSteeringRequest) GetLimit() int32 {
 type PullSteeringResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Items, oldest first. Each item is delivered once.
-	Items         []*SteeringInput `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	Items []*SteeringInput `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// The byte cap of one pull on this host: items past it stay queued for the next pull (at least one
+	// item is taken).
+	MaxPageBytes  int64 `protobuf:"varint,2,opt,name=max_page_bytes,json=maxPageBytes,proto3" json:"max_page_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3649,6 +3691,13 @@ func (x *PullSteeringResponse) GetItems() []*SteeringInput {
 		return x.Items
 	}
 	return nil
+}
+
+func (x *PullSteeringResponse) GetMaxPageBytes() int64 {
+	if x != nil {
+		return x.MaxPageBytes
+	}
+	return 0
 }
 
 // Input that arrived for the run's conversation while the run was open.
@@ -4311,7 +4360,10 @@ type ListRunRecordsResponse struct {
 	// Cursor for the next page.
 	NextCursor string `protobuf:"bytes,2,opt,name=next_cursor,json=nextCursor,proto3" json:"next_cursor,omitempty"`
 	// More records.
-	HasMore       bool `protobuf:"varint,3,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	HasMore bool `protobuf:"varint,3,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	// The byte cap of one page on this host: a page ends early (with `has_more`, and the cursor to
+	// continue from) before its serialized items would pass it; it holds at least one item.
+	MaxPageBytes  int64 `protobuf:"varint,4,opt,name=max_page_bytes,json=maxPageBytes,proto3" json:"max_page_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4365,6 +4417,13 @@ func (x *ListRunRecordsResponse) GetHasMore() bool {
 		return x.HasMore
 	}
 	return false
+}
+
+func (x *ListRunRecordsResponse) GetMaxPageBytes() int64 {
+	if x != nil {
+		return x.MaxPageBytes
+	}
+	return 0
 }
 
 // Request of `ListRunRecordEvents`.
@@ -4437,7 +4496,10 @@ type ListRunRecordEventsResponse struct {
 	// Stored results in sequence order.
 	Results []*RunResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	// More results.
-	HasMore       bool `protobuf:"varint,2,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	HasMore bool `protobuf:"varint,2,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
+	// The byte cap of one page on this host: a page ends early (with `has_more`; continue after its last
+	// sequence) before its serialized results would pass it; it holds at least one result.
+	MaxPageBytes  int64 `protobuf:"varint,3,opt,name=max_page_bytes,json=maxPageBytes,proto3" json:"max_page_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4484,6 +4546,13 @@ func (x *ListRunRecordEventsResponse) GetHasMore() bool {
 		return x.HasMore
 	}
 	return false
+}
+
+func (x *ListRunRecordEventsResponse) GetMaxPageBytes() int64 {
+	if x != nil {
+		return x.MaxPageBytes
+	}
+	return 0
 }
 
 // Request of `CancelRunRecord`.
@@ -5461,7 +5530,7 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"\fafter_cursor\x18\x03 \x01(\tR\vafterCursor\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12;\n" +
 	"\tdirection\x18\x05 \x01(\x0e2\x1d.agentrunner.v1.PageDirectionR\tdirection\x12+\n" +
-	"\x11include_artifacts\x18\x06 \x01(\bR\x10includeArtifacts\"\xde\x01\n" +
+	"\x11include_artifacts\x18\x06 \x01(\bR\x10includeArtifacts\"\x84\x02\n" +
 	"\x13ListHistoryResponse\x124\n" +
 	"\x05items\x18\x01 \x03(\v2\x1e.agentrunner.v1.TranscriptItemR\x05items\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
@@ -5470,7 +5539,8 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"prevCursor\x12\x19\n" +
 	"\bhas_more\x18\x04 \x01(\bR\ahasMore\x12$\n" +
 	"\vtotal_count\x18\x05 \x01(\x03H\x00R\n" +
-	"totalCount\x88\x01\x01B\x0e\n" +
+	"totalCount\x88\x01\x01\x12$\n" +
+	"\x0emax_page_bytes\x18\x06 \x01(\x03R\fmaxPageBytesB\x0e\n" +
 	"\f_total_count\"\x8b\x04\n" +
 	"\x0eTranscriptItem\x12#\n" +
 	"\rtranscript_id\x18\x01 \x01(\tR\ftranscriptId\x12\x19\n" +
@@ -5493,10 +5563,11 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\tR\x0econversationId\x12\x14\n" +
 	"\x05roles\x18\x03 \x03(\tR\x05roles\x12\x13\n" +
-	"\x05top_k\x18\x04 \x01(\x05R\x04topK\"c\n" +
+	"\x05top_k\x18\x04 \x01(\x05R\x04topK\"\x89\x01\n" +
 	"\x15SearchHistoryResponse\x124\n" +
 	"\x05items\x18\x01 \x03(\v2\x1e.agentrunner.v1.TranscriptItemR\x05items\x12\x14\n" +
-	"\x05query\x18\x02 \x01(\tR\x05query\",\n" +
+	"\x05query\x18\x02 \x01(\tR\x05query\x12$\n" +
+	"\x0emax_page_bytes\x18\x03 \x01(\x03R\fmaxPageBytes\",\n" +
 	"\x0fGetEventRequest\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\"E\n" +
 	"\x10GetEventResponse\x121\n" +
@@ -5524,12 +5595,13 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"\vevent_types\x18\x02 \x03(\tR\n" +
 	"eventTypes\x12#\n" +
 	"\rbefore_cursor\x18\x03 \x01(\tR\fbeforeCursor\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\x83\x01\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\xa9\x01\n" +
 	"\x12ListEventsResponse\x121\n" +
 	"\x05items\x18\x01 \x03(\v2\x1b.agentrunner.v1.EventRecordR\x05items\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
 	"nextCursor\x12\x19\n" +
-	"\bhas_more\x18\x03 \x01(\bR\ahasMore\"=\n" +
+	"\bhas_more\x18\x03 \x01(\bR\ahasMore\x12$\n" +
+	"\x0emax_page_bytes\x18\x04 \x01(\x03R\fmaxPageBytes\"=\n" +
 	"\x1aGetArtifactMetadataRequest\x12\x1f\n" +
 	"\vartifact_id\x18\x01 \x01(\tR\n" +
 	"artifactId\"[\n" +
@@ -5546,13 +5618,14 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"\vartifact_id\x18\x01 \x01(\tR\n" +
 	"artifactId\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\x03R\x06length\"|\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\"\xa2\x01\n" +
 	"\x14ReadArtifactResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x19\n" +
-	"\bhas_more\x18\x04 \x01(\bR\ahasMore\":\n" +
+	"\bhas_more\x18\x04 \x01(\bR\ahasMore\x12$\n" +
+	"\x0emax_read_bytes\x18\x05 \x01(\x03R\fmaxReadBytes\":\n" +
 	"\x17DownloadArtifactRequest\x12\x1f\n" +
 	"\vartifact_id\x18\x01 \x01(\tR\n" +
 	"artifactId\"F\n" +
@@ -5606,9 +5679,10 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\x19\n" +
 	"\bhas_more\x18\x02 \x01(\bR\ahasMore\"+\n" +
 	"\x13PullSteeringRequest\x12\x14\n" +
-	"\x05limit\x18\x01 \x01(\x05R\x05limit\"K\n" +
+	"\x05limit\x18\x01 \x01(\x05R\x05limit\"q\n" +
 	"\x14PullSteeringResponse\x123\n" +
-	"\x05items\x18\x01 \x03(\v2\x1d.agentrunner.v1.SteeringInputR\x05items\"\x87\x02\n" +
+	"\x05items\x18\x01 \x03(\v2\x1d.agentrunner.v1.SteeringInputR\x05items\x12$\n" +
+	"\x0emax_page_bytes\x18\x02 \x01(\x03R\fmaxPageBytes\"\x87\x02\n" +
 	"\rSteeringInput\x12\x1f\n" +
 	"\vsteering_id\x18\x01 \x01(\tR\n" +
 	"steeringId\x122\n" +
@@ -5651,19 +5725,21 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"\x0fconversation_id\x18\x01 \x01(\tR\x0econversationId\x125\n" +
 	"\bstatuses\x18\x02 \x03(\x0e2\x19.agentrunner.v1.RunStatusR\bstatuses\x12#\n" +
 	"\rbefore_cursor\x18\x03 \x01(\tR\fbeforeCursor\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"}\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\xa3\x01\n" +
 	"\x16ListRunRecordsResponse\x12'\n" +
 	"\x04runs\x18\x01 \x03(\v2\x13.agentrunner.v1.RunR\x04runs\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
 	"nextCursor\x12\x19\n" +
-	"\bhas_more\x18\x03 \x01(\bR\ahasMore\"p\n" +
+	"\bhas_more\x18\x03 \x01(\bR\ahasMore\x12$\n" +
+	"\x0emax_page_bytes\x18\x04 \x01(\x03R\fmaxPageBytes\"p\n" +
 	"\x1aListRunRecordEventsRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"m\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\x93\x01\n" +
 	"\x1bListRunRecordEventsResponse\x123\n" +
 	"\aresults\x18\x01 \x03(\v2\x19.agentrunner.v1.RunResultR\aresults\x12\x19\n" +
-	"\bhas_more\x18\x02 \x01(\bR\ahasMore\"G\n" +
+	"\bhas_more\x18\x02 \x01(\bR\ahasMore\x12$\n" +
+	"\x0emax_page_bytes\x18\x03 \x01(\x03R\fmaxPageBytes\"G\n" +
 	"\x16CancelRunRecordRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"@\n" +

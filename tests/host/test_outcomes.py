@@ -17,6 +17,7 @@ STATUS = {
     "failed": common_pb2.RUN_STATUS_FAILED,
     "timeout": common_pb2.RUN_STATUS_TIMEOUT,
     "cancelled": common_pb2.RUN_STATUS_CANCELLED,
+    "interrupted": common_pb2.RUN_STATUS_INTERRUPTED,
 }
 
 

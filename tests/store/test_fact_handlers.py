@@ -72,9 +72,26 @@ async def world(stores: FactStores) -> tuple[FactStores, dict[str, Any]]:
     async def on_cancel(run_id: str, reason: str) -> None:
         cancelled.append((run_id, reason))
 
+    # the runs open in this process, and their streams' own numbering of appended results
+    open_runs = {"run_0", "run_1"}
+    numbering: dict[str, int] = {}
+
+    async def on_append(run_id: str, result: result_pb2.RunResult) -> result_pb2.RunResult | bool:
+        if run_id not in open_runs:
+            return False
+        numbering[run_id] = numbering.get(run_id, 0) + 1
+        result.sequence = numbering[run_id]
+        return result
+
     prompts = {"agent_1": [common_pb2.ModelMessage(role="system", content="You are kind.")]}
-    handlers = fact_handlers(stores, prompt_lookup=lambda agent: prompts.get(agent, []), on_cancel=on_cancel)
-    return stores, {"h": handlers, "cancelled": cancelled}
+    handlers = fact_handlers(
+        stores,
+        prompt_lookup=lambda agent: prompts.get(agent, []),
+        on_cancel=on_cancel,
+        on_append=on_append,
+        is_open=lambda run_id: run_id in open_runs,
+    )
+    return stores, {"h": handlers, "cancelled": cancelled, "open": open_runs}
 
 
 async def test_history_pages_backward_and_forward_with_opaque_cursors(world: Any) -> None:
@@ -350,10 +367,12 @@ async def test_run_record_handlers(world: Any) -> None:
         await h["FinalizeRunRecord"](
             call(make_snapshot()), pb.FinalizeRunRecordRequest(status=common_pb2.RUN_STATUS_COMPLETED)
         )
-    granted = call(make_snapshot(runs=frozenset({"get", "append_result", "finalize"})))
+    granted = call(make_snapshot(runs=frozenset({"get", "cancel", "append_result", "finalize"})))
+    # an appended result joins the open run's stream: the run numbers it (a requested sequence is ignored)
     appended = await h["AppendRunResult"](granted, pb.AppendRunResultRequest(result=delta))
     assert appended.result.sequence == 1 and appended.result.run_id == "run_1"
-    second = await h["AppendRunResult"](granted, pb.AppendRunResultRequest(result=delta))
+    explicit = result_pb2.RunResult(sequence=40, message_delta=result_pb2.MessageDelta(text="hi"))
+    second = await h["AppendRunResult"](granted, pb.AppendRunResultRequest(result=explicit))
     assert second.result.sequence == 2
     with pytest.raises(InvalidArgumentError):
         await h["AppendRunResult"](
@@ -364,10 +383,26 @@ async def test_run_record_handlers(world: Any) -> None:
         await h["FinalizeRunRecord"](
             granted, pb.FinalizeRunRecordRequest(status=common_pb2.RUN_STATUS_RUNNING)
         )
+    # an open run's terminal is its stream's to decide
+    with pytest.raises(FailedPreconditionError):
+        await h["FinalizeRunRecord"](
+            granted, pb.FinalizeRunRecordRequest(status=common_pb2.RUN_STATUS_COMPLETED, reason="done")
+        )
+    # a run still open but not here (another replica runs it): refused, never written behind its back
+    env["open"].discard("run_1")
+    for rpc, request in (
+        ("AppendRunResult", pb.AppendRunResultRequest(result=delta)),
+        ("CancelRunRecord", pb.CancelRunRecordRequest()),
+        ("FinalizeRunRecord", pb.FinalizeRunRecordRequest(status=common_pb2.RUN_STATUS_COMPLETED)),
+    ):
+        with pytest.raises(FailedPreconditionError, match="not open on this host replica"):
+            await h[rpc](granted, request)
+    # an ended run: finalize answers its record as it is, append is refused
+    await _stores.ledger.finish_run("run_1", common_pb2.RUN_STATUS_COMPLETED, "stop")
     final = await h["FinalizeRunRecord"](
-        granted, pb.FinalizeRunRecordRequest(status=common_pb2.RUN_STATUS_COMPLETED, reason="done")
+        granted, pb.FinalizeRunRecordRequest(status=common_pb2.RUN_STATUS_FAILED, reason="late")
     )
-    assert final.run.status == common_pb2.RUN_STATUS_COMPLETED and final.run.last_sequence == 2
+    assert final.run.status == common_pb2.RUN_STATUS_COMPLETED and final.run.status_reason == "stop"
     with pytest.raises(FailedPreconditionError):
         await h["AppendRunResult"](granted, pb.AppendRunResultRequest(result=delta))
 

@@ -7,10 +7,11 @@ rather than discovered at run time.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import pathlib
 import socket
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -50,6 +51,9 @@ class ListenConfig(_Strict):
     tls: TlsConfig | None = None
     #: address runners use to reach the proxy service; defaults to the bound listen address
     advertise_address: str | None = None
+    #: serve plaintext on a non-loopback address (API keys and run tokens then cross the network in
+    #: clear: only behind a proxy or mesh that terminates TLS); without it such a host refuses to start
+    allow_plaintext: bool = False
 
 
 class DatabaseConfig(_Strict):
@@ -84,6 +88,15 @@ class LimitsConfig(_Strict):
     #: how long the host keeps reading (and dropping) results after the terminal one
     post_terminal_drain_seconds: float = Field(1.0, ge=0)
     heartbeat_interval_seconds: float = Field(10.0, gt=0)
+    #: runs open in this process at once; a run beyond it is refused RESOURCE_EXHAUSTED (`RATE_LIMITED`,
+    #: retryable, with a `RetryInfo` delay) before anything is recorded, never accepted and then dropped
+    max_open_runs: int = Field(1000, gt=0)
+    #: seconds a refused client is told to wait (`RetryInfo.retry_delay`)
+    busy_retry_seconds: float = Field(1.0, gt=0)
+    #: updates an `AttachRun` follower may fall behind the run before it is dropped with
+    #: RESOURCE_EXHAUSTED (it attaches again with `after_sequence`): a reader that stops reading never
+    #: makes the host buffer the whole run
+    follower_queue_max: int = Field(4096, gt=0)
 
 
 class RegistryConfig(_Strict):
@@ -99,6 +112,10 @@ class RunnerEndpointConfig(_Strict):
     id: str = Field(min_length=1)
     address: str = Field(min_length=1)
     tls: TlsConfig | None = None
+    #: the runner ids this endpoint may serve; an id another endpoint announces is refused (and logged).
+    #: Unset: the endpoint may serve any id no other endpoint lists, and an id stays with the first
+    #: endpoint that served it for the life of the process (another endpoint never takes it over).
+    runner_ids: list[str] | None = None
     #: bearer token sent as `authorization` metadata; prefer `auth_token_env` for secrets
     auth_token: str | None = None
     auth_token_env: str | None = None
@@ -115,6 +132,65 @@ Selector = list[str] | Literal["*"]
 StorageArea = Literal["plugin", "workspace", "binding"]
 RunOperation = Literal["get", "list", "events_page", "cancel", "append_result", "finalize"]
 StateScopeName = Literal["conversation", "actor", "subject", "runner", "binding", "workspace"]
+
+#: what a HostService client may do (`clients[].operations`)
+ClientOperation = Literal["run", "attach", "get", "cancel", "interact", "list_runners", "list_runs"]
+CLIENT_OPERATIONS: tuple[ClientOperation, ...] = get_args(ClientOperation)
+
+
+class ClientConfig(_Strict):
+    """A HostService client: its credentials and what it may do. A client may call an operation it is
+    granted for events of the bots it may use, routed to the agents it may use; attach, get, cancel
+    and interaction answers reach only runs of those bots and agents."""
+
+    id: str = Field(min_length=1, max_length=128)
+    #: sha256 (hex) of each API key the client may present (`authorization: Bearer <key>`); several
+    #: allow rotation. `agentrunner-host auth new-key` makes a key and its hash.
+    api_key_sha256: list[str] = Field(default_factory=list)
+    #: an environment variable holding the key itself (hashed when the config loads, never logged)
+    api_key_env: str | None = None
+    #: client certificate names (subject CN or a DNS / URI SAN) that identify the client over mutual
+    #: TLS (`listen.tls.client_ca_file`)
+    tls_names: list[str] = Field(default_factory=list)
+    #: after this instant the client's credentials are refused
+    expires_at: dt.datetime | None = None
+    operations: list[ClientOperation] = Field(default_factory=lambda: list(CLIENT_OPERATIONS))
+    bots: Selector = "*"
+    agents: Selector = "*"
+
+    @field_validator("api_key_sha256")
+    @classmethod
+    def _hex_digests(cls, values: list[str]) -> list[str]:
+        out = []
+        for value in values:
+            digest = value.removeprefix("sha256:").lower()
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError("an api_key_sha256 entry is 64 hex digits (sha256 of the key)")
+            out.append(digest)
+        return out
+
+    @field_validator("expires_at")
+    @classmethod
+    def _aware(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("expires_at needs a time zone (for example 2030-01-01T00:00:00Z)")
+        return value
+
+    @model_validator(mode="after")
+    def _has_credentials(self) -> ClientConfig:
+        if not (self.api_key_sha256 or self.api_key_env or self.tls_names):
+            raise ValueError("a client needs api_key_sha256, api_key_env or tls_names")
+        return self
+
+
+class AuthConfig(_Strict):
+    """Who may call HostService (`ProxyService` calls are authorized by their run token)."""
+
+    #: calls without credentials: `loopback` accepts them from loopback peers while the host listens on
+    #: a loopback address only (the demo and local development), with every operation; `none` refuses
+    #: them. Unset: `loopback` when no clients are configured, else `none`.
+    anonymous: Literal["loopback", "none"] | None = None
+    clients: list[ClientConfig] = Field(default_factory=list)
 
 
 class ResourcePolicy(_Strict):
@@ -252,6 +328,7 @@ class HostConfig(_Strict):
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
     runners: list[RunnerEndpointConfig] = Field(default_factory=list)
     agents: list[AgentConfig] = Field(default_factory=list)
     bindings: list[BindingConfig] = Field(default_factory=list)
@@ -315,6 +392,11 @@ def cross_check(config: HostConfig) -> list[tuple[str, str]]:
             if item.id in seen:
                 problems.append((f"{name}.{i}.id", f"duplicate id {item.id!r}"))
             seen.add(item.id)
+    seen_clients: set[str] = set()
+    for i, client in enumerate(config.auth.clients):
+        if client.id in seen_clients:
+            problems.append((f"auth.clients.{i}.id", f"duplicate id {client.id!r}"))
+        seen_clients.add(client.id)
     problems.extend(_capability_problems(config))
     agent_ids = {a.id for a in config.agents}
     for i, binding in enumerate(config.bindings):

@@ -1,8 +1,14 @@
 """The runner registry: dials runner endpoints, validates manifests and keeps descriptors.
 
-Each endpoint is probed independently; a dead endpoint or an invalid manifest removes only the runners
-it served (with a warning), and the rest keep serving. Down endpoints are probed on a short retry
-interval so a returning endpoint is picked up quickly.
+Each endpoint is probed independently; a dead endpoint, an answer that does not decode or an invalid
+manifest removes only the runners it served (with a warning), and the rest keep serving. Down endpoints
+are probed on a short retry interval so a returning endpoint is picked up quickly.
+
+Runner identity: a runner id is served only by the endpoint(s) configured for it (`runner_ids`); an
+endpoint without such a list may serve ids no endpoint lists, and an id stays bound to the first
+endpoint that served it for the life of the process. Another endpoint announcing a bound id is refused
+and logged (`runner.identity_refused`), also once the first endpoint is down: its runs fail
+`runner.unavailable` until it returns, they are never sent elsewhere.
 """
 
 from __future__ import annotations
@@ -11,19 +17,20 @@ import asyncio
 import dataclasses
 import datetime as dt
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 import structlog
 from google.protobuf import struct_pb2
 
-from agentrunner.manifest import ManifestError, validate_manifest
-from agentrunner.v1 import (
-    manifest_pb2,
-    runner_service_pb2,
-    runner_service_pb2_grpc,
-)
+from agentrunner.errors import bounded
+from agentrunner.manifest import ManifestError
+from agentrunner.manifest import validate_manifest as validate_runner_manifest
+from agentrunner.v1 import manifest_pb2, runner_service_pb2
+from agentrunner_host.boundary import check_message
 from agentrunner_host.config import HostConfig, HostEnv, RunnerEndpointConfig, TlsConfig
+from agentrunner_host.memory import LARGE_MESSAGE_BYTES, note_message
 from agentrunner_host.observability import RUNNER_ENDPOINT_UP
 from agentrunner_host.ports import utcnow
 from agentrunner_host.transport_errors import explain_rpc_failure
@@ -52,6 +59,16 @@ class RegisteredRunner:
     @property
     def selector_fields(self) -> list[manifest_pb2.ConfigField]:
         return [f for f in self.manifest.config_schema if f.type in _SELECTOR_TYPES]
+
+
+def validate_manifest(manifest: manifest_pb2.RunnerManifest) -> None:
+    """Raises ManifestError unless the manifest is one this host can serve: the SDK's rules, and
+    values the stores and the wire can carry (the boundary rules: no NaN default, no NUL, ...)."""
+    unstorable = check_message(manifest, enums=False)
+    if unstorable:
+        where, problem = unstorable[0]
+        raise ManifestError(f"{where}: {problem}")
+    validate_runner_manifest(manifest)
 
 
 def _read(path: pathlib.Path | None) -> bytes | None:
@@ -84,6 +101,46 @@ def _channel(config: RunnerEndpointConfig, retry_seconds: float) -> grpc.aio.Cha
     return grpc.aio.insecure_channel(config.address, options)
 
 
+def _lenient(cls: type[Any]) -> Callable[[bytes], Any]:
+    """A response deserializer that answers None for bytes that do not decode (what grpc itself hands
+    over then, after logging a traceback for what is the runner's fault, not the host's)."""
+    from_string = cls.FromString
+
+    def deserialize(data: bytes) -> Any:
+        if len(data) >= LARGE_MESSAGE_BYTES:
+            note_message(len(data))
+        try:
+            return from_string(data)
+        except Exception:
+            return None
+
+    return deserialize
+
+
+class RunnerStub:
+    """`RunnerServiceStub` whose answers that do not decode arrive as None (the caller's to refuse)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        prefix = "/agentrunner.v1.RunnerService/"
+        self.Run: grpc.aio.UnaryStreamMultiCallable[runner_service_pb2.RunRequest, Any] = (
+            channel.unary_stream(
+                prefix + "Run",
+                request_serializer=runner_service_pb2.RunRequest.SerializeToString,
+                response_deserializer=_lenient(runner_service_pb2.RunResponse),
+            )
+        )
+        self.ListRunners = channel.unary_unary(
+            prefix + "ListRunners",
+            request_serializer=runner_service_pb2.ListRunnersRequest.SerializeToString,
+            response_deserializer=_lenient(runner_service_pb2.ListRunnersResponse),
+        )
+        self.DescribeRunner = channel.unary_unary(
+            prefix + "DescribeRunner",
+            request_serializer=runner_service_pb2.DescribeRunnerRequest.SerializeToString,
+            response_deserializer=_lenient(runner_service_pb2.DescribeRunnerResponse),
+        )
+
+
 class Endpoint:
     """One runner endpoint: its channel, stub and last known health."""
 
@@ -91,7 +148,7 @@ class Endpoint:
         self.config = config
         self.retry_seconds = retry_seconds
         self.channel = _channel(config, retry_seconds)
-        self.stub = runner_service_pb2_grpc.RunnerServiceStub(self.channel)
+        self.stub = RunnerStub(self.channel)
         token = config.resolved_token(env)
         self.metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self.available = False
@@ -101,12 +158,12 @@ class Endpoint:
         self.runner_ids: list[str] = []
         self._retired: set[asyncio.Task[None]] = set()
 
-    def fresh_stub(self) -> tuple[grpc.aio.Channel, runner_service_pb2_grpc.RunnerServiceAsyncStub]:
+    def fresh_stub(self) -> tuple[grpc.aio.Channel, RunnerStub]:
         """A new channel (no reconnect backoff state) for probing an endpoint that was down."""
         channel = _channel(self.config, self.retry_seconds)
-        return channel, runner_service_pb2_grpc.RunnerServiceStub(channel)
+        return channel, RunnerStub(channel)
 
-    def adopt(self, channel: grpc.aio.Channel, stub: runner_service_pb2_grpc.RunnerServiceAsyncStub) -> None:
+    def adopt(self, channel: grpc.aio.Channel, stub: RunnerStub) -> None:
         """Serves from `channel` from now on; the old one closes once its calls ended (30 s at most)."""
         old, self.channel, self.stub = self.channel, channel, stub
         task = asyncio.create_task(old.close(grace=30), name=f"retire-channel-{self.config.id}")
@@ -129,6 +186,14 @@ class RunnerRegistry:
         self._runners: dict[str, RegisteredRunner] = {}
         self._task: asyncio.Task[None] | None = None
         self._refresh_lock: dict[str, asyncio.Lock] = {e: asyncio.Lock() for e in self.endpoints}
+        #: runner id -> the endpoints configured to serve it (`runner_ids`)
+        self._listed: dict[str, set[str]] = {}
+        for e in config.runners:
+            for runner_id in e.runner_ids or ():
+                self._listed.setdefault(runner_id, set()).add(e.id)
+        #: runner id -> the endpoint it is bound to in this process (ids no endpoint lists)
+        self._bound: dict[str, str] = {}
+        self._refused: set[tuple[str, str]] = set()
 
     # -- lookups ---------------------------------------------------------------------------------------
     def get(self, runner_id: str) -> RegisteredRunner | None:
@@ -142,63 +207,113 @@ class RunnerRegistry:
 
     # -- refresh ---------------------------------------------------------------------------------------
     async def refresh(self) -> None:
-        """Probes every endpoint once, concurrently."""
-        await asyncio.gather(*(self.refresh_endpoint(e) for e in self.endpoints))
+        """Probes every endpoint once, concurrently; takes the answers in config order (so an id no
+        endpoint lists is bound to the first endpoint in the config that serves it, however fast the
+        others answer)."""
+        ids = list(self.endpoints)
+        for endpoint_id in ids:
+            await self._refresh_lock[endpoint_id].acquire()
+        try:
+            answers = await asyncio.gather(*(self._fetch(self.endpoints[e]) for e in ids))
+            for endpoint_id, answer in zip(ids, answers, strict=True):
+                if answer is not None:
+                    self._register(self.endpoints[endpoint_id], answer)
+        finally:
+            for endpoint_id in ids:
+                self._refresh_lock[endpoint_id].release()
 
     async def refresh_endpoint(self, endpoint_id: str) -> None:
         endpoint = self.endpoints[endpoint_id]
         async with self._refresh_lock[endpoint_id]:
-            # A down endpoint is probed on a fresh channel: the old one may sit in reconnect backoff,
-            # failing every call without trying, for longer than the retry interval.
-            channel, stub = endpoint.fresh_stub() if not endpoint.available else (None, endpoint.stub)
-            timeout = self._config.registry.describe_timeout_seconds
-            endpoint.checked_at = utcnow()
-            try:
-                response = await stub.ListRunners(
-                    runner_service_pb2.ListRunnersRequest(), timeout=timeout, metadata=endpoint.metadata
-                )
-            except grpc.RpcError as exc:
-                if channel is not None:
-                    await channel.close()
-                code, details = exc.code().name, exc.details() or ""
-                reason = explain_rpc_failure(code, details, endpoint.config.address, timeout=timeout)
-                self._drop_endpoint(endpoint, reason or f"{code}: {details}")
-                return
+            answer = await self._fetch(endpoint)
+            if answer is not None:
+                self._register(endpoint, answer)
+
+    async def _fetch(self, endpoint: Endpoint) -> runner_service_pb2.ListRunnersResponse | None:
+        """The endpoint's `ListRunners` answer; None (and the endpoint marked down) when it fails or
+        does not decode."""
+        # A down endpoint is probed on a fresh channel: the old one may sit in reconnect backoff,
+        # failing every call without trying, for longer than the retry interval.
+        channel, stub = endpoint.fresh_stub() if not endpoint.available else (None, endpoint.stub)
+        timeout = self._config.registry.describe_timeout_seconds
+        endpoint.checked_at = utcnow()
+        try:
+            response = await stub.ListRunners(
+                runner_service_pb2.ListRunnersRequest(), timeout=timeout, metadata=endpoint.metadata
+            )
+        except grpc.RpcError as exc:
             if channel is not None:
-                endpoint.adopt(channel, stub)
-            now = endpoint.succeeded_at = utcnow()
-            fresh: dict[str, RegisteredRunner] = {}
-            for manifest in response.runners:
-                try:
-                    validate_manifest(manifest)
-                except ManifestError as exc:
+                await channel.close()
+            code, details = exc.code().name, bounded(exc.details() or "", 200)
+            reason = explain_rpc_failure(code, details, endpoint.config.address, timeout=timeout)
+            self._drop_endpoint(endpoint, reason or f"{code}: {details}")
+            return None
+        if not isinstance(response, runner_service_pb2.ListRunnersResponse):
+            # the answer did not decode (`RunnerStub` hands over None)
+            if channel is not None:
+                await channel.close()
+            self._drop_endpoint(endpoint, "its ListRunners answer does not decode as ListRunnersResponse")
+            return None
+        if channel is not None:
+            endpoint.adopt(channel, stub)
+        return response
+
+    def _may_serve(self, endpoint_id: str, runner_id: str) -> str | None:
+        """None when the endpoint may serve the runner id, else why not."""
+        listed = self._listed.get(runner_id)
+        if listed is not None:
+            return None if endpoint_id in listed else f"configured for {sorted(listed)}"
+        if self.endpoints[endpoint_id].config.runner_ids is not None:
+            return "not in the endpoint's runner_ids"
+        bound = self._bound.get(runner_id)
+        return None if bound in (None, endpoint_id) else f"bound to endpoint {bound!r}"
+
+    def _register(self, endpoint: Endpoint, response: runner_service_pb2.ListRunnersResponse) -> None:
+        """Takes the valid manifests of an endpoint's answer whose ids it may serve."""
+        endpoint_id = endpoint.config.id
+        now = endpoint.succeeded_at = utcnow()
+        fresh: dict[str, RegisteredRunner] = {}
+        for manifest in response.runners:
+            try:
+                validate_manifest(manifest)
+            except ManifestError as exc:
+                log.warning(
+                    "runner.manifest_invalid",
+                    endpoint=endpoint_id,
+                    runner_id=bounded(manifest.id, 200),
+                    reason=str(exc),
+                )
+                continue
+            refused = self._may_serve(endpoint_id, manifest.id)
+            if refused is not None:
+                if (endpoint_id, manifest.id) not in self._refused:
+                    self._refused.add((endpoint_id, manifest.id))
                     log.warning(
-                        "runner.manifest_invalid",
-                        endpoint=endpoint_id,
-                        runner_id=manifest.id,
-                        reason=str(exc),
+                        "runner.identity_refused", endpoint=endpoint_id, runner_id=manifest.id, reason=refused
                     )
-                    continue
-                owner = self._runners.get(manifest.id)
-                if owner is not None and owner.endpoint_id != endpoint_id:
-                    log.warning(
-                        "runner.duplicate_id",
-                        runner_id=manifest.id,
-                        kept=owner.endpoint_id,
-                        ignored=endpoint_id,
-                    )
-                    continue
-                fresh[manifest.id] = RegisteredRunner(manifest, endpoint_id, endpoint.config.address, now)
-            for runner_id in [r for r, d in self._runners.items() if d.endpoint_id == endpoint_id]:
-                if runner_id not in fresh:
-                    del self._runners[runner_id]
-            self._runners.update(fresh)
-            if not endpoint.available:
-                log.info("runner.endpoint_up", endpoint=endpoint_id, runners=sorted(fresh))
-            endpoint.available = True
-            endpoint.last_error = ""
-            endpoint.runner_ids = sorted(fresh)
-            RUNNER_ENDPOINT_UP.labels(endpoint_id).set(1)
+                continue
+            owner = self._runners.get(manifest.id)
+            if owner is not None and owner.endpoint_id != endpoint_id:
+                log.warning(
+                    "runner.duplicate_id",
+                    runner_id=manifest.id,
+                    kept=owner.endpoint_id,
+                    ignored=endpoint_id,
+                )
+                continue
+            if manifest.id not in self._listed:
+                self._bound.setdefault(manifest.id, endpoint_id)
+            fresh[manifest.id] = RegisteredRunner(manifest, endpoint_id, endpoint.config.address, now)
+        for runner_id in [r for r, d in self._runners.items() if d.endpoint_id == endpoint_id]:
+            if runner_id not in fresh:
+                del self._runners[runner_id]
+        self._runners.update(fresh)
+        if not endpoint.available:
+            log.info("runner.endpoint_up", endpoint=endpoint_id, runners=sorted(fresh))
+        endpoint.available = True
+        endpoint.last_error = ""
+        endpoint.runner_ids = sorted(fresh)
+        RUNNER_ENDPOINT_UP.labels(endpoint_id).set(1)
 
     def _drop_endpoint(self, endpoint: Endpoint, reason: str) -> None:
         removed = [r for r, d in self._runners.items() if d.endpoint_id == endpoint.config.id]

@@ -22,6 +22,7 @@ from agentrunner.v1 import common_pb2, host_service_pb2
 from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
+from agentrunner_host.clients import ClientGate, is_loopback_address
 from agentrunner_host.config import AgentConfig, HostConfig, HostEnv
 from agentrunner_host.config_check import Problem, check_against_registry, check_bindings, registry_view
 from agentrunner_host.console.server import ConsoleServer
@@ -31,6 +32,7 @@ from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.handlers import delivery_handlers
 from agentrunner_host.delivery.interactions import InteractionService
 from agentrunner_host.delivery.store import DeliveryStore, InteractionStore
+from agentrunner_host.memory import trimmer
 from agentrunner_host.observability import configure_tracing
 from agentrunner_host.proxy.capabilities import AgentModelOptions, Backends, capability_handlers
 from agentrunner_host.proxy.facts import fact_handlers
@@ -69,6 +71,17 @@ def _server_credentials(config: HostConfig) -> grpc.ServerCredentials | None:
     )
 
 
+def check_listener(config: HostConfig, address: str, *, tls: bool) -> None:
+    """Plaintext is for loopback: a non-loopback address needs TLS or `listen.allow_plaintext`."""
+    if tls or config.listen.allow_plaintext or is_loopback_address(address):
+        return
+    raise ListenerRefusedError(
+        f"refusing to serve plaintext on {address}: API keys and run tokens would cross the network in "
+        "clear. Configure listen.tls (with client_ca_file for mutual TLS), listen on a loopback address, "
+        "or set listen.allow_plaintext: true behind a proxy that terminates TLS"
+    )
+
+
 def agent_prompt(agent: AgentConfig | None) -> list[common_pb2.ModelMessage]:
     """`GetPrompt`: the agent config's `prompt` (messages, or one string taken as the system prompt)."""
     if agent is None or not agent.prompt:
@@ -97,6 +110,10 @@ def agent_model_options(agent: AgentConfig | None, model_id: str) -> AgentModelO
 
 class ListenError(OSError):
     """An address the host cannot listen on; the message says which, and why (port in use, ...)."""
+
+
+class ListenerRefusedError(ListenError):
+    """The listen configuration would expose credentials in clear; the message says what to change."""
 
 
 class HostApp:
@@ -158,6 +175,7 @@ class HostApp:
                 prompt_lookup=lambda agent_id: agent_prompt(config.agent(agent_id)),
                 on_cancel=self._cancel,
                 on_append=self.runs.append_to_open_run,
+                is_open=self.runs.is_open,
             )
         )
         self.proxy.register(
@@ -226,8 +244,9 @@ class HostApp:
         """Recovers crashed runs, binds, starts serving and probes the runner endpoints and tool
         sources. Returns the bound port."""
         address = address or self.config.listen.address
-        server = self._build_server()
         creds = _server_credentials(self.config)
+        check_listener(self.config, address, tls=creds is not None)
+        server = self._build_server(address)
         try:  # bind first: a busy port fails before anything is recovered or started
             port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
         except RuntimeError:
@@ -249,6 +268,7 @@ class HostApp:
         )
         self._tasks.append(asyncio.create_task(self.db.run_checkpointer(), name="wal-checkpointer"))
         self._tasks.append(asyncio.create_task(self.interactions.sweep(), name="interaction-expiry"))
+        self._tasks.append(asyncio.create_task(trimmer().run(), name="memory-trimmer"))
         await self.tools.start()
         self.port = port
         host = address.rsplit(":", 1)[0]
@@ -284,10 +304,11 @@ class HostApp:
             )
         return problems
 
-    def _build_server(self) -> grpc.aio.Server:
+    def _build_server(self, address: str) -> grpc.aio.Server:
         server = grpc.aio.server(options=SERVER_OPTIONS)
+        gate = ClientGate(self.config, self.stores.events, listen_address=address)
         add_host_service(
-            HostServicer(self.runs, self.registry, self.interactions, ledger=self.stores.ledger), server
+            HostServicer(self.runs, self.registry, self.interactions, gate, ledger=self.stores.ledger), server
         )
         server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -325,6 +346,7 @@ class HostApp:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        await self.runs.close()
         try:
             await self.lease.release()
         except Exception:

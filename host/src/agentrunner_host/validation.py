@@ -23,7 +23,8 @@ from agentrunner.protocol import (
     TERMINAL_PAYLOADS,
 )
 from agentrunner.v1 import common_pb2, result_pb2
-from agentrunner_host.authz import STATE_SCOPE_NAMES
+from agentrunner_host.authz import STATE_SCOPE_NAMES, state_identity
+from agentrunner_host.boundary import ID_MAX_CHARS, repair_message, timestamp_in_range
 from agentrunner_host.observability import RESULTS, RESULTS_REJECTED
 from agentrunner_host.ports import AuthorizationSnapshot
 
@@ -44,6 +45,23 @@ class Limits:
     result_max_bytes: int = 1024 * 1024
     state_key_max_chars: int = 256
     state_value_max_bytes: int = 64 * 1024
+
+
+def _plain_delta(result: result_pb2.RunResult) -> bool:
+    """A delta of plain text with nothing the boundary rules could object to (most results: checked
+    without the general walk of `repair_message`)."""
+    delta = result.message_delta
+    return (
+        "\x00" not in delta.text
+        and len(delta.message_id) <= ID_MAX_CHARS
+        and "\x00" not in delta.message_id
+        and not delta.contents
+        and not delta.HasField("cumulative_text")
+        and not delta.HasField("metadata")
+        and not result.HasField("usage")
+        and not result.HasField("metadata")
+        and timestamp_in_range(result.timestamp)
+    )
 
 
 class ResultValidator:
@@ -118,6 +136,18 @@ class ResultValidator:
             self._reject("oversize", result, size=size, cap=self.limits.result_max_bytes)
             return None
         kind = result.WhichOneof("payload")
+        if kind != "message_delta" or not _plain_delta(result):
+            repaired, left = repair_message(result)  # the boundary rules (no NaN, no NUL, ...)
+            if left:
+                self._reject("unstorable", result, field=left[0][0], problem=left[0][1])
+                return None
+            if repaired:
+                log.warning(
+                    "result.repaired",
+                    run_id=self.run_id,
+                    fields=[f for f, _ in repaired[:5]],
+                    count=len(repaired),
+                )
         if kind == "message_delta":  # most results: checked here, without the general dispatch
             delta = result.message_delta
             if delta.HasField("cumulative_text"):
@@ -230,6 +260,8 @@ class ResultValidator:
             scope = STATE_SCOPE_NAMES.get(s.scope)
             if scope is None or scope not in self.snapshot.state_scopes:
                 return "state_scope_denied"
+            if not state_identity(self.snapshot, scope):  # e.g. conversation state, no conversation
+                return "state_scope_no_identity"
             if not s.key or len(s.key) > self.limits.state_key_max_chars:
                 return "state_key_invalid"
             if not s.HasField("value"):

@@ -9,7 +9,7 @@ its reason. A `google.rpc.RetryInfo` detail (when to try again, for `RATE_LIMITE
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
 import grpc
@@ -22,6 +22,20 @@ from agentrunner.v1 import errors_pb2
 DOMAIN = "agentrunner.langbot.app"
 
 _REASON_PREFIX = "ERROR_REASON_"
+#: an error's message and each metadata value are cut to these lengths (they quote inputs: a 100k-character
+#: id must not turn a NOT_FOUND into a status whose trailer exceeds gRPC's metadata limit)
+MESSAGE_MAX_CHARS = 512
+METADATA_VALUE_MAX_CHARS = 200
+#: field violations carried in a `google.rpc.BadRequest` (the first ones)
+VIOLATIONS_MAX = 20
+
+
+def bounded(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters (an ellipsis marks the cut), NUL characters escaped: what an
+    error may carry of an input, in a status, a log line or an audit record."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def reason_name(reason: errors_pb2.ErrorReason.ValueType) -> str:
@@ -47,12 +61,17 @@ class AgentRunnerError(Exception):
         code: grpc.StatusCode | None = None,
         retry_delay: float | None = None,
     ) -> None:
+        message = bounded(message, MESSAGE_MAX_CHARS)
         super().__init__(message)
         self.message = message
         #: Seconds the caller should wait before trying again (`google.rpc.RetryInfo`), when given.
         self.retry_delay = retry_delay
         self.retryable = self.default_retryable if retryable is None else retryable
-        self.metadata: dict[str, str] = {k: str(v) for k, v in (metadata or {}).items()}
+        self.metadata: dict[str, str] = {
+            k: bounded(str(v), METADATA_VALUE_MAX_CHARS) for k, v in (metadata or {}).items()
+        }
+        #: `(field path, description)` pairs sent as a `google.rpc.BadRequest` (INVALID_ARGUMENT)
+        self.violations: list[tuple[str, str]] = []
         if code is not None:
             self.status_code = code
         else:
@@ -62,7 +81,8 @@ class AgentRunnerError(Exception):
         return f"{type(self).__name__}({self.message!r}, reason={self.reason}, retryable={self.retryable})"
 
     def to_status(self) -> status_pb2.Status:
-        """The `google.rpc.Status` with exactly one `ErrorInfo`."""
+        """The `google.rpc.Status` with exactly one `ErrorInfo`, plus one `BadRequest` when the error
+        names fields (AIP-193: each detail type at most once)."""
         info = error_details_pb2.ErrorInfo(
             reason=self.reason,
             domain=DOMAIN,
@@ -76,6 +96,13 @@ class AgentRunnerError(Exception):
             retry.retry_delay.FromNanoseconds(int(self.retry_delay * 1e9))
             details.append(any_pb2.Any())
             details[-1].Pack(retry)
+        if self.violations:
+            bad = error_details_pb2.BadRequest()
+            for field, description in self.violations[:VIOLATIONS_MAX]:
+                bad.field_violations.add(field=field, description=description)
+            packed = any_pb2.Any()
+            packed.Pack(bad)
+            details.append(packed)
         return status_pb2.Status(code=self.status_code.value[0], message=self.message, details=details)
 
 
@@ -84,6 +111,14 @@ class UnauthorizedError(AgentRunnerError):
 
     reason = "UNAUTHORIZED"
     code = grpc.StatusCode.PERMISSION_DENIED
+    spec_code = "unauthorized"
+
+
+class CredentialsInvalidError(AgentRunnerError):
+    """The client credentials (API key, client certificate) are missing, unknown or expired."""
+
+    reason = "CREDENTIALS_INVALID"
+    code = grpc.StatusCode.UNAUTHENTICATED
     spec_code = "unauthorized"
 
 
@@ -130,17 +165,31 @@ class RateLimitedError(AgentRunnerError):
 
 
 class InvalidArgumentError(AgentRunnerError):
-    """A field is missing or malformed; `metadata['field']` names it."""
+    """A field is missing or malformed; `metadata['field']` names it (the first of `violations`, which
+    go on the wire as a `google.rpc.BadRequest`)."""
 
     reason = "INVALID_ARGUMENT"
     code = grpc.StatusCode.INVALID_ARGUMENT
     spec_code = "invalid_argument"
 
-    def __init__(self, message: str, *, field: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        violations: Sequence[tuple[str, str]] = (),
+        **kwargs: Any,
+    ) -> None:
         metadata = dict(kwargs.pop("metadata", None) or {})
+        if field is None and violations:
+            field = violations[0][0]
         if field is not None:
             metadata.setdefault("field", field)
         super().__init__(message, metadata=metadata, **kwargs)
+        self.violations = [
+            (bounded(f, METADATA_VALUE_MAX_CHARS), bounded(d, METADATA_VALUE_MAX_CHARS))
+            for f, d in (violations or ([(field, self.message)] if field else []))
+        ]
 
     @property
     def field(self) -> str | None:
@@ -200,6 +249,7 @@ ERROR_TYPES: dict[str, type[AgentRunnerError]] = {
     cls.reason: cls
     for cls in (
         UnauthorizedError,
+        CredentialsInvalidError,
         RunTokenInvalidError,
         NotFoundError,
         DeadlineExceededError,
@@ -266,17 +316,28 @@ def from_rpc_error(error: grpc.RpcError) -> AgentRunnerError:
                 cls = ERROR_TYPES.get(info.reason, RuntimeFailureError)
                 metadata = dict(info.metadata)
                 retryable = metadata.pop("retryable", "false") == "true"
-                return cls(
+                typed = cls(
                     status.message or message,
                     retryable=retryable,
                     metadata=metadata,
                     code=code,
                     retry_delay=retry_delay,
                 )
+                typed.violations = _violations(status)
+                return typed
     if code == grpc.StatusCode.UNAVAILABLE:
         return RuntimeFailureError(message, retryable=True, code=code)
     cls = _FALLBACK_BY_CODE.get(code, RuntimeFailureError)
     return cls(message, retryable=code in _RETRYABLE_CODES or None, code=code)
+
+
+def _violations(status: status_pb2.Status) -> list[tuple[str, str]]:
+    """The field violations of a status's `google.rpc.BadRequest`, if it carries one."""
+    for detail in status.details:
+        bad = error_details_pb2.BadRequest()
+        if detail.Is(bad.DESCRIPTOR) and detail.Unpack(bad):
+            return [(v.field, v.description) for v in bad.field_violations]
+    return []
 
 
 async def abort_with(context: grpc.aio.ServicerContext[Any, Any], error: AgentRunnerError) -> NoReturn:

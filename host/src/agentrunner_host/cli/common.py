@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -96,6 +97,11 @@ def call_host(
         fail_rpc(exc, target.address, timeout)
 
 
+#: the API key the client commands send (`authorization: Bearer <key>`); never a command-line option,
+#: which other users of the machine could read
+API_KEY_ENV = "AGENTRUNNER_HOST_API_KEY"
+
+
 def host_channel(
     address: str,
     ca_file: pathlib.Path | None = None,
@@ -103,9 +109,14 @@ def host_channel(
     key_file: pathlib.Path | None = None,
     tls: bool = False,
 ) -> grpc.aio.Channel:
-    """A channel to the host: plaintext unless TLS is asked for (`--tls` or any of the files)."""
+    """A channel to the host: plaintext unless TLS is asked for (`--tls` or any of the files), with
+    the API key from `AGENTRUNNER_HOST_API_KEY` on every call when it is set."""
+    from agentrunner_host.clients import ApiKeyInterceptor
+
+    api_key = os.environ.get(API_KEY_ENV, "").strip()
+    interceptors = [ApiKeyInterceptor(api_key)] if api_key else None
     if not (tls or ca_file or cert_file or key_file):
-        return grpc.aio.insecure_channel(address)
+        return grpc.aio.insecure_channel(address, interceptors=interceptors)
     if bool(cert_file) != bool(key_file):
         fail("--cert-file and --key-file go together (mutual TLS)", 2)
     try:
@@ -116,7 +127,7 @@ def host_channel(
         )
     except OSError as exc:
         fail(f"cannot read {exc.filename}: {exc.strerror}", 2)
-    return grpc.aio.secure_channel(address, creds)
+    return grpc.aio.secure_channel(address, creds, interceptors=interceptors)
 
 
 def load(config: pathlib.Path) -> Any:

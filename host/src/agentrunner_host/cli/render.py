@@ -186,7 +186,9 @@ async def stream_reply(
 ) -> host_service_pb2.RunFinished:
     """Sends one event and renders the reply as it arrives. Returns the final status (and appends
     every result to `collect` when given). `address` may be a channel (`host_channel`)."""
-    async with grpc.aio.insecure_channel(address) if isinstance(address, str) else address as channel:
+    from agentrunner_host.cli.common import host_channel
+
+    async with host_channel(address) if isinstance(address, str) else address as channel:
         stub = host_service_pb2_grpc.HostServiceStub(channel)
         return await render_stream(
             stub.Run(request, timeout=deadline_seconds), console, collect, on_accepted=on_accepted

@@ -7,7 +7,6 @@ and raises `AgentRunnerError` subclasses; the servicer maps them to statuses and
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -48,6 +47,17 @@ def _limit(value: int, default: int, cap: int, field: str = "limit") -> int:
     return min(value or default, cap)
 
 
+def _fits(sizes: Sequence[int], budget: int) -> int:
+    """How many of the leading items (serialized sizes `sizes`) fit in `budget` bytes of a page; at
+    least one, so a page always moves on (a single item is bounded by the host's input caps)."""
+    used = 0
+    for n, size in enumerate(sizes):
+        used += size + 6  # the item's tag and length prefix
+        if used > budget and n > 0:
+            return n
+    return len(sizes)
+
+
 def _conversation(call: ProxyCall, requested: str) -> tuple[str, str | None]:
     """The conversation to read and the thread filter: the run's own conversation (and thread) unless
     the snapshot grants cross-conversation reads."""
@@ -71,6 +81,7 @@ def fact_handlers(
     prompt_lookup: PromptLookup | None = None,
     on_cancel: CancelHook | None = None,
     on_append: AppendHook | None = None,
+    is_open: Callable[[str], bool] | None = None,
 ) -> dict[str, UnaryHandler | StreamHandler]:
     """The handler table for the fact RPCs, to merge into the proxy servicer's table."""
     settings = stores.settings
@@ -104,11 +115,24 @@ def fact_handlers(
         for field, position in (("before_cursor", before), ("after_cursor", after)):
             if position is not None and position > (end or 0) + 1:
                 raise _stale(field)
+        items = [stores.transcript.to_proto(r, include_artifacts=request.include_artifacts) for r in rows]
+        # the page's byte cap: forward pages keep their oldest items, backward pages their newest (the
+        # ones next to the cursor); what is cut comes with the next page
+        if forward:
+            keep = _fits([i.ByteSize() for i in items], settings.page_max_bytes)
+            cut = keep < len(items)
+            items, rows = items[:keep], rows[:keep]
+        else:
+            keep = _fits([i.ByteSize() for i in reversed(items)], settings.page_max_bytes)
+            cut = keep < len(items)
+            items, rows = items[len(items) - keep :], rows[len(rows) - keep :]
         response = pb.ListHistoryResponse(
-            items=[stores.transcript.to_proto(r, include_artifacts=request.include_artifacts) for r in rows],
-            has_more=has_more,
+            items=items,
+            has_more=has_more or cut,
             total_count=total,
+            max_page_bytes=settings.page_max_bytes,
         )
+        has_more = has_more or cut
         cursor = stores.transcript.cursor
         if forward:
             # Always continuable: new items may be appended after the newest one.
@@ -135,8 +159,10 @@ def fact_handlers(
             roles=list(request.roles),
             top_k=top_k,
         )
+        items = [stores.transcript.to_proto(r) for r in rows]
+        items = items[: _fits([i.ByteSize() for i in items], settings.page_max_bytes)]
         return pb.SearchHistoryResponse(
-            items=[stores.transcript.to_proto(r) for r in rows], query=request.query
+            items=items, query=request.query, max_page_bytes=settings.page_max_bytes
         )
 
     # -- events ----------------------------------------------------------------------------------
@@ -176,10 +202,15 @@ def fact_handlers(
             event_types=list(request.event_types),
             limit=limit,
         )
+        items = [stores.events.to_proto(r) for r in rows]
+        keep = _fits([i.ByteSize() for i in reversed(items)], settings.page_max_bytes)  # newest first
+        if keep < len(items):
+            items, rows, has_more = items[len(items) - keep :], rows[len(rows) - keep :], True
         return pb.ListEventsResponse(
-            items=[stores.events.to_proto(r) for r in rows],
+            items=items,
             next_cursor=stores.events.cursor(rows[0]) if rows and has_more else "",
             has_more=has_more,
+            max_page_bytes=settings.page_max_bytes,
         )
 
     # -- artifacts -------------------------------------------------------------------------------
@@ -199,7 +230,11 @@ def fact_handlers(
         data, has_more = await stores.artifacts.read_range(row, request.offset, request.length)
         call.audit["bytes"] = len(data)
         return pb.ReadArtifactResponse(
-            data=data, offset=request.offset, size_bytes=row.size_bytes, has_more=has_more
+            data=data,
+            offset=request.offset,
+            size_bytes=row.size_bytes,
+            has_more=has_more,
+            max_read_bytes=stores.artifacts.limits.read_cap_bytes,
         )
 
     async def download_artifact(
@@ -293,9 +328,12 @@ def fact_handlers(
         if not snap.conversation_id:
             return pb.PullSteeringResponse()
         items = await stores.steering.claim(
-            run_id=snap.run_id, conversation_id=snap.conversation_id, limit=request.limit
+            run_id=snap.run_id,
+            conversation_id=snap.conversation_id,
+            limit=request.limit,
+            max_bytes=settings.page_max_bytes,
         )
-        return pb.PullSteeringResponse(items=items)
+        return pb.PullSteeringResponse(items=items, max_page_bytes=settings.page_max_bytes)
 
     # -- run records -----------------------------------------------------------------------------
 
@@ -306,11 +344,10 @@ def fact_handlers(
         if record is None:
             raise NotFoundError("run not found", metadata={"runId": run_id})
         snap = call.snapshot
-        if (
-            record.run_id != snap.run_id
-            and record.conversation_id != snap.conversation_id
-            and not snap.cross_conversation
-        ):
+        # another run is visible through the run's own conversation only: two runs without a
+        # conversation share none (their empty conversation ids are not a conversation)
+        same_conversation = bool(snap.conversation_id) and record.conversation_id == snap.conversation_id
+        if record.run_id != snap.run_id and not same_conversation and not snap.cross_conversation:
             raise UnauthorizedError(
                 "the run belongs to another conversation", metadata={"resource": f"run:{run_id}"}
             )
@@ -329,9 +366,13 @@ def fact_handlers(
             statuses=list(request.statuses),
             before_cursor=request.before_cursor,
             limit=_limit(request.limit, 50, settings.runs_page_cap),
+            max_bytes=settings.page_max_bytes,
         )
         return pb.ListRunRecordsResponse(
-            runs=[run_to_proto(r) for r in records], next_cursor=cursor, has_more=bool(cursor)
+            runs=[run_to_proto(r) for r in records],
+            next_cursor=cursor,
+            has_more=bool(cursor),
+            max_page_bytes=settings.page_max_bytes,
         )
 
     async def list_run_record_events(
@@ -340,13 +381,33 @@ def fact_handlers(
         record = await _visible_run(call, request.run_id, "events_page")
         limit = _limit(request.limit, 50, settings.events_page_cap)
         results = list(await stores.ledger.list_results(record.run_id, request.after_sequence, limit + 1))
-        return pb.ListRunRecordEventsResponse(results=results[:limit], has_more=len(results) > limit)
+        has_more = len(results) > limit
+        results = results[:limit]
+        keep = _fits([r.ByteSize() for r in results], settings.page_max_bytes)
+        return pb.ListRunRecordEventsResponse(
+            results=results[:keep],
+            has_more=has_more or keep < len(results),
+            max_page_bytes=settings.page_max_bytes,
+        )
+
+    def _open_elsewhere(record: RunRecord, what: str) -> FailedPreconditionError:
+        """A run still open that this replica does not hold: another replica runs it (or ran it and
+        is gone). Until replicas relay such requests, this one refuses them rather than claim them."""
+        return FailedPreconditionError(
+            f"run {record.run_id!r} is not open on this host replica: {what} it on the replica that runs it",
+            metadata={"runId": record.run_id},
+        )
+
+    def _held_here(record: RunRecord) -> bool:
+        return is_open is not None and is_open(record.run_id)
 
     async def cancel_run_record(
         call: ProxyCall, request: pb.CancelRunRecordRequest
     ) -> pb.CancelRunRecordResponse:
         record = await _visible_run(call, request.run_id, "cancel")
         if record.status not in TERMINAL_STATUSES:
+            if not _held_here(record):
+                raise _open_elsewhere(record, "cancel")
             updated = await stores.ledger.request_cancel(record.run_id, utcnow())
             record = updated or record
             if on_cancel is not None:
@@ -356,6 +417,9 @@ def fact_handlers(
     async def append_run_result(
         call: ProxyCall, request: pb.AppendRunResultRequest
     ) -> pb.AppendRunResultResponse:
+        """Joins the open run's stream: the run numbers and validates the result like one its runner
+        streamed (a sequence in the request is ignored: the host owns the numbering, so an appended
+        result can never collide with the run's own or leave a gap)."""
         record = await _visible_run(call, request.run_id, "append_result")
         if record.status in TERMINAL_STATUSES:
             raise FailedPreconditionError("the run has already ended", metadata={"runId": record.run_id})
@@ -366,35 +430,18 @@ def fact_handlers(
         if is_terminal(result):
             raise InvalidArgumentError("end a run with FinalizeRunRecord", field="result")
         result.run_id = record.run_id
+        result.sequence = 0
         if not result.HasField("timestamp"):
             result.timestamp.GetCurrentTime()
-        if on_append is not None and request.result.sequence == 0:
-            joined = await on_append(record.run_id, result)
-            if joined is None:
-                raise InvalidArgumentError(
-                    "the run refused the result (see its validation rules)", field="result"
-                )
-            if joined is not False:
-                assert isinstance(joined, result_pb2.RunResult)
-                return pb.AppendRunResultResponse(result=joined)
-        target = dataclasses.replace(
-            call.snapshot,
-            run_id=record.run_id,
-            conversation_id=record.conversation_id,
-            thread_id=record.thread_id,
-        )
-        for _ in range(3):  # a concurrent writer may take the next sequence first
-            if request.result.sequence == 0:
-                current = await stores.ledger.get_run(record.run_id)
-                result.sequence = (current.last_sequence if current else 0) + 1
-            if await stores.record_result(target, result):
-                return pb.AppendRunResultResponse(result=result)
-            if request.result.sequence != 0:
-                break
-        raise FailedPreconditionError(
-            f"sequence {result.sequence} of run {record.run_id} is already stored",
-            metadata={"runId": record.run_id},
-        )
+        joined = await on_append(record.run_id, result) if on_append is not None else False
+        if joined is None:
+            raise InvalidArgumentError(
+                "the run refused the result (see its validation rules)", field="result"
+            )
+        if joined is False:
+            raise _open_elsewhere(record, "append to")
+        assert isinstance(joined, result_pb2.RunResult)
+        return pb.AppendRunResultResponse(result=joined)
 
     async def finalize_run_record(
         call: ProxyCall, request: pb.FinalizeRunRecordRequest
@@ -402,8 +449,15 @@ def fact_handlers(
         record = await _visible_run(call, request.run_id, "finalize")
         if request.status not in TERMINAL_STATUSES:
             raise InvalidArgumentError("status must be a terminal status", field="status")
-        updated = await stores.ledger.finish_run(record.run_id, request.status, request.reason)
-        return pb.FinalizeRunRecordResponse(run=run_to_proto(updated or record))
+        if record.status not in TERMINAL_STATUSES:
+            # an open run's terminal is its stream's to decide (its runner's terminal result, or a cancel)
+            if _held_here(record):
+                raise FailedPreconditionError(
+                    f"run {record.run_id!r} is open: it ends with its own terminal result, or CancelRunRecord",
+                    metadata={"runId": record.run_id},
+                )
+            raise _open_elsewhere(record, "finalize")
+        return pb.FinalizeRunRecordResponse(run=run_to_proto(record))
 
     handlers: dict[str, Any] = {
         "ListHistory": list_history,

@@ -31,6 +31,7 @@ from agentrunner.errors import (
 )
 from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
 from agentrunner.v1 import proxy_service_pb2
+from agentrunner_host.boundary import Refused, request_deserializer
 from agentrunner_host.control import ControlHub
 from agentrunner_host.observability import PROXY_CALLS, start_server_span
 from agentrunner_host.ports import RunSession, SessionRegistry
@@ -166,6 +167,8 @@ class ProxyServicer:
         span.set_attribute("agentrunner.run_id", call.run_id)
         err: AgentRunnerError | None = None
         try:
+            if type(request) is Refused:
+                raise request.error
             handler = self._handler(method)
             try:
                 async with asyncio.timeout_at(_loop_deadline(call)):
@@ -192,6 +195,8 @@ class ProxyServicer:
             await abort_with(context, refused)
         err: AgentRunnerError | None = None
         try:
+            if type(request) is Refused:
+                raise request.error
             handler = self._handler(method)
             async with asyncio.timeout_at(_loop_deadline(call)):
                 gen = handler(call, request)
@@ -223,6 +228,8 @@ class ProxyServicer:
                 raise InvalidArgumentError(
                     "the control stream must start with hello", field="hello"
                 ) from None
+            if isinstance(first, Refused):  # (typed as the request, but a refusal may arrive)
+                raise first.error
             if not isinstance(first, proxy_service_pb2.ControlRequest) or not first.HasField("hello"):
                 raise InvalidArgumentError("the control stream must start with hello", field="hello")
             hello = first.hello
@@ -266,8 +273,8 @@ class ProxyServicer:
     async def _control_reader(self, context: _Context, run_id: str) -> None:
         while True:
             message = await context.read()
-            if not isinstance(message, proxy_service_pb2.ControlRequest):  # EOF
-                return
+            if not isinstance(message, proxy_service_pb2.ControlRequest):
+                return  # EOF, or a message that does not decode (`Refused`): the run is not affected
             kind = message.WhichOneof("message")
             if kind == "ack":
                 self.hub.record_ack(run_id, message.ack)
@@ -281,7 +288,7 @@ class ProxyServicer:
             req_cls = message_factory.GetMessageClass(method.input_type)
             resp_cls = message_factory.GetMessageClass(method.output_type)
             kwargs: dict[str, Callable[..., Any]] = {
-                "request_deserializer": req_cls.FromString,
+                "request_deserializer": request_deserializer(req_cls),
                 "response_serializer": resp_cls.SerializeToString,
             }
             name = method.name

@@ -349,7 +349,10 @@ class RunExecution:
                 usage = outcomes.usage_of(terminal)
                 record = await self.service.stores.ledger.finish_run(self.run_id, status, reason, usage)
         except AgentRunnerError as exc:
+            # the database is away: the host writes the ending (terminal, status, revoked token) once
+            # it is back, so the ledger never keeps this run `running` with a working token
             log.error("run.finish_not_recorded", error=exc.message)
+            self.service.settle_later(self.snapshot, terminal, status, reason)
         finally:
             await self.release()
         final = record.status if record is not None else status

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from google.protobuf import json_format
 
-from agentrunner.errors import NotFoundError
+from agentrunner.errors import NotFoundError, RateLimitedError
 from agentrunner.v1 import host_service_pb2
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.ports import TERMINAL_STATUSES, RunLedger, RunRecord
@@ -27,29 +27,44 @@ Update = host_service_pb2.HostServiceRunResponse
 POLL_SECONDS = 0.2
 
 
+#: a follower's default bound (`limits.follower_queue_max`)
+QUEUE_MAX = 4096
+#: what a follower's queue gets instead of the update that would pass its bound
+OVERFLOWED: Final = Update()
+
+
 class Followers:
-    """The live subscribers of one open run: each gets every update the run publishes."""
+    """The live subscribers of one open run: each gets every update the run publishes, in a queue of
+    at most `queue_max` updates. A follower that falls further behind (its client stopped reading) is
+    dropped: its queue ends with `OVERFLOWED` and `follow` answers RESOURCE_EXHAUSTED, so no client can
+    make the host buffer a run without bound."""
 
     __slots__ = ("queues",)
 
     def __init__(self) -> None:
-        self.queues: list[asyncio.Queue[Update]] = []
+        self.queues: list[tuple[asyncio.Queue[Update], int]] = []
 
     def __bool__(self) -> bool:
         return bool(self.queues)
 
-    def subscribe(self) -> asyncio.Queue[Update]:
+    def subscribe(self, queue_max: int = QUEUE_MAX) -> asyncio.Queue[Update]:
         queue: asyncio.Queue[Update] = asyncio.Queue()
-        self.queues.append(queue)
+        self.queues.append((queue, queue_max))
         return queue
 
     def unsubscribe(self, queue: asyncio.Queue[Update]) -> None:
-        if queue in self.queues:
-            self.queues.remove(queue)
+        self.queues = [entry for entry in self.queues if entry[0] is not queue]
 
     def publish(self, update: Update) -> None:
-        for queue in self.queues:
-            queue.put_nowait(update)
+        overflowed = False
+        for queue, queue_max in self.queues:
+            if queue.qsize() < queue_max:
+                queue.put_nowait(update)
+            else:
+                queue.put_nowait(OVERFLOWED)
+                overflowed = True
+        if overflowed:
+            self.queues = [(q, m) for q, m in self.queues if q.qsize() <= m]
 
 
 def accepted_of(record: RunRecord, *, attached: bool) -> Update:
@@ -84,6 +99,7 @@ async def follow(
     after_sequence: int = 0,
     *,
     attached: bool = False,
+    queue_max: int = QUEUE_MAX,
 ) -> AsyncGenerator[Update, None]:
     """A run's stream for a second caller (see the module docstring). Raises NOT_FOUND before the
     first update for an unknown run."""
@@ -91,7 +107,7 @@ async def follow(
     if record is None:
         raise NotFoundError(f"run {run_id!r} does not exist", metadata={"runId": run_id})
     live = open_run if open_run is not None and not open_run.finished else None
-    queue = live.followers.subscribe() if live is not None else None
+    queue = live.followers.subscribe(queue_max) if live is not None else None
     try:
         yield accepted_of(record, attached=attached)
         last = after_sequence
@@ -129,6 +145,13 @@ async def follow(
         assert queue is not None
         while True:
             update = await queue.get()
+            if update is OVERFLOWED:
+                raise RateLimitedError(
+                    f"this follower fell {queue_max} updates behind run {run_id!r} and was dropped: attach "
+                    f"again with after_sequence={last}",
+                    retry_delay=0.0,
+                    metadata={"runId": run_id, "afterSequence": last, "queueMax": queue_max},
+                )
             if update.HasField("result"):
                 if update.result.sequence <= last:
                     continue

@@ -135,6 +135,8 @@ class RunJournal:
                 await sink.record_results(self.snapshot, batch)
         except AgentRunnerError as exc:
             raise RecordFailed(f"recording results failed: {exc.reason}: {exc.message}") from exc
+        except Exception as exc:  # a value the store cannot encode: the batch was not written either
+            raise RecordFailed(f"recording results failed: {type(exc).__name__}") from exc
         del self.pending[: len(batch)]
 
     def drop(self) -> None:

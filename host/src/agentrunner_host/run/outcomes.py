@@ -52,6 +52,13 @@ FAILURES: dict[str, Failure] = {
         _row("cancelled", False, "cancelled", common_pb2.RUN_STATUS_CANCELLED),
         _row("host.store_error", True, "the host could not record this run's facts"),
         _row("host.error", True, "the host failed while running this run"),
+        # written by the next start of the host instance that ran it (`FactStores.mark_interrupted`)
+        _row(
+            "host.restarted",
+            True,
+            "the host stopped while the run was open",
+            common_pb2.RUN_STATUS_INTERRUPTED,
+        ),
     )
 }
 

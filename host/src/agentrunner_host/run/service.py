@@ -17,6 +17,7 @@ returns the stream:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import hashlib
@@ -27,7 +28,13 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from agentrunner.errors import AlreadyExistsError, FailedPreconditionError, NotFoundError
+from agentrunner.errors import (
+    AgentRunnerError,
+    AlreadyExistsError,
+    FailedPreconditionError,
+    NotFoundError,
+    RateLimitedError,
+)
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
 from agentrunner_host.bindings import BindingResolver, EventKey
 from agentrunner_host.config import HostConfig
@@ -36,10 +43,10 @@ from agentrunner_host.control import ControlHub
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.store import InteractionStore
 from agentrunner_host.observability import RUNS, start_server_span, trace_id_of
-from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, RunStore, utcnow
+from agentrunner_host.ports import TERMINAL_STATUSES, AuthorizationSnapshot, RunRecord, RunStore, utcnow
 from agentrunner_host.proxy.capabilities import Backends
 from agentrunner_host.registry import RunnerRegistry
-from agentrunner_host.run import followers, steering
+from agentrunner_host.run import followers, outcomes, steering
 from agentrunner_host.run.execution import RunExecution
 from agentrunner_host.run.journal import DeltaBatcher
 from agentrunner_host.run.outcomes import terminal_status_name
@@ -142,10 +149,20 @@ class RunService:
         )
         self.batcher = DeltaBatcher(stores)
         self._open: dict[str, RunExecution] = {}
+        #: runs between admission and the open-run table (their start transaction is under way)
+        self._starting = 0
+        #: ended runs whose ending could not be written yet (`settle_later`)
+        self._unsettled: dict[str, tuple[AuthorizationSnapshot, result_pb2.RunResult | None, Any, str]] = {}
+        self._settler: asyncio.Task[None] | None = None
 
     @property
     def open_runs(self) -> int:
         return len(self._open)
+
+    def is_open(self, run_id: str) -> bool:
+        """Whether the run is open in this process (cancel, append and steering act on it only here)."""
+        execution = self._open.get(run_id)
+        return execution is not None and not execution.finished
 
     def forget(self, execution: RunExecution) -> None:
         """`RunExecution.release`: the run is no longer open here."""
@@ -170,7 +187,7 @@ class RunService:
             log.info("run.discarded", event_id=event.event_id, binding_id=resolution.binding_id)
             return _discarded(resolution.binding_id, event.event_id)
         agent = resolution.agent
-        steered = steering.steerable_run(self._open.values(), conv.conversation_id, conv.thread_id)
+        steered = steering.steerable_run(self._open.values(), conv.conversation_id, conv.thread_id, agent.id)
         if steered is not None:
             after = steered.last_sequence()
             await self.steer(steered.run_id, event)
@@ -195,11 +212,15 @@ class RunService:
             deadline_at=utcnow() + dt.timedelta(seconds=agent.timeout_seconds),
             metadata={"event_digest": digest},
         )
+        self._admit()
+        self._starting += 1
         try:
             start = await start_run(self.stores, self.registry, self.backends, record, event, agent)
         except BaseException:
             span.end()
             raise
+        finally:
+            self._starting -= 1
         stored = start.record
         if stored.run_id != run_id:
             span.end()
@@ -215,6 +236,70 @@ class RunService:
         self.hub.open(run_id)
         return _RunStream(execution, execution.stream())
 
+    # -- endings the database could not take ----------------------------------------------------------
+    def settle_later(
+        self, snapshot: AuthorizationSnapshot, terminal: result_pb2.RunResult | None, status: Any, reason: str
+    ) -> None:
+        """A run ended while its ending could not be written (the database was away): it is written by
+        `_settle` once the database takes writes again (the terminal result if it is not stored, the
+        final status, the revoked run token), so no run is left `running` with a working token."""
+        self._unsettled[snapshot.run_id] = (snapshot, terminal, status, reason)
+        if self._settler is None or self._settler.done():
+            self._settler = asyncio.create_task(self._settle(), name="run-settler")
+
+    async def _settle(self, first_delay: float = 0.5, max_delay: float = 5.0) -> None:
+        delay = first_delay
+        while self._unsettled:
+            await asyncio.sleep(delay)
+            for run_id, (snapshot, terminal, status, reason) in list(self._unsettled.items()):
+                try:
+                    await self._write_ending(snapshot, terminal, status, reason)
+                except AgentRunnerError as exc:
+                    log.warning("run.settle_retry", run_id=run_id, error=exc.message, retry_seconds=delay)
+                    delay = min(delay * 2, max_delay)
+                    break
+                del self._unsettled[run_id]
+                log.info("run.settled", run_id=run_id)
+            else:
+                delay = first_delay
+
+    async def _write_ending(
+        self, snapshot: AuthorizationSnapshot, terminal: result_pb2.RunResult | None, status: Any, reason: str
+    ) -> None:
+        stores, run_id = self.stores, snapshot.run_id
+        usage = outcomes.usage_of(terminal)
+        stored = (
+            await stores.ledger.list_results(run_id, terminal.sequence - 1) if terminal is not None else []
+        )
+        if terminal is not None and not stored:
+            await stores.finish_run(snapshot, [terminal], status, reason, usage)
+        else:
+            await stores.ledger.finish_run(run_id, status, reason, usage)
+            await stores.sessions.unregister(run_id)
+
+    async def close(self) -> None:
+        """Host stop: one last attempt at the endings still unwritten (a restart of this instance
+        interrupts what is left, `mark_interrupted`)."""
+        if self._settler is not None:
+            self._settler.cancel()
+        for run_id, (snapshot, terminal, status, reason) in list(self._unsettled.items()):
+            try:
+                await self._write_ending(snapshot, terminal, status, reason)
+            except AgentRunnerError as exc:
+                log.error("run.settle_failed", run_id=run_id, error=exc.message)
+
+    def _admit(self) -> None:
+        """Refuses a new run while `limits.max_open_runs` runs are open or starting here: RESOURCE_EXHAUSTED
+        with a retry delay, before anything is recorded (a run this host accepts is a run it runs)."""
+        limits = self.config.limits
+        if len(self._open) + self._starting >= limits.max_open_runs:
+            RUNS.labels("refused").inc()
+            raise RateLimitedError(
+                f"this host runs at most {limits.max_open_runs} runs at once: try again shortly",
+                retry_delay=limits.busy_retry_seconds,
+                metadata={"maxOpenRuns": limits.max_open_runs},
+            )
+
     # -- followers, records, cancel --------------------------------------------------------------------
     def follow(
         self, run_id: str, after_sequence: int = 0, attached: bool = False
@@ -227,6 +312,7 @@ class RunService:
             self._open.get(run_id),
             after_sequence,
             attached=attached,
+            queue_max=self.config.limits.follower_queue_max,
         )
 
     async def get_run(self, run_id: str) -> RunRecord:

@@ -26,13 +26,22 @@ if TYPE_CHECKING:
 log = structlog.get_logger("agentrunner_host.run")
 
 
-def steerable_run(runs: Iterable[RunExecution], conversation_id: str, thread_id: str) -> RunExecution | None:
-    """The open run of this conversation / thread that accepts steering, if any."""
+def steerable_run(
+    runs: Iterable[RunExecution], conversation_id: str, thread_id: str, agent_id: str
+) -> RunExecution | None:
+    """The open run of this conversation / thread and of the agent the event is for that accepts
+    steering, if any (an event for another agent starts that agent's run: it is never read by a run of
+    an agent it was not addressed to)."""
     if not conversation_id:
         return None
     for run in runs:
         rec = run.record
-        if rec.conversation_id == conversation_id and rec.thread_id == thread_id and run.steerable():
+        if (
+            rec.conversation_id == conversation_id
+            and rec.thread_id == thread_id
+            and rec.agent_id == agent_id
+            and run.steerable()
+        ):
             return run
     return None
 

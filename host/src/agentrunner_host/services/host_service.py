@@ -1,4 +1,9 @@
-"""`HostService`: thin gRPC adapter over `run.RunService` (all behaviour lives there)."""
+"""`HostService`: thin gRPC adapter over `run.RunService` (all behaviour lives there).
+
+Each call is admitted first: its request passed the boundary rules in the deserializer
+(`boundary.request_deserializer`), its client is authenticated and its scopes checked (`ClientGate`);
+then `RunService` does the work.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,22 @@ import grpc
 import structlog
 from google.protobuf import message_factory
 
-from agentrunner.errors import AgentRunnerError, InvalidArgumentError, RuntimeFailureError, abort_with
+from agentrunner.errors import (
+    AgentRunnerError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    RuntimeFailureError,
+    abort_with,
+)
 from agentrunner.protocol import INTERACTION_SUBMITTED_EVENT
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
+from agentrunner_host.bindings import EventKey
+from agentrunner_host.boundary import admit, request_deserializer
+from agentrunner_host.clients import ClientGate, Principal
 from agentrunner_host.context_parity import check_envelope
 from agentrunner_host.delivery.interactions import InteractionService
+from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord
 from agentrunner_host.registry import RunnerRegistry
 from agentrunner_host.run.service import RunService, Update
 from agentrunner_host.services.wire import UPDATE_STREAMS, serialize_update
@@ -43,13 +59,88 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         runs: RunService,
         registry: RunnerRegistry,
         interactions: InteractionService | None = None,
+        gate: ClientGate | None = None,
         ledger: SqlRunLedger | None = None,
     ) -> None:
         self.runs = runs
         self.registry = registry
         self.interactions = interactions
         self.ledger = ledger
+        #: None: every caller is trusted (in-process use and tests of the run path)
+        self.gate = gate
 
+    # -- admission -------------------------------------------------------------------------------------
+    async def _admit(
+        self, context: grpc.aio.ServicerContext[Any, Any], method: str, operation: str, run_id: str = ""
+    ) -> Principal | None:
+        if self.gate is None:
+            return None
+        return await self.gate.admit(context, method, operation, run_id=run_id)
+
+    async def _visible_run(
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        principal: Principal | None,
+        method: str,
+        run_id: str,
+    ) -> RunRecord:
+        """The run, when the caller may see it. A run it may not see is refused like one that does
+        not exist would be for it (PERMISSION_DENIED either way: existence is not disclosed)."""
+        if not run_id:
+            raise InvalidArgumentError("run_id is required", field="run_id")
+        if principal is None or self.gate is None:
+            return await self.runs.get_run(run_id)
+        record: RunRecord | None
+        try:
+            record = await self.runs.get_run(run_id)
+        except NotFoundError:
+            if principal.bots == "*" and principal.agents == "*":
+                raise  # a client that may see every run learns nothing from NOT_FOUND
+            record = None
+        if record is None or not principal.sees(record):
+            await self.gate.refuse(
+                context,
+                principal,
+                method,
+                f"client {principal.client_id!r} may not see run {run_id!r}",
+                resource=f"run:{run_id}",
+                run_id=run_id,
+            )
+        assert record is not None
+        return record
+
+    async def _authorize_event(
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        principal: Principal | None,
+        request: host_service_pb2.HostServiceRunRequest,
+    ) -> None:
+        """The bot and the agent the event would reach must be ones the client may use (the binding is
+        resolved here for the check; `RunService.open` resolves it again, from the same config)."""
+        if principal is None or self.gate is None:
+            return
+        event = request.event
+        conv = event.conversation
+        key = EventKey(
+            event.event_type or "message.received",
+            bot_id=event.bot_id or conv.bot_id,
+            workspace_id=event.workspace_id or conv.workspace_id,
+            conversation_id=conv.conversation_id,
+        )
+        agent = self.runs.resolver.resolve(key, request.agent_id).agent
+        agent_id = agent.id if agent is not None else None
+        if not principal.may_use(key.bot_id, agent_id):
+            target = f"bot:{key.bot_id}" if agent_id is None else f"bot:{key.bot_id}/agent:{agent_id}"
+            await self.gate.refuse(
+                context,
+                principal,
+                "Run",
+                f"client {principal.client_id!r} may not send events of bot {key.bot_id!r}"
+                + (f" to agent {agent_id!r}" if agent_id else ""),
+                resource=target,
+            )
+
+    # -- RPCs ------------------------------------------------------------------------------------------
     # `SubmitInteraction` and `AttachRun` answer with `Update`s: their response types have exactly
     # `Update`'s fields and `add_host_service` serializes them as they are, which the generated base
     # class's signatures cannot say (hence the `override` ignores).
@@ -59,12 +150,15 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         context: grpc.aio.ServicerContext[host_service_pb2.HostServiceRunRequest, Update],
     ) -> AsyncGenerator[Update, None]:
         async with _status_on_error(context):
+            principal = await self._admit(context, "Run", "run")
+            request = admit(request)
             if request.event.event_type == INTERACTION_SUBMITTED_EVENT:
                 raise InvalidArgumentError(
                     "interaction.submitted events are created by SubmitInteraction only",
                     field="event.event_type",
                 )
             check_envelope(request.event)
+            await self._authorize_event(context, principal, request)
             metadata = context.invocation_metadata() or ()
             async with contextlib.aclosing(await self.runs.open(request, metadata)) as updates:
                 async for update in updates:
@@ -77,8 +171,14 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
     ) -> AsyncGenerator[Update, None]:
         """Yields `Update`s: `SubmitInteractionResponse` has the same fields (`add_host_service`)."""
         async with _status_on_error(context):
+            principal = await self._admit(context, "SubmitInteraction", "interact")
+            request = admit(request)
             if self.interactions is None:
                 raise RuntimeFailureError("interactions are not available on this host")
+            if principal is not None and request.interaction_id:
+                row = await self.interactions.store.get(request.interaction_id)
+                if row is not None:  # (an unknown id is NOT_FOUND below, as for everyone)
+                    await self._visible_run(context, principal, "SubmitInteraction", row.run_id)
             metadata = context.invocation_metadata() or ()
             async with contextlib.aclosing(self.interactions.submit(request, metadata)) as updates:
                 async for update in updates:
@@ -91,8 +191,9 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
     ) -> AsyncGenerator[Update, None]:
         """Yields `Update`s: `AttachRunResponse` has the same fields (`add_host_service`)."""
         async with _status_on_error(context):
-            if not request.run_id:
-                raise InvalidArgumentError("run_id is required", field="run_id")
+            principal = await self._admit(context, "AttachRun", "attach")
+            request = admit(request)
+            await self._visible_run(context, principal, "AttachRun", request.run_id)
             follow = self.runs.follow(request.run_id, request.after_sequence)
             async with contextlib.aclosing(follow) as updates:
                 async for update in updates:
@@ -104,7 +205,9 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         context: grpc.aio.ServicerContext[host_service_pb2.GetRunRequest, host_service_pb2.GetRunResponse],
     ) -> host_service_pb2.GetRunResponse:
         try:
-            record = await self.runs.get_run(request.run_id)
+            principal = await self._admit(context, "GetRun", "get")
+            request = admit(request)
+            record = await self._visible_run(context, principal, "GetRun", request.run_id)
         except AgentRunnerError as err:
             await abort_with(context, err)
         return host_service_pb2.GetRunResponse(run=run_to_proto(record))
@@ -117,6 +220,16 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         ],
     ) -> host_service_pb2.CancelRunResponse:
         try:
+            principal = await self._admit(context, "CancelRun", "cancel")
+            request = admit(request)
+            record = await self._visible_run(context, principal, "CancelRun", request.run_id)
+            if record.status not in TERMINAL_STATUSES and not self.runs.is_open(record.run_id):
+                # another replica runs it: until replicas relay cancels, refuse rather than claim it
+                raise FailedPreconditionError(
+                    f"run {record.run_id!r} is not open on this host replica: cancel it on the replica "
+                    "that runs it",
+                    metadata={"runId": record.run_id},
+                )
             record = await self.runs.cancel_run(request.run_id, request.reason)
         except AgentRunnerError as err:
             await abort_with(context, err)
@@ -130,6 +243,8 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         ],
     ) -> host_service_pb2.ListRunsResponse:
         try:
+            principal = await self._admit(context, "ListRuns", "list_runs")
+            request = admit(request)
             if self.ledger is None:
                 raise RuntimeFailureError("run listing is not available on this host")
             query = RunQuery(
@@ -138,6 +253,9 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                 runner_id=request.runner_id,
                 conversation_id=request.conversation_id,
                 binding_id=request.binding_id,
+                # a scoped client lists only the runs it may see
+                bot_ids=None if principal is None or principal.bots == "*" else tuple(principal.bots),
+                agent_ids=None if principal is None or principal.agents == "*" else tuple(principal.agents),
             )
             records, token = await self.ledger.search_runs(query, request.page_token, request.page_size)
         except AgentRunnerError as err:
@@ -153,6 +271,11 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
             host_service_pb2.HostServiceListRunnersRequest, host_service_pb2.HostServiceListRunnersResponse
         ],
     ) -> host_service_pb2.HostServiceListRunnersResponse:
+        try:
+            await self._admit(context, "ListRunners", "list_runners")
+            admit(request)
+        except AgentRunnerError as err:
+            await abort_with(context, err)
         out = host_service_pb2.HostServiceListRunnersResponse()
         for runner in self.registry.runners():
             endpoint = self.registry.endpoints[runner.endpoint_id]
@@ -192,7 +315,8 @@ def add_host_service(servicer: HostServicer, server: grpc.aio.Server) -> None:
         )
         handlers[method.name] = make(
             getattr(servicer, method.name),
-            request_deserializer=request_type.FromString,
+            # requests that break the boundary rules arrive as `Refused` (answered by `admit`)
+            request_deserializer=request_deserializer(request_type),
             response_serializer=serializer,
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))

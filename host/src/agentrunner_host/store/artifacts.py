@@ -12,6 +12,7 @@ import base64
 import binascii
 import dataclasses
 import datetime as dt
+import errno
 import hashlib
 import os
 import urllib.parse
@@ -27,6 +28,7 @@ from agentrunner.errors import (
     InvalidArgumentError,
     NotFoundError,
     PayloadTooLargeError,
+    RuntimeFailureError,
     UnauthorizedError,
 )
 from agentrunner.v1 import common_pb2, host_service_pb2, proxy_service_pb2, result_pb2
@@ -57,6 +59,36 @@ class ArtifactLimits:
     chunk_bytes: int = 64 * 1024
     #: retention of artifacts without an explicit expiry; None keeps them
     default_ttl: dt.timedelta | None = dt.timedelta(days=7)
+
+
+def check_http_uri(uri: str, field: str = "uri") -> None:
+    """An external reference must be an http(s) URL that parses (a malformed IPv6 host does not)."""
+    try:
+        scheme = urllib.parse.urlsplit(uri).scheme.lower()
+    except ValueError as exc:
+        raise InvalidArgumentError(f"the URI does not parse: {exc}", field=field) from None
+    if scheme not in {"http", "https"}:
+        raise InvalidArgumentError("artifact URIs must be http(s) URLs", field=field)
+
+
+def check_attachment(attachment: host_service_pb2.InputAttachment, cap: int, where: str) -> None:
+    """The checks `ArtifactStore.register_attachment` makes, before anything is written: a run start
+    never fails half-way on an attachment."""
+    kind = attachment.WhichOneof("source")
+    if kind == "content":
+        if len(attachment.content) > cap:
+            raise PayloadTooLargeError(
+                f"attachment exceeds the {cap}-byte cap", metadata={"capBytes": cap, "field": where}
+            )
+    elif kind == "data_url":
+        try:
+            decode_data_url(attachment.data_url, cap)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError(exc.message, field=f"{where}.data_url") from None
+    elif kind == "uri":
+        check_http_uri(attachment.uri, f"{where}.uri")
+    else:
+        raise InvalidArgumentError("attachment has no content, data_url or uri", field=where)
 
 
 def decode_data_url(url: str, cap: int) -> tuple[bytes, str]:
@@ -95,10 +127,20 @@ class ArtifactStore:
         path = self._path(sha)
         if path.exists() and path.stat().st_size == len(data):
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{sha}.{os.getpid()}.{new_id('t')}")
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            # a full disk (or a directory the host may not write) leaves no partial file behind and
+            # fails this write alone, typed; the next write after space returns succeeds
+            tmp.unlink(missing_ok=True)
+            reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+            raise RuntimeFailureError(
+                f"the artifact store could not write the body: {exc.strerror or reason}",
+                metadata={"errno": reason},
+            ) from None
 
     def _expiry(self, expires_at: dt.datetime | None) -> dt.datetime | None:
         if expires_at is not None:
@@ -178,9 +220,7 @@ class ArtifactStore:
         session: AsyncSession | None = None,
     ) -> common_pb2.ArtifactRef:
         """An external URL kept as a reference (never fetched, never a local path)."""
-        scheme = urllib.parse.urlsplit(uri).scheme.lower()
-        if scheme not in {"http", "https"}:
-            raise InvalidArgumentError("artifact URIs must be http(s) URLs", field="uri")
+        check_http_uri(uri)
         row = ArtifactRow(
             artifact_id=new_id("art"),
             uri=uri,

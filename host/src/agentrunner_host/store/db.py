@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -26,14 +27,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import grpc
 import psycopg
+import sqlalchemy.exc
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, event, pool
 from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, OperationalError
+from sqlalchemy.exc import DBAPIError, MultipleResultsFound, NoResultFound, OperationalError, StatementError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -64,7 +67,50 @@ class DatabaseNotMigratedError(RuntimeError):
 
 
 class StoreError(RuntimeFailureError):
-    """A database failure surfaced as the protocol's `RUNTIME_ERROR` (never a stack trace)."""
+    """A database failure surfaced as the protocol's `RUNTIME_ERROR` (never a stack trace): UNAVAILABLE
+    and retryable when the failure is transient (`store_error`), INTERNAL and not retryable otherwise."""
+
+
+#: PostgreSQL SQLSTATE classes / codes of failures that a later attempt can get past: connection
+#: exceptions, insufficient resources, operator intervention (shutdown, restart), serialization
+#: failures and deadlocks, a lock not available
+_TRANSIENT_SQLSTATE_CLASSES = ("08", "53", "57")
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+
+
+#: what a database call raises that becomes a `StoreError` (a statement's own error, a bind value the
+#: driver refused, an exhausted pool)
+_DB_ERRORS = (StatementError, sqlalchemy.exc.TimeoutError)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a database failure may pass when retried unchanged: the connection was lost or refused,
+    the server is shutting down or restarting, a lock or serialization conflict, SQLite busy. Constraint
+    violations, bad data, a full disk or a corrupt file are not."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, sqlalchemy.exc.TimeoutError):  # the connection pool was exhausted
+        return True
+    cause = getattr(exc, "orig", None) or exc
+    sqlstate = getattr(cause, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return sqlstate in _TRANSIENT_SQLSTATES or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES
+    if isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
+        return True  # no SQLSTATE: the server could not be reached or the connection broke
+    if isinstance(cause, sqlite3.OperationalError):
+        return _is_busy(cause)
+    return False
+
+
+def store_error(exc: BaseException, action: str) -> StoreError:
+    """The typed error for a failed database `action` (`read`, `write`): retryable only when transient."""
+    cause = getattr(exc, "orig", None) or exc
+    transient = is_transient(exc)
+    return StoreError(
+        f"database {action} failed: {type(cause).__name__}",
+        retryable=transient,
+        code=grpc.StatusCode.UNAVAILABLE if transient else grpc.StatusCode.INTERNAL,
+    )
 
 
 def _normalize(url: str | URL) -> URL:
@@ -127,7 +173,11 @@ def _install_sqlite_pragmas(sync_engine: Any) -> None:
 
 def json_text(value: Any) -> str:
     """`json.dumps` for JSON columns, the values most of them hold (None, an empty list or object)
-    answered without an encoder (a run start binds nine JSON values)."""
+    answered without an encoder (a run start binds nine JSON values).
+
+    The same rules on both backends: NaN and infinities (not JSON) and NUL characters (PostgreSQL's
+    JSONB refuses `\u0000`) raise `ValueError` on SQLite too, instead of being kept there and
+    refused only by PostgreSQL. Values from outside never get here with them (`boundary`)."""
     if value is None:
         return "null"
     if not value:
@@ -136,7 +186,14 @@ def json_text(value: Any) -> str:
             return "[]"
         if kind is dict:
             return "{}"
-    return json.dumps(value)
+    text = json.dumps(value, allow_nan=False)
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        raise ValueError("a JSON value with a NUL character cannot be stored")
+    return text
+
+
+#: `\u0000` in JSON text that is an escape (not an escaped backslash followed by `u0000`)
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def _driver_error(conn: Connection, statement: str, params: Any, exc: Exception) -> DBAPIError:
@@ -371,7 +428,12 @@ def _settle_all(batch: list[_QueuedWrite], done: asyncio.Future[list[tuple[bool,
             queued.settle(ok, value)
         return
     for queued in batch:
-        queued.settle(False, StoreError("database write failed: the writer stopped", retryable=True))
+        queued.settle(
+            False,
+            StoreError(
+                "database write failed: the writer stopped", retryable=True, code=grpc.StatusCode.UNAVAILABLE
+            ),
+        )
 
 
 class Database:
@@ -446,8 +508,8 @@ class Database:
         try:
             async with self._read_sessions() as session:
                 yield session
-        except DBAPIError as exc:
-            raise StoreError(f"database read failed: {type(exc.orig).__name__}", retryable=True) from exc
+        except _DB_ERRORS as exc:
+            raise store_error(exc, "read") from exc
 
     @contextlib.asynccontextmanager
     async def read_connection(self) -> AsyncIterator[AsyncConnection]:
@@ -455,8 +517,8 @@ class Database:
         try:
             async with self._read_engine.connect() as conn:
                 yield conn
-        except DBAPIError as exc:
-            raise StoreError(f"database read failed: {type(exc.orig).__name__}", retryable=True) from exc
+        except _DB_ERRORS as exc:
+            raise store_error(exc, "read") from exc
 
     async def driver_rows(self, stmt: Any, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         """PostgreSQL only: a hot read's rows as the driver returns them (no SQLAlchemy result layer,
@@ -473,8 +535,7 @@ class Database:
                 rows: list[tuple[Any, ...]] = await cursor.fetchall()
                 return rows
         except (DBAPIError, psycopg.Error) as exc:
-            cause = getattr(exc, "orig", exc)
-            raise StoreError(f"database read failed: {type(cause).__name__}", retryable=True) from exc
+            raise store_error(exc, "read") from exc
 
     @contextlib.asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
@@ -486,8 +547,8 @@ class Database:
                     await conn.execution_options(sqlite_begin="IMMEDIATE")
                 async with AsyncSession(bind=conn, expire_on_commit=False) as session, session.begin():
                     yield session
-        except DBAPIError as exc:
-            raise StoreError(f"database write failed: {type(exc.orig).__name__}", retryable=True) from exc
+        except _DB_ERRORS as exc:
+            raise store_error(exc, "write") from exc
 
     async def run_write(self, fn: Callable[[Connection], T], *, inline: bool = False) -> T:
         """Runs `fn(conn)` (sync, SQLAlchemy Core) all or nothing. On SQLite it runs on the writer thread,
@@ -513,8 +574,8 @@ class Database:
                             raise
                         return await self._submit(fn)
             return await self._grouped(fn)
-        except DBAPIError as exc:
-            raise StoreError(f"database write failed: {type(exc.orig).__name__}", retryable=True) from exc
+        except _DB_ERRORS as exc:
+            raise store_error(exc, "write") from exc
 
     async def _grouped(self, fn: Callable[[Connection], T]) -> T:
         """`fn` on the writer thread, in one transaction with every other write queued meanwhile (group
@@ -578,16 +639,19 @@ class Database:
             except Exception as exc:
                 return [(False, exc)]
         outcomes: list[tuple[bool, Any]] = []
+        #: the write whose error ended the group's transaction (the others only shared its fate)
+        culprit: int | None = None
         try:
             conn, driver = self._write_connection()
             _begin_immediate(conn, driver, SQLITE_BUSY_TIMEOUT_MS)
             try:
-                for fn in fns:
+                for i, fn in enumerate(fns):
                     _on_driver(conn, "SAVEPOINT", driver.execute, "SAVEPOINT grouped_write")
                     try:
                         outcomes.append((True, fn(conn)))
                     except Exception as exc:
                         if not driver.in_transaction:  # SQLite ended the transaction: the group failed
+                            culprit = i
                             raise
                         _on_driver(conn, "ROLLBACK TO", driver.execute, "ROLLBACK TO grouped_write")
                         outcomes.append((False, exc))
@@ -598,7 +662,15 @@ class Database:
             _end_write(conn, driver, commit=True)
         except Exception as exc:
             self._busy_off = False  # the connection may have been replaced: set it again next time
-            return [(False, exc)] * len(fns)
+            if culprit is None:  # BEGIN or COMMIT failed: the same error for every write
+                return [(False, exc)] * len(fns)
+            # the others' writes are fine: sent again alone they would commit (retryable)
+            shared = StoreError(
+                "database write failed: rolled back with another write of its transaction",
+                retryable=True,
+                code=grpc.StatusCode.UNAVAILABLE,
+            )
+            return [(False, exc if i == culprit else shared) for i in range(len(fns))]
         return outcomes
 
     async def _submit(self, fn: Callable[[Connection], T]) -> T:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agentrunner.errors import bounded
 from agentrunner.v1 import host_service_pb2, proxy_service_pb2
 from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import (
@@ -41,6 +43,17 @@ KINDS = frozenset({"event", "result", "tool", "action", "error", "audit"})
 RUNNER_VISIBLE_KINDS = ("event", "result", "tool", "action", "error")
 SUMMARY_CHARS = 500
 DATA_CAP_BYTES = 16 * 1024
+
+
+def _quoted(value: Any) -> Any:
+    """An audit detail value: strings bounded and NUL-free, numbers and flags as they are."""
+    if isinstance(value, str):
+        return bounded(value, 512)
+    if isinstance(value, bool | int) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    return bounded(str(value), 512)
 
 
 def summarize(text: str, limit: int = SUMMARY_CHARS) -> str:
@@ -238,14 +251,17 @@ class EventLog:
         outcome: str,
         detail: Mapping[str, Any] | None = None,
     ) -> None:
-        """`AuditSink`: one record per proxy call (run, runner, method, resource, outcome)."""
-        detail = dict(detail or {})
+        """`AuditSink`: one record per proxy call (run, runner, method, resource, outcome). What the
+        caller claimed (run id, resource, key) is recorded as a bounded, NUL-free quote: an audit row
+        never fails for the input it records."""
+        detail = {k: _quoted(v) for k, v in (detail or {}).items()}
+        resource = bounded(resource, 512)
         await self.append(
             kind="audit",
-            event_type=method,
-            run_id=run_id,
-            runner_id=runner_id,
-            conversation_id=str(detail.pop("conversation_id", "")),
+            event_type=bounded(method, 128),
+            run_id=bounded(run_id, 64),
+            runner_id=bounded(runner_id, 256),
+            conversation_id=bounded(str(detail.pop("conversation_id", "")), 256),
             summary=f"{method} {resource} -> {outcome}",
             data={"resource": resource, "outcome": outcome, **detail},
         )

@@ -35,8 +35,15 @@ from agentrunner.errors import AlreadyExistsError
 from agentrunner.protocol import result_type
 from agentrunner.results import is_answer
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
-from agentrunner_host.ports import AuthorizationSnapshot, RecordedEvent, RunRecord, RunSession, StartedRun
-from agentrunner_host.store.artifacts import ArtifactLimits, ArtifactStore
+from agentrunner_host.ports import (
+    AuthorizationSnapshot,
+    RecordedEvent,
+    RunRecord,
+    RunSession,
+    StartedRun,
+    utcnow,
+)
+from agentrunner_host.store.artifacts import ArtifactLimits, ArtifactStore, check_attachment
 from agentrunner_host.store.common import (
     CursorCodec,
     dialect_insert,
@@ -79,6 +86,9 @@ from agentrunner_host.store.transcript import append_sync as append_transcript_s
 log = logging.getLogger(__name__)
 
 _CURSOR_SECRET = "cursor-hmac"
+_OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
+#: the `run.failed` code of a run a host restart ended (`mark_interrupted`)
+INTERRUPTED_CODE = "host.restarted"
 #: result kinds whose effects the sync (one-hop) write path applies; others take the async stores
 _SYNC_KINDS = frozenset(
     {
@@ -112,6 +122,9 @@ class FactStoreSettings:
     search_cap: int = 50
     events_page_cap: int = 200
     runs_page_cap: int = 100
+    #: byte cap of one page of any pull API (history, search, events, run records, results, steering):
+    #: a page ends early (with `has_more`) before it would pass it; sent as the response's `max_page_bytes`
+    page_max_bytes: int = 4 * 1024 * 1024
     #: this host instance; crash recovery interrupts only the runs it owns
     owner: str = ""
     #: how often `run_maintenance` deletes expired artifacts and stale sessions (seconds)
@@ -212,6 +225,11 @@ class FactStores:
         event id already has a run, nothing is written and that run comes back in `record` (with
         `recorded` None). Events with attachments take the per-store path (artifacts)."""
         if envelope.input.attachments:
+            # the attachments' checks before anything is written: a refused attachment records nothing
+            # (no run row left `running`, so a corrected retry of the event id starts the run)
+            cap = self.artifacts.limits.max_bytes
+            for i, attachment in enumerate(envelope.input.attachments):
+                check_attachment(attachment, cap, f"event.input.attachments[{i}]")
             stored, recorded = await self._start_run_stepwise(record, envelope, session)
             if recorded is not None and state_of is not None:
                 recorded.state = await self.state.snapshot(state_of)
@@ -540,21 +558,46 @@ class FactStores:
         )
 
     async def mark_interrupted(self) -> int:
-        """Crash recovery at startup: runs this instance left created/running become interrupted,
-        and their run tokens are revoked."""
-        count = await self.ledger.mark_interrupted()
-        if count:
-            async with self.db.write() as s:
-                interrupted = select(RunRow.run_id).where(
-                    RunRow.status == common_pb2.RUN_STATUS_INTERRUPTED, RunRow.owner == self.settings.owner
+        """Crash recovery at startup, in one transaction: each run this instance left created/running
+        ends `interrupted` with a terminal result (`run.failed` code `host.restarted`, retryable) after
+        its last stored one, so its ledger reads like any ended run's (replays end, followers finish),
+        and its run token is revoked."""
+        owner = self.settings.owner
+        now = utcnow()
+        async with self.db.write() as s:
+            open_runs = (
+                await s.execute(
+                    select(RunRow.run_id, RunRow.last_sequence)
+                    .where(RunRow.status.in_(_OPEN_STATUSES), RunRow.owner == owner)
+                    .with_for_update()
                 )
+            ).all()
+            for run_id, last_sequence in open_runs:
+                terminal = result_pb2.RunResult(run_id=run_id, sequence=last_sequence + 1)
+                terminal.timestamp.FromDatetime(now)
+                terminal.run_failed.code = INTERRUPTED_CODE
+                terminal.run_failed.message = "the host stopped while the run was open"
+                terminal.run_failed.retryable = True
+                await self.ledger.insert_result(s, run_id, terminal)
+                await s.execute(
+                    update(RunRow)
+                    .where(RunRow.run_id == run_id)
+                    .values(
+                        status=common_pb2.RUN_STATUS_INTERRUPTED,
+                        status_reason=f"{INTERRUPTED_CODE}: the host stopped while the run was open",
+                        finished_at=now,
+                        last_sequence=last_sequence + 1,
+                    )
+                )
+            if open_runs:
                 await s.execute(
                     update(RunSessionRow)
-                    .where(RunSessionRow.run_id.in_(interrupted.scalar_subquery()))
+                    .where(RunSessionRow.run_id.in_([r for r, _ in open_runs]))
                     .values(revoked=True)
                 )
-            log.warning("marked %d runs left open by a previous host process as interrupted", count)
-        return count
+        if open_runs:
+            log.warning("marked %d runs left open by a previous host process as interrupted", len(open_runs))
+        return len(open_runs)
 
     async def cleanup(self) -> dict[str, int]:
         """One maintenance round: expired artifacts (rows, blobs, files) and stale sessions."""

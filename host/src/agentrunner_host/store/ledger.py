@@ -68,12 +68,18 @@ class RunQuery:
     runner_id: str = ""
     conversation_id: str = ""
     binding_id: str = ""
+    #: the caller's scope (`auth.clients[].bots` / `agents`): only runs of these; None: every run
+    bot_ids: tuple[str, ...] | None = None
+    agent_ids: tuple[str, ...] | None = None
 
     def digest(self) -> str:
         """What a page token is bound to: the same filters, in a canonical form."""
+        scoped = [
+            "*" if ids is None else ",".join(sorted(set(ids))) for ids in (self.bot_ids, self.agent_ids)
+        ]
         canonical = "\x1f".join(
             [",".join(map(str, sorted(set(self.statuses)))), self.agent_id, self.runner_id,
-             self.conversation_id, self.binding_id]
+             self.conversation_id, self.binding_id, *scoped]
         )  # fmt: skip
         return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
@@ -525,7 +531,10 @@ class SqlRunLedger:
         statuses: Sequence[int] = (),
         before_cursor: str = "",
         limit: int = 50,
+        max_bytes: int | None = None,
     ) -> tuple[Sequence[RunRecord], str]:
+        """Newest first, at most `limit` records (and, with `max_bytes`, at most that many serialized
+        bytes, at least one record); returns them and the next cursor ('' when none)."""
         stmt = select(RunRow).where(RunRow.conversation_id == conversation_id)
         if statuses:
             stmt = stmt.where(RunRow.status.in_(list(statuses)))
@@ -537,11 +546,18 @@ class SqlRunLedger:
         stmt = stmt.order_by(RunRow.id.desc()).limit(limit + 1)
         async with self.db.read() as session:
             rows = list((await session.scalars(stmt)).all())
-        cursor = ""
-        if len(rows) > limit:
-            rows = rows[:limit]
-            cursor = self.codec.encode("run", conversation_id, rows[-1].id)
-        return [_to_record(r) for r in rows], cursor
+        more = len(rows) > limit
+        rows = rows[:limit]
+        records = [_to_record(r) for r in rows]
+        if max_bytes is not None:
+            used = 0
+            for n, record in enumerate(records):
+                used += run_to_proto(record).ByteSize() + 6
+                if used > max_bytes and n > 0:
+                    rows, records, more = rows[:n], records[:n], True
+                    break
+        cursor = self.codec.encode("run", conversation_id, rows[-1].id) if more and rows else ""
+        return records, cursor
 
     async def search_runs(
         self, query: RunQuery, page_token: str = "", page_size: int = 0
@@ -563,6 +579,10 @@ class SqlRunLedger:
         ):
             if value:
                 stmt = stmt.where(column == value)
+        if query.bot_ids is not None:
+            stmt = stmt.where(RunRow.bot_id.in_(sorted(set(query.bot_ids))))
+        if query.agent_ids is not None:
+            stmt = stmt.where(RunRow.agent_id.in_(sorted(set(query.agent_ids))))
         scope = query.digest()
         if page_token:
             position = self.codec.decode(page_token, kind="host-runs", scope=scope, field="page_token")

@@ -26,6 +26,7 @@ from agentrunner.errors import (
     UnauthorizedError,
 )
 from agentrunner.v1 import common_pb2
+from agentrunner_host.authz import state_identity
 from agentrunner_host.ports import AuthorizationSnapshot
 from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, json_size, utcnow
@@ -82,17 +83,7 @@ def namespace(snapshot: AuthorizationSnapshot, scope: str) -> str:
 
 
 def _identity(snapshot: AuthorizationSnapshot, scope: str) -> str:
-    match scope:
-        case "conversation":
-            value = snapshot.conversation_id and f"{snapshot.conversation_id}\x1f{snapshot.thread_id}"
-        case "actor":
-            value = snapshot.actor_id
-        case "subject":
-            value = snapshot.subject_id
-        case "workspace":
-            value = snapshot.workspace_id
-        case _:  # runner, binding: the namespace itself is the identity
-            value = "-"
+    value = state_identity(snapshot, scope)
     if not value:
         raise FailedPreconditionError(f"this run has no {scope} identity for {scope} state")
     return value

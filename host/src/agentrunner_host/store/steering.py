@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import func, select, update
 
 from agentrunner.v1 import proxy_service_pb2
@@ -38,10 +40,11 @@ class SteeringQueue:
         return stored
 
     async def claim(
-        self, *, run_id: str, conversation_id: str, limit: int = 0
+        self, *, run_id: str, conversation_id: str, limit: int = 0, max_bytes: int | None = None
     ) -> list[proxy_service_pb2.SteeringInput]:
         """Takes the oldest unclaimed items of the conversation for `run_id` (each is taken once,
-        even with several replicas: row locks with SKIP LOCKED on PostgreSQL)."""
+        even with several replicas: row locks with SKIP LOCKED on PostgreSQL). With `max_bytes`, takes
+        only as many as fit in that many bytes (at least one): the rest stay queued for the next pull."""
         pick = (
             select(SteeringRow.id)
             .where(SteeringRow.conversation_id == conversation_id, SteeringRow.claimed_by_run.is_(None))
@@ -50,13 +53,26 @@ class SteeringQueue:
         )
         if limit > 0:
             pick = pick.limit(limit)
-        # A CTE runs once; a LIMIT … FOR UPDATE subquery inside IN may be re-run by the planner.
-        picked = pick.cte("picked")
         async with self.db.write() as s:
+            if max_bytes is not None:
+                sized = (
+                    await s.execute(pick.with_only_columns(SteeringRow.id, func.length(SteeringRow.payload)))
+                ).all()
+                ids: list[int] = []
+                used = 0
+                for item_id, size in sized:
+                    used += int(size or 0) + 6
+                    if used > max_bytes and ids:
+                        break
+                    ids.append(item_id)
+                chosen: Any = ids
+            else:
+                # A CTE runs once; a LIMIT … FOR UPDATE subquery inside IN may be re-run by the planner.
+                chosen = select(pick.cte("picked").c.id)
             rows = (
                 await s.execute(
                     update(SteeringRow)
-                    .where(SteeringRow.id.in_(select(picked.c.id)), SteeringRow.claimed_by_run.is_(None))
+                    .where(SteeringRow.id.in_(chosen), SteeringRow.claimed_by_run.is_(None))
                     .values(claimed_by_run=run_id, claimed_at=utcnow())
                     .returning(SteeringRow.id, SteeringRow.payload)
                 )

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61gentrunner/v1/errors.proto\x12\x0e\x61gentrunner.v1*\xe6\x03\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x45RROR_REASON_UNAUTHORIZED\x10\x01\x12\"\n\x1e\x45RROR_REASON_RUN_TOKEN_INVALID\x10\x02\x12\x1a\n\x16\x45RROR_REASON_NOT_FOUND\x10\x03\x12\"\n\x1e\x45RROR_REASON_DEADLINE_EXCEEDED\x10\x04\x12\"\n\x1e\x45RROR_REASON_PAYLOAD_TOO_LARGE\x10\x05\x12\x1d\n\x19\x45RROR_REASON_RATE_LIMITED\x10\x06\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x07\x12\x1e\n\x1a\x45RROR_REASON_RUNTIME_ERROR\x10\x08\x12#\n\x1f\x45RROR_REASON_RUNNER_UNAVAILABLE\x10\t\x12\"\n\x1e\x45RROR_REASON_BINDING_NOT_FOUND\x10\n\x12$\n ERROR_REASON_FAILED_PRECONDITION\x10\x0b\x12 \n\x1c\x45RROR_REASON_NOT_IMPLEMENTED\x10\x0c\x12\x1f\n\x1b\x45RROR_REASON_ALREADY_EXISTS\x10\rBOZMgithub.com/langbot-app/langbot-agentrunner/sdk_go/agentrunnerv1;agentrunnerv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x61gentrunner/v1/errors.proto\x12\x0e\x61gentrunner.v1*\x8c\x04\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x45RROR_REASON_UNAUTHORIZED\x10\x01\x12\"\n\x1e\x45RROR_REASON_RUN_TOKEN_INVALID\x10\x02\x12\x1a\n\x16\x45RROR_REASON_NOT_FOUND\x10\x03\x12\"\n\x1e\x45RROR_REASON_DEADLINE_EXCEEDED\x10\x04\x12\"\n\x1e\x45RROR_REASON_PAYLOAD_TOO_LARGE\x10\x05\x12\x1d\n\x19\x45RROR_REASON_RATE_LIMITED\x10\x06\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x07\x12\x1e\n\x1a\x45RROR_REASON_RUNTIME_ERROR\x10\x08\x12#\n\x1f\x45RROR_REASON_RUNNER_UNAVAILABLE\x10\t\x12\"\n\x1e\x45RROR_REASON_BINDING_NOT_FOUND\x10\n\x12$\n ERROR_REASON_FAILED_PRECONDITION\x10\x0b\x12 \n\x1c\x45RROR_REASON_NOT_IMPLEMENTED\x10\x0c\x12\x1f\n\x1b\x45RROR_REASON_ALREADY_EXISTS\x10\r\x12$\n ERROR_REASON_CREDENTIALS_INVALID\x10\x0e\x42OZMgithub.com/langbot-app/langbot-agentrunner/sdk_go/agentrunnerv1;agentrunnerv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZMgithub.com/langbot-app/langbot-agentrunner/sdk_go/agentrunnerv1;agentrunnerv1'
   _globals['_ERRORREASON']._serialized_start=48
-  _globals['_ERRORREASON']._serialized_end=534
+  _globals['_ERRORREASON']._serialized_end=572
 # @@protoc_insertion_point(module_scope)

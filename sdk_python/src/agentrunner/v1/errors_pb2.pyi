@@ -56,6 +56,10 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """UNIMPLEMENTED, not retryable: the capability is reserved in v1 (for example platform actions)."""
     ERROR_REASON_ALREADY_EXISTS: _ErrorReason.ValueType  # 13
     """ALREADY_EXISTS, not retryable: the event id was already submitted with different content."""
+    ERROR_REASON_CREDENTIALS_INVALID: _ErrorReason.ValueType  # 14
+    """UNAUTHENTICATED, not retryable: the client's credentials for `HostService` (an API key, a client
+    certificate) are missing, unknown, revoked or expired (spec code `unauthorized`).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """Error reasons (PROTOCOL_V1 §9).
@@ -105,4 +109,8 @@ ERROR_REASON_NOT_IMPLEMENTED: ErrorReason.ValueType  # 12
 """UNIMPLEMENTED, not retryable: the capability is reserved in v1 (for example platform actions)."""
 ERROR_REASON_ALREADY_EXISTS: ErrorReason.ValueType  # 13
 """ALREADY_EXISTS, not retryable: the event id was already submitted with different content."""
+ERROR_REASON_CREDENTIALS_INVALID: ErrorReason.ValueType  # 14
+"""UNAUTHENTICATED, not retryable: the client's credentials for `HostService` (an API key, a client
+certificate) are missing, unknown, revoked or expired (spec code `unauthorized`).
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -777,6 +777,7 @@ class ListHistoryResponse(_message.Message):
     PREV_CURSOR_FIELD_NUMBER: _builtins.int
     HAS_MORE_FIELD_NUMBER: _builtins.int
     TOTAL_COUNT_FIELD_NUMBER: _builtins.int
+    MAX_PAGE_BYTES_FIELD_NUMBER: _builtins.int
     next_cursor: _builtins.str
     """Cursor for the next page in the requested direction."""
     prev_cursor: _builtins.str
@@ -785,6 +786,10 @@ class ListHistoryResponse(_message.Message):
     """More items in the requested direction."""
     total_count: _builtins.int
     """Items in the conversation, when cheap to know."""
+    max_page_bytes: _builtins.int
+    """The byte cap of one page on this host: a page ends early (with `has_more`, and the cursor to
+    continue from) before its serialized items would pass it; it holds at least one item.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___TranscriptItem]:
         """Items, oldest first."""
@@ -797,10 +802,11 @@ class ListHistoryResponse(_message.Message):
         prev_cursor: _builtins.str = ...,
         has_more: _builtins.bool = ...,
         total_count: _builtins.int | None = ...,
+        max_page_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_total_count", b"_total_count", "total_count", b"total_count"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_total_count", b"_total_count", "has_more", b"has_more", "items", b"items", "next_cursor", b"next_cursor", "prev_cursor", b"prev_cursor", "total_count", b"total_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_total_count", b"_total_count", "has_more", b"has_more", "items", b"items", "max_page_bytes", b"max_page_bytes", "next_cursor", b"next_cursor", "prev_cursor", b"prev_cursor", "total_count", b"total_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__total_count: _TypeAlias = _typing.Literal["total_count"]  # noqa: Y015
     _WhichOneofArgType__total_count: _TypeAlias = _typing.Literal["_total_count", b"_total_count"]  # noqa: Y015
@@ -934,8 +940,13 @@ class SearchHistoryResponse(_message.Message):
 
     ITEMS_FIELD_NUMBER: _builtins.int
     QUERY_FIELD_NUMBER: _builtins.int
+    MAX_PAGE_BYTES_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The query."""
+    max_page_bytes: _builtins.int
+    """The byte cap of a response on this host: fewer than `top_k` items come back when the next one
+    would pass it.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___TranscriptItem]:
         """Matches, best first."""
@@ -945,10 +956,11 @@ class SearchHistoryResponse(_message.Message):
         *,
         items: _abc.Iterable[Global___TranscriptItem] | None = ...,
         query: _builtins.str = ...,
+        max_page_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "query", b"query"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "max_page_bytes", b"max_page_bytes", "query", b"query"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1127,10 +1139,15 @@ class ListEventsResponse(_message.Message):
     ITEMS_FIELD_NUMBER: _builtins.int
     NEXT_CURSOR_FIELD_NUMBER: _builtins.int
     HAS_MORE_FIELD_NUMBER: _builtins.int
+    MAX_PAGE_BYTES_FIELD_NUMBER: _builtins.int
     next_cursor: _builtins.str
     """Cursor for the next (older) page."""
     has_more: _builtins.bool
     """More older events."""
+    max_page_bytes: _builtins.int
+    """The byte cap of one page on this host: a page ends early (with `has_more`, and the cursor to
+    continue from) before its serialized items would pass it; it holds at least one item.
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___EventRecord]:
         """Events, oldest first."""
@@ -1141,10 +1158,11 @@ class ListEventsResponse(_message.Message):
         items: _abc.Iterable[Global___EventRecord] | None = ...,
         next_cursor: _builtins.str = ...,
         has_more: _builtins.bool = ...,
+        max_page_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["has_more", b"has_more", "items", b"items", "next_cursor", b"next_cursor"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["has_more", b"has_more", "items", b"items", "max_page_bytes", b"max_page_bytes", "next_cursor", b"next_cursor"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1278,6 +1296,7 @@ class ReadArtifactResponse(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     HAS_MORE_FIELD_NUMBER: _builtins.int
+    MAX_READ_BYTES_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
     """The bytes."""
     offset: _builtins.int
@@ -1286,6 +1305,8 @@ class ReadArtifactResponse(_message.Message):
     """Total size."""
     has_more: _builtins.bool
     """More bytes after this range."""
+    max_read_bytes: _builtins.int
+    """The most bytes one read returns on this host (`length` is capped to it)."""
     def __init__(
         self,
         *,
@@ -1293,10 +1314,11 @@ class ReadArtifactResponse(_message.Message):
         offset: _builtins.int = ...,
         size_bytes: _builtins.int = ...,
         has_more: _builtins.bool = ...,
+        max_read_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "has_more", b"has_more", "offset", b"offset", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "has_more", b"has_more", "max_read_bytes", b"max_read_bytes", "offset", b"offset", "size_bytes", b"size_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1793,6 +1815,11 @@ class PullSteeringResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ITEMS_FIELD_NUMBER: _builtins.int
+    MAX_PAGE_BYTES_FIELD_NUMBER: _builtins.int
+    max_page_bytes: _builtins.int
+    """The byte cap of one pull on this host: items past it stay queued for the next pull (at least one
+    item is taken).
+    """
     @_builtins.property
     def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___SteeringInput]:
         """Items, oldest first. Each item is delivered once."""
@@ -1801,10 +1828,11 @@ class PullSteeringResponse(_message.Message):
         self,
         *,
         items: _abc.Iterable[Global___SteeringInput] | None = ...,
+        max_page_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "max_page_bytes", b"max_page_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2151,10 +2179,15 @@ class ListRunRecordsResponse(_message.Message):
     RUNS_FIELD_NUMBER: _builtins.int
     NEXT_CURSOR_FIELD_NUMBER: _builtins.int
     HAS_MORE_FIELD_NUMBER: _builtins.int
+    MAX_PAGE_BYTES_FIELD_NUMBER: _builtins.int
     next_cursor: _builtins.str
     """Cursor for the next page."""
     has_more: _builtins.bool
     """More records."""
+    max_page_bytes: _builtins.int
+    """The byte cap of one page on this host: a page ends early (with `has_more`, and the cursor to
+    continue from) before its serialized items would pass it; it holds at least one item.
+    """
     @_builtins.property
     def runs(self) -> _containers.RepeatedCompositeFieldContainer[_host_service_pb2.Run]:
         """Records, newest first."""
@@ -2165,10 +2198,11 @@ class ListRunRecordsResponse(_message.Message):
         runs: _abc.Iterable[_host_service_pb2.Run] | None = ...,
         next_cursor: _builtins.str = ...,
         has_more: _builtins.bool = ...,
+        max_page_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["has_more", b"has_more", "next_cursor", b"next_cursor", "runs", b"runs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["has_more", b"has_more", "max_page_bytes", b"max_page_bytes", "next_cursor", b"next_cursor", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2212,8 +2246,13 @@ class ListRunRecordEventsResponse(_message.Message):
 
     RESULTS_FIELD_NUMBER: _builtins.int
     HAS_MORE_FIELD_NUMBER: _builtins.int
+    MAX_PAGE_BYTES_FIELD_NUMBER: _builtins.int
     has_more: _builtins.bool
     """More results."""
+    max_page_bytes: _builtins.int
+    """The byte cap of one page on this host: a page ends early (with `has_more`; continue after its last
+    sequence) before its serialized results would pass it; it holds at least one result.
+    """
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[_result_pb2.RunResult]:
         """Stored results in sequence order."""
@@ -2223,10 +2262,11 @@ class ListRunRecordEventsResponse(_message.Message):
         *,
         results: _abc.Iterable[_result_pb2.RunResult] | None = ...,
         has_more: _builtins.bool = ...,
+        max_page_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["has_more", b"has_more", "results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["has_more", b"has_more", "max_page_bytes", b"max_page_bytes", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

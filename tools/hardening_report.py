@@ -1,0 +1,25 @@
+"""Sums the hardening matrix's figures (`AGENTRUNNER_HARDENING_REPORT`, one JSON object per line)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+from pathlib import Path
+
+
+def main(path: str) -> int:
+    totals: collections.Counter[str] = collections.Counter()
+    file = Path(path)
+    for line in file.read_text().splitlines() if file.exists() else []:
+        entry = json.loads(line)
+        totals[entry["figure"]] += int(entry["count"])
+    width = max((len(k) for k in totals), default=0)
+    print("hardening matrix:")
+    for figure in sorted(totals):
+        print(f"  {figure:<{width}}  {totals[figure]:>9,}")
+    return 1 if totals.get("problems found", 0) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
