@@ -5,7 +5,8 @@ Each language has its own buf template writing into `.gen/<lang>` (cleaned on ea
 mirrored into the package that ships it, stale generated files are removed:
 
 - Python (`buf.gen.yaml`: protoc from grpcio-tools + a local gRPC shim, typed stubs from mypy-protobuf) ->
-  `sdk_python/src/agentrunner/v1`
+  `sdk_python/src/agentrunner/v1`, plus `descriptor_set.binpb` (`buf build`: the contract's files with
+  their source info, which server reflection sends so `grpcurl describe` shows the comments)
 - Go (`buf.gen.go.yaml`: protoc-gen-go, protoc-gen-go-grpc, `tool` deps of sdk_go/go.mod) ->
   `sdk_go/agentrunnerv1`
 - TypeScript (`buf.gen.ts.yaml`: protoc-gen-es from sdk_ts's devDependencies) -> `sdk_ts/src/gen`
@@ -70,7 +71,13 @@ def gen_python() -> int:
     init += [f"from agentrunner.v1 import {m}" for m in modules]
     init += ["", f"__all__ = {modules!r}", ""]
     (PY_DEST / "__init__.py").write_text("\n".join(init))
-    return len(list(PY_DEST.glob("*.py")))
+    subprocess.run(
+        ["buf", "build", "--exclude-imports", "-o", str(PY_DEST / "descriptor_set.binpb")],
+        cwd=ROOT,
+        env=_env(),
+        check=True,
+    )
+    return len(list(PY_DEST.glob("*.py"))) + 1
 
 
 def gen_go() -> int:

@@ -398,3 +398,42 @@ async def test_mock_speaks_the_sse_wire_format(openai_mock: MockOpenAIServer) ->
     assert frames[-2] == "data: [DONE]" and frames[-1] == ""
     assert all(f.startswith('data: {"id":"chatcmpl-') for f in frames[:-2])
     assert '"object":"chat.completion.chunk"' in frames[1] and '"delta":{"content":"Hi"}' in frames[1]
+
+
+async def test_model_calls_are_timed_per_operation_and_outcome_and_tokens_counted(
+    models, openai_mock
+) -> None:
+    """The Prometheus figures an operator graphs: latency by model, operation and outcome; tokens."""
+    from prometheus_client import REGISTRY
+
+    def sample(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    timed = "agentrunner_model_call_duration_seconds_count"
+    before = {
+        "chat": sample(timed, model="chat", operation="chat", outcome="ok"),
+        "stream": sample(timed, model="chat", operation="chat_stream", outcome="ok"),
+        "late": sample(timed, model="chat-fast-timeout", operation="chat", outcome="DEADLINE_EXCEEDED"),
+        "prompt": sample("agentrunner_model_tokens_total", model="chat", type="prompt"),
+        "completion": sample("agentrunner_model_tokens_total", model="chat", type="completion"),
+    }
+    proxy = make_proxy(models, None, None)
+    openai_mock.state.script({"content": "Paris.", "usage": {"prompt_tokens": 11, "completion_tokens": 2}})
+    await proxy.unary("InvokeModel", pb.InvokeModelRequest(model_id="chat", messages=[user("x")]), GRANTS)
+    openai_mock.state.script({"chunks": ["a", "b"], "usage": {"prompt_tokens": 7, "completion_tokens": 9}})
+    await collect(
+        proxy.stream("StreamModel", pb.StreamModelRequest(model_id="chat", messages=[user("x")]), GRANTS)
+    )
+    openai_mock.state.script({"delay": 2.0})
+    with pytest.raises(DeadlineExceededError):
+        await proxy.unary(
+            "InvokeModel", pb.InvokeModelRequest(model_id="chat-fast-timeout", messages=[user("x")]), GRANTS
+        )
+    assert sample(timed, model="chat", operation="chat", outcome="ok") == before["chat"] + 1
+    assert sample(timed, model="chat", operation="chat_stream", outcome="ok") == before["stream"] + 1
+    late = sample(timed, model="chat-fast-timeout", operation="chat", outcome="DEADLINE_EXCEEDED")
+    assert late == before["late"] + 1
+    assert sample("agentrunner_model_tokens_total", model="chat", type="prompt") == before["prompt"] + 18
+    assert (
+        sample("agentrunner_model_tokens_total", model="chat", type="completion") == before["completion"] + 11
+    )

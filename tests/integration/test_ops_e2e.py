@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import descriptor_pb2
 
 from agentrunner.v1 import host_service_pb2_grpc
 from tests.integration.conftest import (
@@ -197,3 +198,25 @@ async def test_health_and_reflection_on_the_host(metrics_host: tuple[str, str]) 
         await call.done_writing()
         names = {s.name for s in response.list_services_response.service}
         assert {"agentrunner.v1.HostService", "agentrunner.v1.ProxyService", "grpc.health.v1.Health"} <= names
+        assert {"grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"} <= names
+
+        # v1 (what grpcurl asks first) answers too, and the contract's files carry their comments
+        v1 = channel.stream_stream(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        call = v1(timeout=5)
+        await call.write(
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol="agentrunner.v1.HostService")
+        )
+        response = await call.read()
+        await call.done_writing()
+        files = [
+            descriptor_pb2.FileDescriptorProto.FromString(raw)
+            for raw in response.file_descriptor_response.file_descriptor_proto
+        ]
+        assert files[0].name == "agentrunner/v1/host_service.proto"
+        assert "google/protobuf/timestamp.proto" in {f.name for f in files}  # its imports come along
+        comments = [loc.leading_comments for loc in files[0].source_code_info.location]
+        assert any("HostService is implemented by the agent host" in c for c in comments)

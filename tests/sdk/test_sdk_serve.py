@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
 import signal
 import sys
@@ -23,7 +25,9 @@ pytestmark = pytest.mark.asyncio
 TARGET = "agentrunner_runners.reference:ReferenceRunner"
 
 
-async def launch(*args: str, cwd: Path | None = None) -> tuple[asyncio.subprocess.Process, str]:
+async def launch(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[asyncio.subprocess.Process, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -33,6 +37,7 @@ async def launch(*args: str, cwd: Path | None = None) -> tuple[asyncio.subproces
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=cwd,
+        env={**os.environ, **(env or {})},
     )
     assert proc.stdout is not None
     line = (await asyncio.wait_for(proc.stdout.readline(), 20)).decode()
@@ -118,3 +123,26 @@ async def test_tls(tmp_path: Path) -> None:
         assert got[-1].run_completed.message.content == "echo: over tls"
     finally:
         await server.stop(0.1)
+
+
+async def test_json_logs_carry_the_run_id_and_trace_id() -> None:
+    """`AGENTRUNNER_LOG_FORMAT=json`: one JSON object per line on stderr, and what a run logs names the
+    run and its trace (the runner's crash here), so a log pipeline joins it with the host's lines."""
+    proc, address = await launch(TARGET, "--port", "0", env={"AGENTRUNNER_LOG_FORMAT": "json"})
+    try:
+        async with HostDouble() as host:
+            handle = await host.start_run(address, "fail", runner_id="plugin:langbot/reference/default")
+            outcome = await handle.wait(20)
+        assert outcome.failure is not None and outcome.failure.code == "runner.exception"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stderr is not None
+        err = (await asyncio.wait_for(proc.stderr.read(), 20)).decode()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line is JSON
+    (crash,) = [line for line in lines if line["event"] == "runner raised"]
+    assert crash["run_id"] == handle.run_id and crash["level"] == "error"
+    assert len(crash["trace_id"]) == 32 and crash["trace_id"] == handle.context.runtime.trace_id
+    assert "reference runner failure requested" in crash["error"]

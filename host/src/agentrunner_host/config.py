@@ -69,6 +69,16 @@ class MetricsConfig(_Strict):
     address: str | None = None
 
 
+class TelemetryConfig(_Strict):
+    """Trace export (OpenTelemetry): spans of runs, runner calls, proxy calls, model and tool calls."""
+
+    #: OTLP/gRPC endpoint (`http://collector:4317`, plaintext; `https://` for TLS); unset: the
+    #: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT` variables, else no export
+    otlp_endpoint: str | None = None
+    #: `service.name` of the host's spans (`OTEL_SERVICE_NAME` overrides it)
+    service_name: str = "agentrunner-host"
+
+
 class ConsoleConfig(_Strict):
     """The web console (debug chat, runs, runners) served by the host over HTTP."""
 
@@ -325,6 +335,7 @@ class HostConfig(_Strict):
     listen: ListenConfig = Field(default_factory=ListenConfig)
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)

@@ -1,15 +1,23 @@
 """Logs, metrics and trace context.
 
 - structlog JSON logs; `run_id` / `trace_id` are bound with contextvars so every line of a run has them.
-- Prometheus metrics (runs by status, time to first result, results by type, proxy calls by method/status).
+- Prometheus metrics (conventional names, seconds and tokens as units): runs by status, their duration,
+  open runs, time to first result, results by type, proxy calls by method, gRPC code and ErrorInfo
+  reason with their latency, upstream model and tool call latency, tokens, runner endpoint health.
 - W3C trace context (OpenTelemetry): extracted from incoming gRPC metadata, injected into runner calls.
+  Spans: the run, the runner call, each proxy call, each model and tool call. Without an exporter they
+  are non-recording (ids only, for logs and propagation); `configure_tracing` with an OTLP endpoint
+  records and exports them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import sys
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import structlog
@@ -30,8 +38,42 @@ TIME_TO_FIRST_RESULT = Histogram(
 )
 RESULTS = Counter("agentrunner_results_total", "Validated results by type", ["type"])
 RESULTS_REJECTED = Counter("agentrunner_results_rejected_total", "Dropped results by reason", ["reason"])
+RUN_DURATION = Histogram(
+    "agentrunner_run_duration_seconds",
+    "Time from accepting an event to the run's end, by final status",
+    ["status"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
+)
+RUNS_OPEN = Gauge("agentrunner_runs_open", "Runs open on this host (accepted and not yet finished)")
+#: `code` is the gRPC status code's name (OK on success); `reason` the ErrorInfo reason ("" on success)
 PROXY_CALLS = Counter(
-    "agentrunner_proxy_calls_total", "Proxy calls by method and status", ["method", "status"]
+    "agentrunner_proxy_calls_total",
+    "Proxy calls by method, gRPC status code and ErrorInfo reason",
+    ["method", "code", "reason"],
+)
+_CALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+PROXY_CALL_DURATION = Histogram(
+    "agentrunner_proxy_call_duration_seconds",
+    "Proxy call latency inside the host, by method and gRPC status code",
+    ["method", "code"],
+    buckets=_CALL_BUCKETS,
+)
+MODEL_CALL_DURATION = Histogram(
+    "agentrunner_model_call_duration_seconds",
+    "Upstream model calls by model id, operation (chat, chat_stream, embed, rerank) and outcome",
+    ["model", "operation", "outcome"],
+    buckets=_CALL_BUCKETS,
+)
+MODEL_TOKENS = Counter(
+    "agentrunner_model_tokens_total",
+    "Tokens the model providers reported, by model id and type",
+    ["model", "type"],
+)
+TOOL_CALL_DURATION = Histogram(
+    "agentrunner_tool_call_duration_seconds",
+    "Tool calls by tool source and outcome",
+    ["source", "outcome"],
+    buckets=_CALL_BUCKETS,
 )
 
 RUNNER_ENDPOINT_UP = Gauge(
@@ -87,14 +129,14 @@ def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     )
 
 
-#: the provider `configure_tracing` installed (it has no span processors: nothing records or exports)
+#: the provider `configure_tracing` installed without an exporter (nothing records or exports)
 _own_provider: TracerProvider | None = None
 _ids = RandomIdGenerator()
 
 
 def configure_tracing() -> None:
     """Installs an SDK tracer provider so spans get real ids, unless the deployment installed its own
-    (with its exporters) before the host started."""
+    (with its exporters, e.g. `telemetry.configure_otlp`) before the host started."""
     global _own_provider
     if not isinstance(trace.get_tracer_provider(), TracerProvider):
         _own_provider = TracerProvider()
@@ -104,21 +146,75 @@ def configure_tracing() -> None:
 tracer = trace.get_tracer("agentrunner_host")
 
 
-def start_server_span(name: str, metadata: Iterable[tuple[str, str | bytes]] | None) -> trace.Span:
-    """The span of one incoming call, child of the caller's W3C trace context (a new trace without
-    one). With the host's own provider nothing records spans, so only their ids matter (logs, the run's
-    trace id, propagation to runners): a non-recording span carries them for a fraction of what the
-    SDK spends on a span. A deployment's own provider gets real SDK spans."""
-    parent = extract_context(metadata)
+def recording() -> bool:
+    """True when spans are recorded (a provider with exporters), False when only their ids matter."""
     provider = trace.get_tracer_provider()
-    if _own_provider is None or provider is not _own_provider:
-        return tracer.start_span(name, context=parent, kind=trace.SpanKind.SERVER)
+    return isinstance(provider, TracerProvider) and provider is not _own_provider
+
+
+def start_span(
+    name: str,
+    parent: otel_context.Context | None = None,
+    kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+    attributes: Mapping[str, str] | None = None,
+) -> trace.Span:
+    """A span, child of `parent` (the current context when None; a new trace when there is none).
+    With the host's own provider nothing records spans, so only their ids matter (logs, the run's trace
+    id, propagation to runners): a non-recording span carries them for a fraction of what the SDK
+    spends on a span. A provider with exporters gets real SDK spans."""
+    if _own_provider is None or recording():
+        return tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
     caller = trace.get_current_span(parent).get_span_context()
     if caller.is_valid:
         trace_id, flags, state = caller.trace_id, caller.trace_flags, caller.trace_state
     else:
         trace_id, flags, state = _ids.generate_trace_id(), trace.TraceFlags(trace.TraceFlags.SAMPLED), None
     return trace.NonRecordingSpan(trace.SpanContext(trace_id, _ids.generate_span_id(), False, flags, state))
+
+
+def start_server_span(name: str, metadata: Iterable[tuple[str, str | bytes]] | None) -> trace.Span:
+    """The span of one incoming call, child of the caller's W3C trace context (a new trace without one)."""
+    return start_span(name, extract_context(metadata), trace.SpanKind.SERVER)
+
+
+def end_span(span: trace.Span, error: BaseException | None = None) -> None:
+    """Ends a span, marking it failed (with the error's type and ErrorInfo reason) when `error` is set."""
+    if error is not None and span.is_recording():
+        reason = getattr(error, "reason", "") or type(error).__name__
+        span.set_attribute("error.type", reason)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, getattr(error, "message", "") or reason))
+    span.end()
+
+
+@contextlib.contextmanager
+def observed_call(
+    name: str, histogram: Histogram, attributes: Mapping[str, str], **labels: str
+) -> Iterator[trace.Span]:
+    """A client span (child of the current one) and a latency sample labelled with the outcome:
+    `ok`, the ErrorInfo reason of a typed error, `cancelled`, or the exception's type."""
+    span = start_span(name, kind=trace.SpanKind.CLIENT, attributes=attributes)
+    started = time.perf_counter()
+    outcome = "ok"
+    error: BaseException | None = None
+    try:
+        yield span
+    except BaseException as exc:
+        error = exc
+        if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+            outcome, error = "cancelled", None
+        else:
+            outcome = getattr(exc, "reason", "") or type(exc).__name__
+        raise
+    finally:
+        histogram.labels(**labels, outcome=outcome).observe(time.perf_counter() - started)
+        end_span(span, error)
+
+
+def count_tokens(model_id: str, prompt: int, completion: int) -> None:
+    if prompt:
+        MODEL_TOKENS.labels(model_id, "prompt").inc(prompt)
+    if completion:
+        MODEL_TOKENS.labels(model_id, "completion").inc(completion)
 
 
 def extract_context(metadata: Iterable[tuple[str, str | bytes]] | None) -> otel_context.Context:

@@ -15,9 +15,9 @@ from typing import Any
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from agentrunner.errors import AgentRunnerError, NotFoundError, UnauthorizedError
+from agentrunner.reflection import enable_reflection
 from agentrunner.v1 import common_pb2, host_service_pb2
 from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
@@ -312,14 +312,13 @@ class HostApp:
         )
         server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
+        enable_reflection(
+            server,
             (
                 HOST_SERVICE_NAME,
                 PROXY_SERVICE_NAME,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
             ),
-            server,
         )
         return server
 

@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 from google.protobuf import message as pb_message
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from agentrunner.errors import DeadlineExceededError, UnauthorizedError, from_rpc_error
 from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
@@ -143,6 +145,16 @@ async def close_channels() -> None:
         await _channels.pop(key).close()
 
 
+_tracer = trace.get_tracer("agentrunner")
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def _failed(span: trace.Span, exc: grpc.RpcError) -> None:
+    if span.is_recording():
+        code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
+        span.set_status(trace.Status(trace.StatusCode.ERROR, code.name if code is not None else "error"))
+
+
 def traceparent(trace_id: str) -> str | None:
     """A W3C `traceparent` for a new span of the run's trace, or None without a valid trace id."""
     tid = trace_id.lower()
@@ -227,13 +239,31 @@ class HostApi:
             self._stub = proxy_service_pb2_grpc.ProxyServiceStub(host_channel(self.endpoint))
         return self._stub
 
-    def metadata(self) -> list[tuple[str, str]]:
-        """Metadata sent on every call: run token, run id and a fresh `traceparent`."""
+    def metadata(self, span: trace.Span | None = None) -> list[tuple[str, str]]:
+        """Metadata sent on every call: run token, run id and a `traceparent`: the call's span when
+        spans are recorded (a tracer provider is installed), else a fresh span id in the run's trace."""
         md = [(RUN_TOKEN_HEADER, self._token), (RUN_ID_HEADER, self.run_id)]
+        if span is not None and span.is_recording():
+            carrier: dict[str, str] = {}
+            _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+            md.extend(carrier.items())
+            return md
         tp = traceparent(self._trace_id)
         if tp:
             md.append(("traceparent", tp))
         return md
+
+    def _span(self, method: str) -> trace.Span:
+        """The client span of one proxy call, child of the current span (the run's, in its task)."""
+        return _tracer.start_span(
+            f"agentrunner.proxy/{method}",
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "rpc.system": "grpc",
+                "rpc.service": "agentrunner.v1.ProxyService",
+                "rpc.method": method,
+            },
+        )
 
     def timeout(self, method: str, override: float | None = None) -> float:
         """min(per-call default, remaining deadline); raises locally when the deadline has passed."""
@@ -288,10 +318,14 @@ class HostApi:
         timeout: float | None,
     ) -> ResponseT:
         call_timeout = self.timeout(method, timeout)
+        span = self._span(method)
         try:
-            return await rpc(request, timeout=call_timeout, metadata=self.metadata())
+            return await rpc(request, timeout=call_timeout, metadata=self.metadata(span))
         except grpc.RpcError as exc:
+            _failed(span, exc)
             raise from_rpc_error(exc) from None
+        finally:
+            span.end()
 
     async def stream(
         self, method: str, request: pb_message.Message, *, timeout: float | None = None
@@ -310,14 +344,17 @@ class HostApi:
         timeout: float | None,
     ) -> AsyncGenerator[ResponseT, None]:
         call_timeout = self.timeout(method, timeout)
-        call = rpc(request, timeout=call_timeout, metadata=self.metadata())
+        span = self._span(method)
+        call = rpc(request, timeout=call_timeout, metadata=self.metadata(span))
         try:
             async for item in call:
                 yield item
         except grpc.RpcError as exc:
+            _failed(span, exc)
             raise from_rpc_error(exc) from None
         finally:
             call.cancel()
+            span.end()
 
     # -- models -------------------------------------------------------------------------------
 

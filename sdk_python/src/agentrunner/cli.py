@@ -17,6 +17,7 @@ from agentrunner.api import HostTls, configure_host_tls
 from agentrunner.manifest import ManifestError
 from agentrunner.runner import Runner
 from agentrunner.server import PortInUseError, serve
+from agentrunner.telemetry import TelemetryError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="LangBot AgentRunner SDK tools.")
 
@@ -69,6 +70,9 @@ def serve_command(
     except PortInUseError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    except TelemetryError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     except (ManifestError, ImportError, AttributeError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None

@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import traceback
 from collections.abc import AsyncGenerator
 from typing import Any
 
 import structlog
 from google.protobuf import timestamp_pb2
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
-from agentrunner import results
+from agentrunner import results, telemetry
 from agentrunner.config import ConfigInvalid, validate_config
 from agentrunner.context import RunContext
 from agentrunner.control import ControlClient
@@ -89,9 +92,16 @@ class RunExecution:
     """One run of one runner; iterate `results()` once."""
 
     def __init__(
-        self, runner: Runner, request: runner_service_pb2.RunRequest, *, precheck: bool = True
+        self,
+        runner: Runner,
+        request: runner_service_pb2.RunRequest,
+        *,
+        precheck: bool = True,
+        trace_context: otel_context.Context | None = None,
     ) -> None:
         self.runner = runner
+        #: the caller's trace context (the host's runner-call span): the run's span is its child
+        self.trace_context = trace_context
         self.request = request
         self.manifest = runner.get_manifest()
         self.run_id = request.context.run_id
@@ -266,7 +276,15 @@ class RunExecution:
             self._helpers.append(asyncio.create_task(self.control.run()))
         if ctx.remaining() is not None:
             self._helpers.append(asyncio.create_task(self._watch_deadline(ctx)))
-        self._task = asyncio.create_task(self._produce(ctx), name=f"runner:{self.run_id}")
+        span = telemetry.tracer.start_span(
+            "agentrunner.runner/Run",
+            context=self.trace_context,
+            kind=trace.SpanKind.SERVER,
+            attributes={"agentrunner.run_id": self.run_id, "agentrunner.runner_id": self.manifest.id},
+        )
+        self._task = asyncio.create_task(
+            self._produce(ctx), name=f"runner:{self.run_id}", context=self._task_context(span)
+        )
         if self._stop is not None:
             self._task.cancel()
         getter: asyncio.Future[result_pb2.RunResult] | None = None
@@ -296,6 +314,27 @@ class RunExecution:
             if getter is not None:
                 getter.cancel()
             await self._cleanup()
+            self._end_span(span)
+
+    def _task_context(self, span: trace.Span) -> contextvars.Context:
+        """The runner task's context: the run's span is current there (proxy calls and the runner's
+        own spans are its children) and log lines carry `run_id` and `trace_id`."""
+        context = contextvars.copy_context()
+
+        def enter() -> None:
+            otel_context.attach(trace.set_span_in_context(span))  # detached when the task's context goes
+            trace_id = self.request.context.runtime.trace_id
+            structlog.contextvars.bind_contextvars(
+                run_id=self.run_id, **({"trace_id": trace_id} if trace_id else {})
+            )
+
+        context.run(enter)
+        return context
+
+    def _end_span(self, span: trace.Span) -> None:
+        if span.is_recording() and self._error is not None:
+            span.set_status(trace.Status(trace.StatusCode.ERROR, type(self._error).__name__))
+        span.end()
 
     def _final(self) -> result_pb2.RunResult:
         if self._stop is not None:

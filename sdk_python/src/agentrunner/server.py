@@ -18,11 +18,14 @@ from typing import Any
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from opentelemetry import context as otel_context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from agentrunner import telemetry
 from agentrunner.api import close_channels
 from agentrunner.engine import CANCELLED, RunExecution
 from agentrunner.errors import InvalidArgumentError, NotFoundError, RunnerUnavailableError, abort_with
+from agentrunner.reflection import enable_reflection
 from agentrunner.runner import Runner
 from agentrunner.v1 import runner_service_pb2, runner_service_pb2_grpc
 
@@ -111,7 +114,9 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
             await abort_with(
                 context, InvalidArgumentError("context.run_id is required", field="context.run_id")
             )
-        execution = RunExecution(runner, request, precheck=self._precheck)
+        execution = RunExecution(
+            runner, request, precheck=self._precheck, trace_context=_trace_context(context)
+        )
         self.active.add(execution)
         stream = execution.results()
         try:
@@ -120,6 +125,16 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         finally:
             self.active.discard(execution)
             await stream.aclose()
+
+
+def _trace_context(context: grpc.aio.ServicerContext[Any, Any]) -> otel_context.Context:
+    """The caller's W3C trace context from the call's metadata (the host sends `traceparent`)."""
+    carrier = {
+        k: v if isinstance(v, str) else v.decode(errors="replace")
+        for k, v in context.invocation_metadata() or ()
+        if k in ("traceparent", "tracestate")
+    }
+    return TraceContextTextMapPropagator().extract(carrier)
 
 
 async def _wait_finished(executions: set[RunExecution], limit: float) -> None:
@@ -183,10 +198,7 @@ async def start_server(
     runner_service_pb2_grpc.add_RunnerServiceServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        [SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-        server,
-    )
+    enable_reflection(server, [SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name])
     address = f"{host}:{port}"
     try:
         if tls_cert or tls_key:
@@ -228,9 +240,24 @@ async def serve_async(
     announce: bool = True,
 ) -> None:
     """Serves until SIGTERM/SIGINT, then shuts down gracefully. Prints the ready line when `announce`."""
-    if not structlog.is_configured():
-        # stdout carries the ready line (and nothing else): logs go to stderr.
-        structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    telemetry.configure_logging()  # stdout carries the ready line (and nothing else): logs go to stderr
+    shutdown_tracing = telemetry.configure_otlp("agentrunner-runner")
+    try:
+        await _serve_until_stopped(runners, host, port, tls_cert, tls_key, grace, announce)
+    finally:
+        if shutdown_tracing is not None:
+            await asyncio.to_thread(shutdown_tracing)  # flushes the spans still batched
+
+
+async def _serve_until_stopped(
+    runners: Iterable[Runner | type[Runner]],
+    host: str,
+    port: int,
+    tls_cert: str | Path | None,
+    tls_key: str | Path | None,
+    grace: float,
+    announce: bool,
+) -> None:
     handle = await start_server(runners, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -31,6 +31,7 @@ from agentrunner.errors import (
     RuntimeFailureError,
 )
 from agentrunner.v1 import common_pb2, proxy_service_pb2
+from agentrunner_host.observability import MODEL_CALL_DURATION, count_tokens, observed_call
 
 log = structlog.get_logger(__name__)
 
@@ -247,6 +248,20 @@ def _transport_error(exc: Exception, model_id: str) -> AgentRunnerError:
 # --------------------------------------------------------------------------- registry
 
 
+#: the operation of each OpenAI-compatible path (span names and the latency metric's label)
+_OPERATIONS = {"/chat/completions": "chat", "/embeddings": "embed", "/rerank": "rerank"}
+
+
+def _model_attributes(config: ModelConfig, operation: str) -> dict[str, str]:
+    """OpenTelemetry GenAI attributes of a model call (never its content, never the key)."""
+    return {
+        "gen_ai.operation.name": operation,
+        "gen_ai.request.model": config.model,
+        "agentrunner.model_id": config.id,
+        "server.address": httpx.URL(config.base_url).host,
+    }
+
+
 class ModelRegistry:
     """All configured models; one shared HTTP client (connection pooling, no per-call handshakes)."""
 
@@ -311,6 +326,7 @@ class ModelRegistry:
         return config.timeout if time_remaining is None else min(config.timeout, time_remaining)
 
     async def _record(self, run_id: str | None, model_id: str, usage: common_pb2.Usage) -> None:
+        count_tokens(model_id, usage.prompt_tokens, usage.completion_tokens)
         if self.usage_sink is None or not run_id:
             return
         try:
@@ -319,6 +335,19 @@ class ModelRegistry:
             log.warning("usage_sink_failed", run_id=run_id, model_id=model_id, exc_info=True)
 
     async def _post_json(
+        self, config: ModelConfig, path: str, body: dict[str, Any], budget: float
+    ) -> dict[str, Any]:
+        operation = _OPERATIONS[path]
+        with observed_call(
+            f"agentrunner.model/{operation}",
+            MODEL_CALL_DURATION,
+            _model_attributes(config, operation),
+            model=config.id,
+            operation=operation,
+        ):
+            return await self._post_json_call(config, path, body, budget)
+
+    async def _post_json_call(
         self, config: ModelConfig, path: str, body: dict[str, Any], budget: float
     ) -> dict[str, Any]:
         try:
@@ -489,91 +518,102 @@ class ModelRegistry:
             timeout=httpx.Timeout(left()),
         )
         response: httpx.Response | None = None
-        try:
+        with observed_call(
+            "agentrunner.model/chat_stream",
+            MODEL_CALL_DURATION,
+            _model_attributes(config, "chat"),
+            model=model_id,
+            operation="chat_stream",
+        ):
             try:
-                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that races
-                # a completed read, and a cancelled consumer must always stop the upstream request
-                async with asyncio.timeout(left()):
-                    response = await self._client.send(request, stream=True)
-            except (httpx.HTTPError, TimeoutError) as exc:
-                raise _transport_error(exc, model_id) from None
-            if response.status_code != 200:
-                await response.aread()
-                raise _provider_error(response, model_id)
-            lines = response.aiter_lines()
-            while True:
                 try:
+                    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that races
+                    # a completed read, and a cancelled consumer must always stop the upstream request
                     async with asyncio.timeout(left()):
-                        line = await anext(lines)
-                except StopAsyncIteration:
-                    break
+                        response = await self._client.send(request, stream=True)
                 except (httpx.HTTPError, TimeoutError) as exc:
                     raise _transport_error(exc, model_id) from None
-                if not line.startswith("data:"):
-                    continue  # comments, `event:` lines and the blank separators
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                try:
-                    data = json.loads(payload)
-                except ValueError:
-                    log.warning("model_stream_bad_chunk", model_id=model_id)
-                    continue
-                if "error" in data:
-                    err = data["error"] if isinstance(data["error"], dict) else {"message": data["error"]}
-                    raise RuntimeFailureError(
-                        f"model {model_id}: provider failed mid-stream: {err.get('message')}",
-                        retryable=True,
-                        metadata={"modelId": model_id},
-                    )
-                if data.get("usage"):
-                    usage = usage_from_json(data["usage"])
-                for choice in data.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    text = delta.get("content") or ""
-                    if think is not None and text:
-                        text = think.feed(text)
-                    for part in delta.get("tool_calls") or []:
-                        slot = calls.setdefault(part.get("index", 0), {"id": "", "name": "", "arguments": ""})
-                        function = part.get("function") or {}
-                        slot["id"] = part.get("id") or slot["id"]
-                        slot["name"] += function.get("name") or ""
-                        slot["arguments"] += function.get("arguments") or ""
-                    reason = choice.get("finish_reason") or ""
-                    chunk = proxy_service_pb2.ModelChunk(content=text, finish_reason=reason)
-                    if reason:
-                        finished = True
-                        if think is not None:
-                            chunk.content += think.flush()
-                        chunk.tool_calls.extend(
-                            common_pb2.ToolCall(id=c["id"], name=c["name"], arguments_json=c["arguments"])
-                            for _, c in sorted(calls.items())
+                if response.status_code != 200:
+                    await response.aread()
+                    raise _provider_error(response, model_id)
+                lines = response.aiter_lines()
+                while True:
+                    try:
+                        async with asyncio.timeout(left()):
+                            line = await anext(lines)
+                    except StopAsyncIteration:
+                        break
+                    except (httpx.HTTPError, TimeoutError) as exc:
+                        raise _transport_error(exc, model_id) from None
+                    if not line.startswith("data:"):
+                        continue  # comments, `event:` lines and the blank separators
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    try:
+                        data = json.loads(payload)
+                    except ValueError:
+                        log.warning("model_stream_bad_chunk", model_id=model_id)
+                        continue
+                    if "error" in data:
+                        err = data["error"] if isinstance(data["error"], dict) else {"message": data["error"]}
+                        raise RuntimeFailureError(
+                            f"model {model_id}: provider failed mid-stream: {err.get('message')}",
+                            retryable=True,
+                            metadata={"modelId": model_id},
                         )
-                        calls.clear()
-                    if chunk.content or chunk.tool_calls or chunk.finish_reason:
-                        yield proxy_service_pb2.StreamModelResponse(chunk=chunk)
-            if not finished:
-                tail = think.flush() if think is not None else ""
-                if tail or calls:
-                    yield proxy_service_pb2.StreamModelResponse(
-                        chunk=proxy_service_pb2.ModelChunk(
-                            content=tail,
-                            tool_calls=[
+                    if data.get("usage"):
+                        usage = usage_from_json(data["usage"])
+                    for choice in data.get("choices") or []:
+                        delta = choice.get("delta") or {}
+                        text = delta.get("content") or ""
+                        if think is not None and text:
+                            text = think.feed(text)
+                        for part in delta.get("tool_calls") or []:
+                            slot = calls.setdefault(
+                                part.get("index", 0), {"id": "", "name": "", "arguments": ""}
+                            )
+                            function = part.get("function") or {}
+                            slot["id"] = part.get("id") or slot["id"]
+                            slot["name"] += function.get("name") or ""
+                            slot["arguments"] += function.get("arguments") or ""
+                        reason = choice.get("finish_reason") or ""
+                        chunk = proxy_service_pb2.ModelChunk(content=text, finish_reason=reason)
+                        if reason:
+                            finished = True
+                            if think is not None:
+                                chunk.content += think.flush()
+                            chunk.tool_calls.extend(
                                 common_pb2.ToolCall(id=c["id"], name=c["name"], arguments_json=c["arguments"])
                                 for _, c in sorted(calls.items())
-                            ],
-                            finish_reason="stop",
+                            )
+                            calls.clear()
+                        if chunk.content or chunk.tool_calls or chunk.finish_reason:
+                            yield proxy_service_pb2.StreamModelResponse(chunk=chunk)
+                if not finished:
+                    tail = think.flush() if think is not None else ""
+                    if tail or calls:
+                        yield proxy_service_pb2.StreamModelResponse(
+                            chunk=proxy_service_pb2.ModelChunk(
+                                content=tail,
+                                tool_calls=[
+                                    common_pb2.ToolCall(
+                                        id=c["id"], name=c["name"], arguments_json=c["arguments"]
+                                    )
+                                    for _, c in sorted(calls.items())
+                                ],
+                                finish_reason="stop",
+                            )
                         )
-                    )
-            final_usage = usage or common_pb2.Usage()
-            await self._record(run_id, model_id, final_usage)
-            if usage is not None:
-                yield proxy_service_pb2.StreamModelResponse(usage=usage)
-        finally:
-            if response is not None:
-                # shielded so a cancelled consumer still closes the socket to the provider
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(response.aclose())
+                final_usage = usage or common_pb2.Usage()
+                await self._record(run_id, model_id, final_usage)
+                if usage is not None:
+                    yield proxy_service_pb2.StreamModelResponse(usage=usage)
+            finally:
+                if response is not None:
+                    # shielded so a cancelled consumer still closes the socket to the provider
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(response.aclose())
 
     # ---- rerank, embeddings, tokens
 

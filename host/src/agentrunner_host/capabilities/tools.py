@@ -28,6 +28,7 @@ from agentrunner.errors import (
     RuntimeFailureError,
 )
 from agentrunner.v1 import common_pb2
+from agentrunner_host.observability import TOOL_CALL_DURATION, observed_call
 
 log = structlog.get_logger(__name__)
 
@@ -507,11 +508,25 @@ class ToolRegistry:
         timeout = self._timeouts[tool.source]
         if time_remaining is not None:
             timeout = min(timeout, time_remaining)
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": name,
+            "agentrunner.tool_source": tool.source,
+        }
+        with observed_call(f"agentrunner.tool/{name}", TOOL_CALL_DURATION, attributes, source=tool.source):
+            outcome = await self._call_source(source, tool, dict(parameters), timeout)
+        return await self._cap(outcome, name, run_id)
+
+    async def _call_source(
+        self, source: ToolSource, tool: ToolInfo, parameters: dict[str, Any], time_limit: float
+    ) -> ToolOutcome:
+        """One call to the tool's source, its failures as typed errors (a lost source is withdrawn)."""
+        name = tool.name
         try:
-            outcome = await source.call(name, dict(parameters), timeout)
+            return await source.call(name, parameters, time_limit)
         except TimeoutError:
             raise DeadlineExceededError(
-                f"tool {name} did not answer within {timeout:.1f}s", metadata={"toolName": name}
+                f"tool {name} did not answer within {time_limit:.1f}s", metadata={"toolName": name}
             ) from None
         except SourceUnavailable as exc:
             log.warning("tool_source_lost", source=tool.source, error=str(exc))
@@ -525,7 +540,6 @@ class ToolRegistry:
         except Exception as exc:
             log.warning("tool_call_failed", tool=name, error=repr(exc))
             raise RuntimeFailureError(f"tool {name} failed", metadata={"toolName": name}) from None
-        return await self._cap(outcome, name, run_id)
 
     async def _cap(self, outcome: ToolOutcome, name: str, run_id: str) -> ToolOutcome:
         limit = self.config.max_result_chars

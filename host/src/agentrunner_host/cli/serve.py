@@ -35,14 +35,26 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve HostService + ProxyService (+ health, reflection) until SIGINT/SIGTERM.
         Refuses to start on a database that is not migrated (run `agentrunner-host db upgrade`)."""
+        from agentrunner.telemetry import TelemetryError, configure_otlp
         from agentrunner_host.observability import configure_logging
 
         configure_logging(log_level.value)
         cfg = load(config)
         try:
+            shutdown_tracing = configure_otlp(
+                cfg.telemetry.service_name,
+                endpoint=cfg.telemetry.otlp_endpoint,
+                attributes={"service.instance.id": cfg.instance_id},
+            )
+        except TelemetryError as exc:
+            fail(str(exc), 3)
+        try:
             asyncio.run(_serve(cfg, address))
         except KeyboardInterrupt:  # a second Ctrl-C during shutdown
             raise typer.Exit(130) from None
+        finally:
+            if shutdown_tracing is not None:
+                shutdown_tracing()  # flushes the spans still batched
 
 
 async def _serve(cfg: Any, address: str | None) -> None:

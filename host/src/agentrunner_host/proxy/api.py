@@ -33,6 +33,8 @@ class ProxyCall:
     traceparent: str = ""
     #: audit details a handler adds (e.g. the resource it touched); the servicer records them
     audit: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: `time.perf_counter()` when the call was accepted (its latency metric)
+    started: float = dataclasses.field(default_factory=time.perf_counter)
 
     @property
     def snapshot(self) -> AuthorizationSnapshot:

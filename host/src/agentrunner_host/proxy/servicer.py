@@ -18,6 +18,7 @@ import grpc
 import structlog
 from google.protobuf import message_factory
 from google.protobuf.message import Message
+from opentelemetry import trace
 
 from agentrunner.errors import (
     AgentRunnerError,
@@ -33,7 +34,7 @@ from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
 from agentrunner.v1 import proxy_service_pb2
 from agentrunner_host.boundary import Refused, request_deserializer
 from agentrunner_host.control import ControlHub
-from agentrunner_host.observability import PROXY_CALLS, start_server_span
+from agentrunner_host.observability import PROXY_CALL_DURATION, PROXY_CALLS, end_span, start_server_span
 from agentrunner_host.ports import RunSession, SessionRegistry
 from agentrunner_host.proxy.api import AuditSink, HandlerTable, ProxyCall
 
@@ -121,7 +122,7 @@ class ProxyServicer:
     async def _audit_failure(
         self, method: str, run_id: str, runner_id: str, resource: str, err: AgentRunnerError
     ) -> None:
-        PROXY_CALLS.labels(method, err.reason).inc()
+        PROXY_CALLS.labels(method, err.status_code.name, err.reason).inc()
         await self.audit.record_proxy_call(
             run_id=run_id,
             runner_id=runner_id,
@@ -132,7 +133,9 @@ class ProxyServicer:
         )
 
     async def _finish(self, call: ProxyCall, outcome: str, err: AgentRunnerError | None = None) -> None:
-        PROXY_CALLS.labels(call.method, outcome).inc()
+        code = err.status_code.name if err is not None else "OK"
+        PROXY_CALLS.labels(call.method, code, err.reason if err is not None else "").inc()
+        PROXY_CALL_DURATION.labels(call.method, code).observe(time.perf_counter() - call.started)
         detail = {k: v for k, v in call.audit.items() if k != "resource"}
         if err is not None:
             detail.update(code=err.status_code.name, message=err.message)
@@ -163,16 +166,16 @@ class ProxyServicer:
             call = await self._begin(method, context)
         except AgentRunnerError as refused:
             await abort_with(context, refused)
-        span = start_server_span(f"agentrunner.proxy/{method}", context.invocation_metadata())
-        span.set_attribute("agentrunner.run_id", call.run_id)
+        span = self._span(call, context)
         err: AgentRunnerError | None = None
         try:
             if type(request) is Refused:
                 raise request.error
             handler = self._handler(method)
             try:
-                async with asyncio.timeout_at(_loop_deadline(call)):
-                    response = await handler(call, request)
+                with trace.use_span(span):  # model and tool calls are its children
+                    async with asyncio.timeout_at(_loop_deadline(call)):
+                        response = await handler(call, request)
             except TimeoutError:
                 raise DeadlineExceededError(
                     f"{method} ran past the run deadline", metadata={"runId": call.run_id}
@@ -184,27 +187,44 @@ class ProxyServicer:
         except Exception as exc:
             err = self._internal(method, exc)
         finally:
-            span.end()
+            end_span(span, err)
         await self._finish(call, err.reason, err)
         await abort_with(context, err)
+
+    @staticmethod
+    def _span(call: ProxyCall, context: _Context) -> trace.Span:
+        span = start_server_span(f"agentrunner.proxy/{call.method}", context.invocation_metadata())
+        if span.is_recording():
+            span.set_attributes(
+                {
+                    "rpc.system": "grpc",
+                    "rpc.service": SERVICE_NAME,
+                    "rpc.method": call.method,
+                    "agentrunner.run_id": call.run_id,
+                }
+            )
+        return span
 
     async def stream(self, method: str, request: Any, context: _Context) -> None:
         try:
             call = await self._begin(method, context)
         except AgentRunnerError as refused:
             await abort_with(context, refused)
+        span = self._span(call, context)
         err: AgentRunnerError | None = None
         try:
             if type(request) is Refused:
                 raise request.error
             handler = self._handler(method)
-            async with asyncio.timeout_at(_loop_deadline(call)):
-                gen = handler(call, request)
-                try:
-                    async for item in gen:
-                        await context.write(item)
-                finally:
-                    await gen.aclose()
+            with trace.use_span(span):
+                async with asyncio.timeout_at(_loop_deadline(call)):
+                    gen = handler(call, request)
+                    try:
+                        async for item in gen:
+                            await context.write(item)
+                    finally:
+                        await gen.aclose()
+            end_span(span)
             await self._finish(call, "OK")
             return
         except TimeoutError:
@@ -215,6 +235,10 @@ class ProxyServicer:
             err = e
         except Exception as exc:
             err = self._internal(method, exc)
+        except BaseException:
+            end_span(span)
+            raise
+        end_span(span, err)
         await self._finish(call, err.reason, err)
         await abort_with(context, err)
 

@@ -29,7 +29,7 @@ from agentrunner.protocol import FINISH_ACKNOWLEDGED
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2, runner_service_pb2
 from agentrunner_host.delivery.channel import AppendedResult, RunChannel
 from agentrunner_host.delivery.interactions import deliver_requested, record_requested
-from agentrunner_host.observability import RUNS, TIME_TO_FIRST_RESULT
+from agentrunner_host.observability import RUN_DURATION, RUNS, TIME_TO_FIRST_RESULT
 from agentrunner_host.ports import AuthorizationSnapshot, RunRecord
 from agentrunner_host.run import outcomes
 from agentrunner_host.run.followers import Followers
@@ -66,6 +66,8 @@ class RunExecution:
         self.start = start
         self.record: RunRecord = start.record
         self.span = span
+        #: monotonic time the run was accepted (its duration metric)
+        self.accepted_at = time.monotonic()
         self.snapshot: AuthorizationSnapshot = start.snapshot or start.minimal_snapshot()
         self.phase = Phase.OPEN
         self.journal: RunJournal = service.batcher.journal(self.record.run_id, self.snapshot)
@@ -364,6 +366,19 @@ class RunExecution:
         update = Update(finished=finished)
         self.followers.publish(update)
         RUNS.labels(outcomes.terminal_status_name(final)).inc()
+        RUN_DURATION.labels(outcomes.terminal_status_name(final)).observe(time.monotonic() - self.accepted_at)
+        if self.span.is_recording():
+            self.span.set_attributes(
+                {
+                    "agentrunner.run_id": self.run_id,
+                    "agentrunner.agent_id": self.record.agent_id,
+                    "agentrunner.runner_id": self.record.runner_id,
+                    "agentrunner.run.status": outcomes.terminal_status_name(final),
+                    "agentrunner.run.reason": finished.reason,
+                }
+            )
+            if outcomes.terminal_status_name(final) != "completed":
+                self.span.set_status(trace.Status(trace.StatusCode.ERROR, finished.reason))
         log.info("run.finished", status=outcomes.terminal_status_name(final), reason=finished.reason)
         return update
 

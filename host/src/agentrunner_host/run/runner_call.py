@@ -13,14 +13,14 @@ import asyncio
 import dataclasses
 import datetime as dt
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from opentelemetry import trace
 
 from agentrunner.v1 import runner_service_pb2
 from agentrunner_host.delivery.channel import AppendedResult, Outbox, Update
-from agentrunner_host.observability import inject_metadata
+from agentrunner_host.observability import inject_metadata, start_span
 from agentrunner_host.ports import utcnow
 
 if TYPE_CHECKING:
@@ -58,6 +58,13 @@ class ReadRoom:
             waiter.set_result(None)
 
 
+def _end_call_span(span: trace.Span, call: Any) -> None:
+    """The call's done callback (grpc.aio's status accessors are coroutines: a cancel is what it knows)."""
+    if span.is_recording() and call.cancelled():
+        span.set_status(trace.Status(trace.StatusCode.ERROR, "CANCELLED"))
+    span.end()
+
+
 @dataclasses.dataclass(slots=True)
 class ReadFailed:
     """The runner read ended with an error (or our own `call.cancel()`); re-raised by the pump."""
@@ -85,10 +92,24 @@ class RunnerCall:
         span: trace.Span,
         outbox: Outbox,
     ) -> RunnerCall:
-        """Starts the call (grpc.aio sends the request from a task of its own, at the next yield)."""
-        metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(span)))
+        """Starts the call (grpc.aio sends the request from a task of its own, at the next yield) in a
+        client span of the run's span, which the runner's spans are children of; it ends with the call."""
+        call_span = start_span(
+            "agentrunner.runner/Run",
+            trace.set_span_in_context(span),
+            trace.SpanKind.CLIENT,
+            {
+                "rpc.system": "grpc",
+                "rpc.service": "agentrunner.v1.RunnerService",
+                "rpc.method": "Run",
+                "server.address": endpoint.config.address,
+            },
+        )
+        metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(call_span)))
         timeout = max(0.001, (deadline_at - utcnow()).total_seconds())
-        return cls(endpoint.stub.Run(request, timeout=timeout, metadata=metadata), outbox)
+        call = endpoint.stub.Run(request, timeout=timeout, metadata=metadata)
+        call.add_done_callback(lambda done: _end_call_span(call_span, done))
+        return cls(call, outbox)
 
     def start_reading(self, name: str) -> None:
         self.last_activity = time.monotonic()

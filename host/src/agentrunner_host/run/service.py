@@ -42,7 +42,7 @@ from agentrunner_host.context_builder import ContextBuilder
 from agentrunner_host.control import ControlHub
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.store import InteractionStore
-from agentrunner_host.observability import RUNS, start_server_span, trace_id_of
+from agentrunner_host.observability import RUNS, RUNS_OPEN, start_server_span, trace_id_of
 from agentrunner_host.ports import TERMINAL_STATUSES, AuthorizationSnapshot, RunRecord, RunStore, utcnow
 from agentrunner_host.proxy.capabilities import Backends
 from agentrunner_host.registry import RunnerRegistry
@@ -166,7 +166,8 @@ class RunService:
 
     def forget(self, execution: RunExecution) -> None:
         """`RunExecution.release`: the run is no longer open here."""
-        self._open.pop(execution.run_id, None)
+        if self._open.pop(execution.run_id, None) is not None:
+            RUNS_OPEN.dec()
 
     # -- open ------------------------------------------------------------------------------------------
     async def open(
@@ -233,6 +234,7 @@ class RunService:
             return self.follow(stored.run_id, 0, attached=True)
         execution = RunExecution(self, start, span)
         self._open[run_id] = execution
+        RUNS_OPEN.inc()
         self.hub.open(run_id)
         return _RunStream(execution, execution.stream())
 
