@@ -5,6 +5,7 @@ proxy spans -> the tool call. The Prometheus endpoint shows the run, proxy and t
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import urllib.request
@@ -14,6 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from tests.integration.conftest import (
@@ -37,6 +39,7 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self) -> None:
         self.spans: list[tuple[str, Any]] = []
         self.lock = threading.Lock()
+        self.metrics = MetricsCollector()  # served by the same server
 
     def Export(self, request: Any, context: Any) -> Any:
         with self.lock:
@@ -61,11 +64,30 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
             time.sleep(0.2)
 
 
+class MetricsCollector(metrics_service_pb2_grpc.MetricsServiceServicer):
+    """An OTLP metrics collector keeping the metrics of every export, by name (the latest wins)."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, Any] = {}
+        self.services: set[str] = set()
+        self.lock = threading.Lock()
+
+    def Export(self, request: Any, context: Any) -> Any:
+        with self.lock:
+            for resource_metrics in request.resource_metrics:
+                attrs = {a.key: a.value.string_value for a in resource_metrics.resource.attributes}
+                self.services.add(attrs.get("service.name", ""))
+                for scope in resource_metrics.scope_metrics:
+                    self.latest.update({m.name: m for m in scope.metrics})
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+
 @pytest.fixture(scope="module")
 def collector() -> Iterator[tuple[Collector, str]]:
     servicer = Collector()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(servicer.metrics, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     yield servicer, f"http://127.0.0.1:{port}"
@@ -92,7 +114,7 @@ def traced_host(
             "instance_id": "traced-host",
             "listen": {"address": "127.0.0.1:0"},
             "metrics": {"address": metrics_address},
-            "telemetry": {"otlp_endpoint": endpoint},
+            "telemetry": {"otlp_endpoint": endpoint, "metrics_interval_seconds": 0.5},
             "database": {"url": f"sqlite+aiosqlite:///{tmp / 'host.db'}", "artifact_dir": str(tmp / "a")},
             "runners": [{"id": "ref", "address": runner.value}],
             "agents": [
@@ -194,3 +216,40 @@ async def test_tool_calls_are_spans_and_metrics_have_their_labels(
     ]
     assert grew("agentrunner_run_duration_seconds_count", 'status="completed"') == 2
     assert _metric(after, "agentrunner_runs_open", "") == 0
+
+
+async def test_metrics_are_pushed_over_otlp_too(
+    traced_host: tuple[str, str], collector: tuple[Collector, str]
+) -> None:
+    """The same figures as /metrics, pushed to the collector: a counter as a monotonic cumulative sum,
+    a histogram with its buckets (seconds), the open-runs gauge."""
+    address, metrics_address = traced_host
+    received = collector[0].metrics
+    assert completed(await run(address, "hello metrics", conversation_id="conv-otlp-metrics")).message.content
+    scraped = _metric(_scrape(metrics_address), "agentrunner_runs_total", 'status="completed"')
+    deadline = time.monotonic() + 30
+    while True:
+        with received.lock:
+            runs = received.latest.get("agentrunner_runs")
+            duration = received.latest.get("agentrunner_run_duration_seconds")
+            open_runs = received.latest.get("agentrunner_runs_open")
+        completed_runs = [
+            p.as_double
+            for p in (runs.sum.data_points if runs is not None else [])
+            if {a.key: a.value.string_value for a in p.attributes}.get("status") == "completed"
+        ]
+        if completed_runs == [scraped] or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert completed_runs == [scraped] and scraped >= 1
+    assert runs.sum.is_monotonic and runs.sum.aggregation_temporality == 2  # CUMULATIVE
+    assert duration is not None and duration.unit == "s"
+    (point,) = [
+        p
+        for p in duration.histogram.data_points
+        if {a.key: a.value.string_value for a in p.attributes} == {"status": "completed"}
+    ]
+    assert point.count >= 1 and sum(point.bucket_counts) == point.count
+    assert len(point.bucket_counts) == len(point.explicit_bounds) + 1
+    assert open_runs is not None and [p.as_double for p in open_runs.gauge.data_points] == [0.0]
+    assert "agentrunner-host" in received.services

@@ -70,13 +70,16 @@ class MetricsConfig(_Strict):
 
 
 class TelemetryConfig(_Strict):
-    """Trace export (OpenTelemetry): spans of runs, runner calls, proxy calls, model and tool calls."""
+    """OTLP export (OpenTelemetry): spans of runs, runner calls, proxy calls, model and tool calls, and
+    the metrics `/metrics` serves."""
 
     #: OTLP/gRPC endpoint (`http://collector:4317`, plaintext; `https://` for TLS); unset: the
-    #: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT` variables, else no export
+    #: `OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT` variables, else none
     otlp_endpoint: str | None = None
-    #: `service.name` of the host's spans (`OTEL_SERVICE_NAME` overrides it)
+    #: `service.name` of the host's spans and metrics (`OTEL_SERVICE_NAME` overrides it)
     service_name: str = "agentrunner-host"
+    #: seconds between two OTLP metric exports (`OTEL_METRIC_EXPORT_INTERVAL`, in ms, overrides it)
+    metrics_interval_seconds: float = Field(default=15.0, gt=0)
 
 
 class ConsoleConfig(_Strict):

@@ -26,19 +26,22 @@ from opentelemetry import trace
 
 tracer = trace.get_tracer("agentrunner")
 
-#: the OpenTelemetry variables naming the OTLP endpoint, most specific first
-ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+#: the OpenTelemetry variables naming the OTLP endpoint of a signal, most specific first
+ENDPOINT_VARIABLES = {
+    "traces": ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+    "metrics": ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+}
 
 
 class TelemetryError(Exception):
     """OTLP export is configured but cannot be set up (one line for the operator)."""
 
 
-def otlp_endpoint(configured: str | None = None) -> str | None:
-    """The OTLP endpoint to export to: the configured one, else the OpenTelemetry variables."""
+def otlp_endpoint(configured: str | None = None, signal: str = "traces") -> str | None:
+    """The OTLP endpoint to export `signal` to: the configured one, else the OpenTelemetry variables."""
     if configured:
         return configured
-    return next((os.environ[v] for v in ENDPOINT_VARIABLES if os.environ.get(v)), None)
+    return next((os.environ[v] for v in ENDPOINT_VARIABLES[signal] if os.environ.get(v)), None)
 
 
 def configure_otlp(

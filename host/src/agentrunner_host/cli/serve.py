@@ -90,6 +90,7 @@ async def _serve(cfg: Any, address: str | None) -> None:
     # it again and again (~4% more results/s under the throughput benchmark).
     gc.collect()
     gc.freeze()
+    pusher = _metrics_pusher(cfg)
     bound_host = (address or cfg.listen.address).rsplit(":", 1)[0]
     print(f"AGENTRUNNER_HOST_LISTENING {bound_host}:{port}", flush=True)
     if host.console is not None:
@@ -100,3 +101,25 @@ async def _serve(cfg: Any, address: str | None) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await host.stop(5.0)
+    if pusher is not None:
+        await pusher.stop()  # the last figures, after the runs ended
+
+
+def _metrics_pusher(cfg: Any) -> Any:
+    """Starts the OTLP metric export when an endpoint is configured (None otherwise)."""
+    from agentrunner.telemetry import otlp_endpoint
+
+    endpoint = otlp_endpoint(cfg.telemetry.otlp_endpoint, "metrics")
+    if not endpoint:
+        return None
+    import os
+
+    from opentelemetry.sdk.resources import Resource
+
+    from agentrunner_host.otlp_metrics import MetricsPusher, interval_seconds
+
+    name = os.environ.get("OTEL_SERVICE_NAME") or cfg.telemetry.service_name
+    resource = Resource.create({"service.name": name, "service.instance.id": cfg.instance_id})
+    pusher = MetricsPusher(endpoint, interval_seconds(cfg.telemetry.metrics_interval_seconds), resource)
+    pusher.start()
+    return pusher
