@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -70,6 +71,7 @@ class FakeEndpoint:
     script: list[Any]
     metadata: tuple[tuple[str, str], ...] = ()
     calls: list[ScriptedCall] = dataclasses.field(default_factory=list)
+    config: Any = dataclasses.field(default_factory=lambda: types.SimpleNamespace(address="fake:0"))
 
     @property
     def stub(self) -> FakeEndpoint:

@@ -155,12 +155,19 @@ def _failed(span: trace.Span, exc: grpc.RpcError) -> None:
         span.set_status(trace.Status(trace.StatusCode.ERROR, code.name if code is not None else "error"))
 
 
+def _trace_int(trace_id: str) -> int:
+    """The run's trace id as an int, 0 when it is not a valid W3C trace id."""
+    tid = trace_id.lower()
+    if len(tid) != 32 or any(c not in "0123456789abcdef" for c in tid):
+        return 0
+    return int(tid, 16)
+
+
 def traceparent(trace_id: str) -> str | None:
     """A W3C `traceparent` for a new span of the run's trace, or None without a valid trace id."""
-    tid = trace_id.lower()
-    if len(tid) != 32 or any(c not in "0123456789abcdef" for c in tid) or tid == "0" * 32:
+    if not _trace_int(trace_id):
         return None
-    return f"00-{tid}-{secrets.token_hex(8)}-01"
+    return f"00-{trace_id.lower()}-{secrets.token_hex(8)}-01"
 
 
 def _messages(
@@ -254,9 +261,19 @@ class HostApi:
         return md
 
     def _span(self, method: str) -> trace.Span:
-        """The client span of one proxy call, child of the current span (the run's, in its task)."""
+        """The client span of one proxy call, child of the current span (the run's, in its task); in
+        the run's trace whatever the caller's context (code outside the run's task, a test)."""
+        parent = None
+        run_trace = _trace_int(self._trace_id)
+        current = trace.get_current_span().get_span_context()
+        if run_trace and current.trace_id != run_trace:
+            remote = trace.SpanContext(
+                run_trace, secrets.randbits(64) or 1, True, trace.TraceFlags(trace.TraceFlags.SAMPLED)
+            )
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(remote))
         return _tracer.start_span(
             f"agentrunner.proxy/{method}",
+            context=parent,
             kind=trace.SpanKind.CLIENT,
             attributes={
                 "rpc.system": "grpc",

@@ -278,7 +278,7 @@ class RunExecution:
             self._helpers.append(asyncio.create_task(self._watch_deadline(ctx)))
         span = telemetry.tracer.start_span(
             "agentrunner.runner/Run",
-            context=self.trace_context,
+            context=telemetry.run_parent(self.trace_context, self.request.context.runtime.trace_id),
             kind=trace.SpanKind.SERVER,
             attributes={"agentrunner.run_id": self.run_id, "agentrunner.runner_id": self.manifest.id},
         )

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 tracer = trace.get_tracer("agentrunner")
@@ -31,6 +33,23 @@ ENDPOINT_VARIABLES = {
     "traces": ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
     "metrics": ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
 }
+
+
+def run_parent(caller: otel_context.Context | None, trace_id: str) -> otel_context.Context | None:
+    """The parent of a run's span: the caller's span (the host's runner call), or, when the call came
+    without a `traceparent`, a remote span of the run's trace (`RuntimeContext.trace_id`)."""
+    if trace.get_current_span(caller).get_span_context().is_valid:
+        return caller
+    try:
+        tid = int(trace_id, 16) if len(trace_id) == 32 else 0
+    except ValueError:
+        tid = 0
+    if not tid:
+        return caller
+    remote = trace.SpanContext(
+        tid, secrets.randbits(64) or 1, True, trace.TraceFlags(trace.TraceFlags.SAMPLED)
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(remote))
 
 
 class TelemetryError(Exception):

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 from opentelemetry import trace
@@ -58,13 +58,6 @@ class ReadRoom:
             waiter.set_result(None)
 
 
-def _end_call_span(span: trace.Span, call: Any) -> None:
-    """The call's done callback (grpc.aio's status accessors are coroutines: a cancel is what it knows)."""
-    if span.is_recording() and call.cancelled():
-        span.set_status(trace.Status(trace.StatusCode.ERROR, "CANCELLED"))
-    span.end()
-
-
 @dataclasses.dataclass(slots=True)
 class ReadFailed:
     """The runner read ended with an error (or our own `call.cancel()`); re-raised by the pump."""
@@ -82,6 +75,8 @@ class RunnerCall:
         self._reader: asyncio.Task[None] | None = None
         #: monotonic time of the runner's last message (host stop cancels runs idle for a while first)
         self.last_activity = time.monotonic()
+        #: the call's client span (`send`); it ends with the reader, on every path
+        self.span: trace.Span | None = None
 
     @classmethod
     def send(
@@ -107,9 +102,9 @@ class RunnerCall:
         )
         metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(call_span)))
         timeout = max(0.001, (deadline_at - utcnow()).total_seconds())
-        call = endpoint.stub.Run(request, timeout=timeout, metadata=metadata)
-        call.add_done_callback(lambda done: _end_call_span(call_span, done))
-        return cls(call, outbox)
+        runner_call = cls(endpoint.stub.Run(request, timeout=timeout, metadata=metadata), outbox)
+        runner_call.span = call_span
+        return runner_call
 
     def start_reading(self, name: str) -> None:
         self.last_activity = time.monotonic()
@@ -121,6 +116,8 @@ class RunnerCall:
     def cancel(self) -> None:
         """Cancels the call (its read then ends with `ReadFailed(CancelledError)`); a no-op once done."""
         if not self.call.done():
+            if self.span is not None and self.span.is_recording():
+                self.span.set_status(trace.Status(trace.StatusCode.ERROR, "CANCELLED"))
             self.call.cancel()
 
     def stop_reading(self) -> None:
@@ -140,6 +137,18 @@ class RunnerCall:
         return item
 
     async def _read(self) -> None:
+        try:
+            await self._read_all()
+        finally:
+            self._end_span()
+
+    def _end_span(self) -> None:
+        span, self.span = self.span, None
+        if span is None:
+            return
+        span.end()
+
+    async def _read_all(self) -> None:
         room = self.room
         first = True
         while True:
@@ -158,6 +167,9 @@ class RunnerCall:
                 )  # the call was cancelled (CancelRun grace, client gone)
                 return
             except Exception as exc:
+                if self.span is not None and self.span.is_recording():
+                    code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else grpc.StatusCode.UNKNOWN
+                    self.span.set_status(trace.Status(trace.StatusCode.ERROR, code.name))
                 self.outbox.put_nowait(ReadFailed(exc))
                 return
             self.outbox.put_nowait(message)
