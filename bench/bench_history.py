@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT))
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token, utcnow  # noqa: E402
 from agentrunner_host.proxy.api import ProxyCall  # noqa: E402
 from agentrunner_host.proxy.facts import fact_handlers  # noqa: E402
-from agentrunner_host.store.db import Database, upgrade  # noqa: E402
+from agentrunner_host.store.db import Database  # noqa: E402
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings  # noqa: E402
+from agentrunner_host.store.migrate import upgrade  # noqa: E402
 from agentrunner_host.store.models import ConversationRow, TranscriptRow  # noqa: E402
 
 ITEMS = 10_000

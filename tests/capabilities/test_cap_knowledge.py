@@ -215,7 +215,7 @@ async def test_migrated_schema_ingests_and_ranks(backend, request, tmp_path: Pat
 
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from agentrunner_host.store import db as store_db
+    from agentrunner_host.store import migrate as store_db
 
     if backend == "sqlite":
         sync_url, async_url = f"sqlite:///{tmp_path / 'm.db'}", f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
-from agentrunner_host.store.db import upgrade
+from agentrunner_host.store.migrate import upgrade
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HERE = pathlib.Path(__file__).parent
@@ -264,7 +264,7 @@ class Matrix:
     def sql(self, query: str, **params: Any) -> list[Any]:
         from sqlalchemy import create_engine, text
 
-        from agentrunner_host.store.db import _sync_url
+        from agentrunner_host.store.db import sync_url as _sync_url
 
         engine = create_engine(_sync_url(self.url))
         try:

@@ -19,7 +19,7 @@ import pytest
 from agentrunner.errors import from_rpc_error
 from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
 from agentrunner.v1 import common_pb2, host_service_pb2_grpc, proxy_service_pb2, proxy_service_pb2_grpc
-from agentrunner_host.store.db import upgrade
+from agentrunner_host.store.migrate import upgrade
 from tests.hardening.conftest import (
     SOAK,
     HostProcess,

@@ -22,7 +22,7 @@ from agentrunner.v1 import (
     proxy_service_pb2,
     proxy_service_pb2_grpc,
 )
-from agentrunner_host.store.db import upgrade
+from agentrunner_host.store.migrate import upgrade
 from tests.hardening.conftest import (
     HostProcess,
     Matrix,

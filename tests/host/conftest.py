@@ -18,7 +18,7 @@ import pytest_asyncio
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.config import parse_config
 from agentrunner_host.server import HostApp
-from agentrunner_host.store.db import upgrade
+from agentrunner_host.store.migrate import upgrade
 from tests.helpers import audit_outcomes
 
 HERE = pathlib.Path(__file__).parent

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from agentrunner_host.store.db import upgrade
+from agentrunner_host.store.migrate import upgrade
 from tests.parity.support import Host, Proc, open_host, start_runner
 
 

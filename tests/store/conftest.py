@@ -10,8 +10,9 @@ import pytest
 import pytest_asyncio
 
 from agentrunner_host.ports import AuthorizationSnapshot
-from agentrunner_host.store.db import Database, upgrade
+from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
+from agentrunner_host.store.migrate import upgrade
 from tests.conftest import PostgresServer
 
 ALL = frozenset

@@ -9,8 +9,9 @@ import pathlib
 import pytest
 from sqlalchemy import update
 
-from agentrunner_host.store.db import Database, upgrade
+from agentrunner_host.store.db import Database
 from agentrunner_host.store.leases import InstanceLease, InstanceLeaseError
+from agentrunner_host.store.migrate import upgrade
 from agentrunner_host.store.models import HostLeaseRow
 
 pytestmark = pytest.mark.asyncio

@@ -13,8 +13,9 @@ from sqlalchemy.engine import make_url
 
 from agentrunner.v1 import result_pb2
 from agentrunner_host.ports import RunRecord
-from agentrunner_host.store.db import (
-    Database,
+from agentrunner_host.store.db import Database
+from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
+from agentrunner_host.store.migrate import (
     DatabaseNotMigratedError,
     current_revisions,
     downgrade,
@@ -23,7 +24,6 @@ from agentrunner_host.store.db import (
     migrate_cli,
     upgrade,
 )
-from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

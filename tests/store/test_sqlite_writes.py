@@ -25,8 +25,11 @@ from sqlalchemy.dialects import sqlite
 from agentrunner.v1 import common_pb2
 from agentrunner_host.ports import RunRecord
 from agentrunner_host.store import ledger
-from agentrunner_host.store.db import Database, StoreError, fast_execute, json_text
+from agentrunner_host.store.db import Database, json_text
+from agentrunner_host.store.errors import StoreError
 from agentrunner_host.store.models import UTCDateTime
+from agentrunner_host.store.sqlite.compiled import fast_execute
+from agentrunner_host.store.sqlite.writer import SqliteWriter
 
 pytestmark = pytest.mark.asyncio
 
@@ -281,13 +284,13 @@ async def test_writes_queued_meanwhile_commit_together_each_with_its_own_outcome
     target = _copy_template(sqlite_template, tmp_path)
     db = Database(f"sqlite+aiosqlite:///{target}")
     groups: list[int] = []
-    group_sync = Database._write_group_sync
+    group_sync = SqliteWriter._write_group_sync
 
-    def counted(self: Database, fns: list[Callable[[Connection], object]]) -> list[tuple[bool, object]]:
+    def counted(self: SqliteWriter, fns: list[Callable[[Connection], object]]) -> list[tuple[bool, object]]:
         groups.append(len(fns))
         return group_sync(self, fns)
 
-    monkeypatch.setattr(Database, "_write_group_sync", counted)
+    monkeypatch.setattr(SqliteWriter, "_write_group_sync", counted)
 
     def pair(key: str, fail: bool = False) -> Callable[[Connection], str]:  # two rows: one write
         return _entries(key, f"{key}-2", fail=fail)

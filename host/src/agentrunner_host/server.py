@@ -41,9 +41,10 @@ from agentrunner_host.proxy.servicer import ProxyServicer
 from agentrunner_host.registry import RunnerRegistry
 from agentrunner_host.run.service import RunService
 from agentrunner_host.services.host_service import HostServicer, add_host_service
-from agentrunner_host.store.db import Database, ensure_current, upgrade
+from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 from agentrunner_host.store.leases import InstanceLease
+from agentrunner_host.store.migrate import ensure_current, upgrade
 from agentrunner_host.transport_errors import explain_bind_failure
 
 log = structlog.get_logger("agentrunner_host.server")

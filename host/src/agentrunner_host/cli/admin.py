@@ -60,7 +60,7 @@ def register(app: typer.Typer, db_app: typer.Typer, kb_app: typer.Typer, config_
     ) -> None:
         """Migrate the host database to the schema this host needs (Alembic upgrade to head)."""
         from agentrunner_host.config import DEFAULT_DATABASE_URL, HostEnv
-        from agentrunner_host.store.db import migrate_cli
+        from agentrunner_host.store.migrate import migrate_cli
 
         url = database_url or (load(config).database.url if config else HostEnv().database_url)
         try:
@@ -143,7 +143,8 @@ async def _kb_ingest(cfg: Any, kb_id: str, directory: pathlib.Path | None) -> An
 
     from agentrunner_host.capabilities.knowledge import KnowledgeService
     from agentrunner_host.capabilities.models import ModelRegistry
-    from agentrunner_host.store.db import Database, DatabaseNotMigratedError, ensure_current
+    from agentrunner_host.store.db import Database
+    from agentrunner_host.store.migrate import DatabaseNotMigratedError, ensure_current
 
     try:
         await asyncio.to_thread(ensure_current, cfg.database.url)

@@ -62,8 +62,8 @@ async def _serve(cfg: Any, address: str | None) -> None:
 
     from agentrunner_host.console.auth import ConsoleAccessError
     from agentrunner_host.server import HostApp, ListenError
-    from agentrunner_host.store.db import DatabaseNotMigratedError
     from agentrunner_host.store.leases import InstanceLeaseError
+    from agentrunner_host.store.migrate import DatabaseNotMigratedError
     from agentrunner_host.transport_errors import explain_bind_failure
 
     try:

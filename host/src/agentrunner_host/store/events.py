@@ -35,8 +35,9 @@ from agentrunner_host.store.common import (
     to_timestamp,
     utcnow,
 )
-from agentrunner_host.store.db import Database, fast_execute
+from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import EventLogRow
+from agentrunner_host.store.sqlite.compiled import fast_execute
 
 KINDS = frozenset({"event", "result", "tool", "action", "error", "audit"})
 #: kinds a runner may read through GetEvent / ListEvents

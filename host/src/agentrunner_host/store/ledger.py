@@ -30,8 +30,10 @@ from agentrunner_host.store.common import (
     message_to_json,
     to_timestamp,
 )
-from agentrunner_host.store.db import Database, StoreError, bind_processor, driver_execute, fast_execute
+from agentrunner_host.store.db import Database
+from agentrunner_host.store.errors import StoreError
 from agentrunner_host.store.models import RunResultRow, RunRow
+from agentrunner_host.store.sqlite.compiled import bind_processor, driver_execute, fast_execute
 
 _RECORD_FIELDS = (
     "run_id",

@@ -12,8 +12,9 @@ from sqlalchemy.engine import Connection
 
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token, utcnow
 from agentrunner_host.store.base import table_of
-from agentrunner_host.store.db import Database, fast_execute
+from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import RunSessionRow
+from agentrunner_host.store.sqlite.compiled import fast_execute
 
 _SESSIONS = table_of(RunSessionRow)
 _UPSERT_KEYS = ("token_hash", "runner_id", "expires_at", "snapshot", "revoked")

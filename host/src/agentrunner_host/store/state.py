@@ -30,8 +30,9 @@ from agentrunner_host.authz import state_identity
 from agentrunner_host.ports import AuthorizationSnapshot
 from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, json_size, utcnow
-from agentrunner_host.store.db import Database, fast_execute, result_processor
+from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import StateRow
+from agentrunner_host.store.sqlite.compiled import fast_execute, result_processor
 
 SCOPE_NAMES: dict[int, str] = {
     common_pb2.STATE_SCOPE_CONVERSATION: "conversation",

@@ -45,8 +45,9 @@ from agentrunner_host.store.common import (
     new_id,
     utcnow,
 )
-from agentrunner_host.store.db import Database, fast_execute, repeat
+from agentrunner_host.store.db import Database, repeat
 from agentrunner_host.store.models import ConversationRow, TranscriptRow
+from agentrunner_host.store.sqlite.compiled import fast_execute
 
 ROLES = frozenset({"user", "assistant"})
 _WORD = re.compile(r"\w+", re.UNICODE)

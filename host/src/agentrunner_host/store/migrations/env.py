@@ -1,6 +1,6 @@
 """Alembic environment of the host schema (sync drivers: migrations need no event loop).
 
-Used programmatically by `agentrunner_host.store.db.upgrade`; the URL arrives as a config attribute.
+Used programmatically by `agentrunner_host.store.migrate.upgrade`; the URL arrives as a config attribute.
 """
 
 from __future__ import annotations
