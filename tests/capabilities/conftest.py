@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from agentrunner.v1 import common_pb2
 from agentrunner_host.capabilities.knowledge import KnowledgeService, create_knowledge_schema
 from agentrunner_host.capabilities.models import ModelConfig, ModelRegistry
+from agentrunner_host.capabilities.retry import RetryConfig
 from agentrunner_host.capabilities.tools import McpServerConfig, NativeToolsConfig, ToolRegistry, ToolsConfig
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession
 from agentrunner_host.proxy.api import ProxyCall
@@ -31,6 +32,8 @@ from tests.mocks.openai_server import MockOpenAIServer
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).parent / "corpus"
 ALL_MODEL_OPS = frozenset({"invoke", "stream", "rerank", "count_tokens"})
+#: the default policy's shape with short waits (tests that measure waits set their own)
+FAST_RETRY = RetryConfig(initial_backoff=0.02, max_backoff=0.1, budget_tokens=1000)
 
 
 class RecordingUsageSink:
@@ -122,7 +125,7 @@ def usage_sink() -> RecordingUsageSink:
 async def models(
     openai_mock: MockOpenAIServer, usage_sink: RecordingUsageSink
 ) -> AsyncIterator[ModelRegistry]:
-    base = openai_mock.base_url
+    base, fast = openai_mock.base_url, FAST_RETRY
     registry = ModelRegistry(
         [
             ModelConfig(
@@ -133,11 +136,12 @@ async def models(
                 vision=True,
                 context_window=128000,
                 extra_args={"temperature": 0.1, "max_tokens": 100},
+                retry=fast,
             ),
-            ModelConfig(id="chat-text", base_url=base, model="mock-text", api_key_env="MOCK_KEY"),
-            ModelConfig(id="chat-fast-timeout", base_url=base, model="mock-chat", timeout=0.3),
-            ModelConfig(id="embed", kind="openai-embedding", base_url=base, model="mock-embed"),
-            ModelConfig(id="rerank", kind="rerank", base_url=base, model="mock-rerank"),
+            ModelConfig(id="chat-text", base_url=base, model="mock-text", api_key_env="MOCK_KEY", retry=fast),
+            ModelConfig(id="chat-fast-timeout", base_url=base, model="mock-chat", timeout=0.3, retry=fast),
+            ModelConfig(id="embed", kind="openai-embedding", base_url=base, model="mock-embed", retry=fast),
+            ModelConfig(id="rerank", kind="rerank", base_url=base, model="mock-rerank", retry=fast),
         ],
         usage_sink=usage_sink,
         environ={"MOCK_KEY": "sk-test-key"},

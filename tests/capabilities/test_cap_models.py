@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import grpc
 import httpx
 import pytest
 from google.protobuf import struct_pb2
@@ -22,6 +23,7 @@ from agentrunner_host.capabilities.models import ModelConfig, ModelRegistry, Thi
 from agentrunner_host.proxy.capabilities import AgentModelOptions, capability_handlers
 from tests.capabilities.conftest import (
     ALL_MODEL_OPS,
+    FAST_RETRY,
     CapabilityProxy,
     make_proxy,
     make_snapshot,
@@ -268,13 +270,15 @@ async def test_run_deadline_bounds_invoke_and_stream(models, openai_mock) -> Non
     assert len(openai_mock.state.requests) == before
 
 
-async def test_model_timeout_from_config(models, openai_mock) -> None:
-    openai_mock.state.script({"delay": 2.0})
+async def test_model_timeout_from_config_bounds_each_of_three_attempts(models, openai_mock) -> None:
+    openai_mock.state.script({"delay": 2.0, "times": 3})
     proxy = make_proxy(models, None, None)
-    with pytest.raises(DeadlineExceededError):
+    with pytest.raises(DeadlineExceededError) as err:
         await proxy.unary(
             "InvokeModel", pb.InvokeModelRequest(model_id="chat-fast-timeout", messages=[user("x")]), GRANTS
         )
+    assert err.value.retryable and err.value.metadata["attempts"] == "3"
+    assert len(openai_mock.state.attempts()) == 3
 
 
 @pytest.mark.parametrize(
@@ -283,7 +287,7 @@ async def test_model_timeout_from_config(models, openai_mock) -> None:
 )
 async def test_provider_errors_map_to_typed_reasons(models, openai_mock, status, error, retryable) -> None:
     proxy = make_proxy(models, None, None)
-    openai_mock.state.script({"status": status, "error_message": "nope"}, {"status": status})
+    openai_mock.state.script({"status": status, "error_message": "nope", "times": 0})
     with pytest.raises(error) as invoked:
         await proxy.unary("InvokeModel", pb.InvokeModelRequest(model_id="chat", messages=[user("x")]), GRANTS)
     assert invoked.value.retryable is retryable
@@ -295,12 +299,15 @@ async def test_provider_errors_map_to_typed_reasons(models, openai_mock, status,
 
 
 async def test_unreachable_provider_is_retryable_runtime_error() -> None:
-    registry = ModelRegistry([ModelConfig(id="gone", base_url="http://127.0.0.1:9/v1", model="m", timeout=2)])
+    registry = ModelRegistry(
+        [ModelConfig(id="gone", base_url="http://127.0.0.1:9/v1", model="m", timeout=2, retry=FAST_RETRY)]
+    )
     proxy = make_proxy(registry, None, None)
     with pytest.raises(RuntimeFailureError) as err:
         await proxy.unary("InvokeModel", pb.InvokeModelRequest(model_id="gone", messages=[user("x")]),
                           make_snapshot(models={"gone": frozenset({"invoke"})}))  # fmt: skip
-    assert err.value.retryable
+    assert err.value.retryable and err.value.status_code == grpc.StatusCode.UNAVAILABLE
+    assert err.value.metadata["attempts"] == "3"
     await registry.aclose()
 
 

@@ -10,7 +10,13 @@ import pytest
 import pytest_asyncio
 from google.protobuf import json_format, struct_pb2
 
-from agentrunner.errors import DeadlineExceededError, NotFoundError, RuntimeFailureError, UnauthorizedError
+from agentrunner.errors import (
+    DeadlineExceededError,
+    InvalidArgumentError,
+    NotFoundError,
+    RuntimeFailureError,
+    UnauthorizedError,
+)
 from agentrunner.v1 import proxy_service_pb2 as pb
 from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import McpServerConfig, ToolRegistry, ToolsConfig
@@ -105,6 +111,30 @@ async def test_get_tool_detail_and_call_over_stdio_and_http(tools) -> None:
         "CallTool", pb.CallToolRequest(tool_name="web_echo", parameters=params(text="über")), snapshot
     )
     assert text_of(echoed) == "über"
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "field", "says"),
+    [
+        ("add", {"a": "two", "b": 2}, "parameters.a", "'two' is not of type 'integer'"),
+        ("web_add", {"a": 1}, "parameters.b", "'b' is a required property"),
+        ("plan", {"events": [{"name": "standup", "minutes": 15}, {"name": "review", "minutes": "long"}]},
+         "parameters.events[1].minutes", "'long' is not of type 'integer'"),
+    ],
+)  # fmt: skip
+async def test_arguments_are_checked_against_the_schema_before_the_call(
+    tools, tool, arguments, field, says
+) -> None:
+    proxy = make_proxy(NO_MODELS, tools, None)
+    with pytest.raises(InvalidArgumentError) as err:
+        await proxy.unary("CallTool", pb.CallToolRequest(tool_name=tool, parameters=params(**arguments)),
+                          grants(tool))  # fmt: skip
+    assert err.value.field == field and says in err.value.message and field in err.value.message
+    fixed = {"events": [{"name": "review", "minutes": 30}]} if tool == "plan" else {"a": 1, "b": 2}
+    response = await proxy.unary(
+        "CallTool", pb.CallToolRequest(tool_name=tool, parameters=params(**fixed)), grants(tool)
+    )
+    assert not response.is_error and text_of(response) in ("3", "review (30 min)")
 
 
 async def test_tool_error_is_a_result_not_a_failure(tools) -> None:

@@ -39,6 +39,8 @@ pytestmark = pytest.mark.asyncio
 
 LOCAL_AGENT = "agentrunner_runners.local_agent:LocalAgentRunner"
 LOCAL_AGENT_ID = "plugin:langbot/local-agent/default"
+#: the default retry policy with short backoffs (three attempts per call)
+FAST_RETRY = {"initial_backoff": 0.05, "max_backoff": 0.1, "budget_tokens": 1000}
 PIRATE = "You are Captain Byte. Sign every answer with ARRR-5813."
 HELP_PROMPT = "Answer only from the help center excerpts."
 #: a 1x1 transparent PNG
@@ -136,8 +138,14 @@ def la(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAgentStack]:
                 "database": {"url": f"sqlite+aiosqlite:///{db_file}", "artifact_dir": str(tmp / "artifacts")},
                 "runners": [{"id": "local-agent", "address": runner.value}],
                 "models": [
-                    {"id": "chat", "base_url": f"{base}/v1", "model": "mock-chat", "vision": True},
-                    {"id": "backup", "base_url": f"{base}/v1", "model": "mock-backup"},
+                    {
+                        "id": "chat",
+                        "base_url": f"{base}/v1",
+                        "model": "mock-chat",
+                        "vision": True,
+                        "retry": FAST_RETRY,
+                    },
+                    {"id": "backup", "base_url": f"{base}/v1", "model": "mock-backup", "retry": FAST_RETRY},
                     {
                         "id": "embed",
                         "kind": "openai-embedding",
@@ -356,19 +364,28 @@ async def test_la06_an_image_input_reaches_the_model(la: LocalAgentStack) -> Non
 async def test_la07_fallback_and_controlled_failure_leave_the_next_request_unaffected(
     la: LocalAgentStack,
 ) -> None:
-    la.script({"status": 500, "error_message": "primary is down"}, {"template": "backup says: {last_user}"})
+    la.script(
+        {"status": 500, "error_message": "primary is down", "times": 3},
+        {"template": "backup says: {last_user}"},
+    )
     out = await ask(la, "Are you there?", conversation_id="la07")
     assert out.status == "RUN_STATUS_COMPLETED"
     assert out.answer == "backup says: Are you there?"
-    assert [b["model"] for b in la.chats()] == ["mock-chat", "mock-backup"]
+    assert [b["model"] for b in la.chats()] == ["mock-chat"] * 3 + ["mock-backup"]  # the host retried
     assert [f["model"] for f in run_metadata(out)["model_failures"]] == ["chat"]
 
-    la.script({"status": 500}, {"status": 429, "error_message": "slow down"})
+    la.script(
+        {"status": 500, "times": 3},
+        {"status": 429, "error_message": "slow down", "retry_after_ms": 80, "times": 3},
+    )
     failed = await ask(la, "Still there?", conversation_id="la07")
     failure = failed.failure()
     assert failure.code == "runner.all_models_failed" and failure.retryable
-    models = json_format.MessageToDict(failure.details)["models"]
+    details = json_format.MessageToDict(failure.details)
+    assert (details["kind"], details["retry_delay_ms"]) == ("rate_limited", 80)  # at the top level
+    models = details["models"]
     assert [m["model"] for m in models] == ["chat", "backup"] and "slow down" in models[1]["message"]
+    assert [m["kind"] for m in models] == ["unavailable", "rate_limited"]
     assert "Traceback" not in failure.message
     assert failed.of("message_delta") == [] and failed.of("message_completed") == []
 
@@ -392,3 +409,42 @@ async def test_la08_a_model_that_returns_nothing_is_a_controlled_failure(la: Loc
     assert after.answer == "echo: Hello again"
     history = [(m["role"], m["content"]) for m in la.chats()[0]["messages"][1:]]
     assert history == [("user", "Say nothing"), ("user", "Hello again")]
+
+
+async def test_la09_a_provider_that_rate_limits_once_answers_after_its_retry_after(
+    la: LocalAgentStack,
+) -> None:
+    la.script({"status": 429, "retry_after_ms": 300}, {"template": "after a wait: {last_user}"})
+    out = await ask(la, "Busy?", conversation_id="la09")
+    assert out.status == "RUN_STATUS_COMPLETED" and out.answer == "after a wait: Busy?"
+    assert [b["model"] for b in la.chats()] == ["mock-chat", "mock-chat"]  # no fallback was needed
+    assert "model_failures" not in run_metadata(out)
+    times = [r["at"] for r in http_json(f"{la.mock}/_admin/requests") if r["path"].endswith("/completions")]
+    assert times[1] - times[0] >= 0.3
+
+
+async def test_la10_two_choices_stream_and_store_only_the_first(la: LocalAgentStack) -> None:
+    la.script({"choices": ["Option A: tea.", "Option B: coffee."]})
+    out = await ask(la, "Tea or coffee?", conversation_id="la10")
+    assert out.status == "RUN_STATUS_COMPLETED"
+    assert "".join(d.text for d in out.of("message_delta")) == "Option A: tea."
+    assert out.answer == "Option A: tea."
+    la.script({"template": "{messages}"})
+    await ask(la, "And now?", conversation_id="la10")
+    history = [(m["role"], m["content"]) for m in la.chats()[0]["messages"][1:]]
+    assert history == [("user", "Tea or coffee?"), ("assistant", "Option A: tea."), ("user", "And now?")]
+
+
+async def test_la11_arguments_the_schema_refuses_go_back_to_the_model(la: LocalAgentStack) -> None:
+    la.script(
+        {"tool_calls": [{"id": "call_add", "name": "add", "arguments": '{"a": "twenty", "b": 22}'}]},
+        {"template": "The tool said: {last_tool}"},
+    )
+    out = await ask(la, "What is twenty plus 22?", conversation_id="la11")
+    assert out.status == "RUN_STATUS_COMPLETED"
+    assert out.answer.startswith(
+        "The tool said: error: invalid_argument: tool add: invalid arguments at parameters.a"
+    )
+    (completed,) = out.of("tool_call_completed")
+    assert completed.error_code == "invalid_argument"
+    assert audit_outcomes(la.db_file, out.run_id, "CallTool") == ["INVALID_ARGUMENT"]

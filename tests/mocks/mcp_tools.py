@@ -7,6 +7,12 @@ import os
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel
+
+
+class Event(BaseModel):
+    name: str
+    minutes: int
 
 
 def build_server(name: str) -> MCPServer:
@@ -28,6 +34,10 @@ def build_server(name: str) -> MCPServer:
     @server.tool(description="Returns a text of `size` characters.")
     def huge(size: int) -> str:
         return ("0123456789" * (size // 10 + 1))[:size]
+
+    @server.tool(description="Plans events (a nested schema).")
+    def plan(events: list[Event]) -> str:
+        return ", ".join(f"{e.name} ({e.minutes} min)" for e in events)
 
     @server.tool(description="Always fails.")
     def fail(reason: str = "boom") -> str:

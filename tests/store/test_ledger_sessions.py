@@ -204,3 +204,23 @@ async def test_two_registries_on_one_database_see_each_others_sessions(
     finally:
         await a_db.dispose()
         await b_db.dispose()
+
+
+async def test_model_usage_sums_every_reported_count_per_model(stores: FactStores) -> None:
+    await stores.ledger.create_run(_record("run_u", "evt_u"))
+    usage = common_pb2.Usage(prompt_tokens=20, completion_tokens=9, total_tokens=29)
+    usage.extra.update(
+        {"prompt_tokens_details": {"cached_tokens": 16}, "completion_tokens_details": {"reasoning_tokens": 7}}
+    )
+    for _ in range(2):
+        await stores.record_model_usage("run_u", "chat", usage, 1)
+    run = await stores.ledger.get_run("run_u")
+    assert run is not None
+    assert run.metadata["model_usage"]["chat"] == {
+        "prompt_tokens": 40,
+        "completion_tokens": 18,
+        "total_tokens": 58,
+        "prompt_tokens_details": {"cached_tokens": 32},
+        "completion_tokens_details": {"reasoning_tokens": 14},
+        "calls": 2,
+    }

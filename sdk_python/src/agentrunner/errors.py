@@ -93,7 +93,7 @@ class AgentRunnerError(Exception):
         details = [detail]
         if self.retry_delay is not None:
             retry = error_details_pb2.RetryInfo()
-            retry.retry_delay.FromNanoseconds(int(self.retry_delay * 1e9))
+            retry.retry_delay.FromNanoseconds(max(int(self.retry_delay * 1e9), 0))
             details.append(any_pb2.Any())
             details[-1].Pack(retry)
         if self.violations:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import httpx
+import jsonschema
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -437,6 +438,7 @@ class ToolRegistry:
             self._sources[source.name] = source
             self._timeouts.setdefault(source.name, config.call_timeout)
         self._tools: dict[str, ToolInfo] = {}
+        self._validators: dict[str, Any] = {}
         self._dead: set[str] = set()
         self._lock = asyncio.Lock()
 
@@ -482,6 +484,39 @@ class ToolRegistry:
     def _withdraw(self, source_name: str) -> None:
         for name in [n for n, t in self._tools.items() if t.source == source_name]:
             del self._tools[name]
+            self._validators.pop(name, None)
+
+    def validate(self, tool: ToolInfo, parameters: Mapping[str, Any]) -> None:
+        """Checks call arguments against the tool's JSON schema (its draft, or 2020-12 when it names
+        none) before anything is sent to the tool; a violation is INVALID_ARGUMENT naming the path
+        (`parameters.items[2].name`). A tool whose own schema is invalid is called unchecked."""
+        validator = self._validators.get(tool.name)
+        if validator is None:
+            cls = jsonschema.validators.validator_for(
+                tool.parameters, default=jsonschema.Draft202012Validator
+            )
+            try:
+                cls.check_schema(tool.parameters)
+            except jsonschema.SchemaError as exc:
+                log.warning("tool_schema_invalid", tool=tool.name, error=exc.message)
+                validator = False
+            else:
+                validator = cls(tool.parameters)
+            self._validators[tool.name] = validator
+        if validator is False:
+            return
+        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(parameters)))
+        if error is None:
+            return
+        path = list(error.absolute_path)
+        if error.validator == "required" and isinstance(error.instance, Mapping):
+            path += [next((p for p in error.validator_value if p not in error.instance), "")]
+        field = "parameters" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+        raise InvalidArgumentError(
+            f"tool {tool.name}: invalid arguments at {field}: {error.message}",
+            field=field,
+            metadata={"toolName": tool.name},
+        )
 
     def list_tools(self) -> list[ToolInfo]:
         return sorted(self._tools.values(), key=lambda t: t.name)
@@ -504,6 +539,7 @@ class ToolRegistry:
         tool = self.get(name)
         if not isinstance(parameters, Mapping):
             raise InvalidArgumentError("parameters must be an object", field="parameters")
+        self.validate(tool, parameters)
         source = self._sources[tool.source]
         timeout = self._timeouts[tool.source]
         if time_remaining is not None:

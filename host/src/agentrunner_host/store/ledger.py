@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.errors import AlreadyExistsError, InvalidArgumentError
 from agentrunner.protocol import result_type
+from agentrunner.usage import add_counts
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
 from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
 from agentrunner_host.store.base import table_of
@@ -440,8 +441,8 @@ class SqlRunLedger:
         )
 
     async def add_model_usage(self, run_id: str, model_id: str, usage: Mapping[str, Any], calls: int) -> None:
-        """Adds one model call's usage to the run's `model_usage` metadata (per model: tokens summed,
-        calls counted). Read-modify-write under the write lock / a row lock."""
+        """Adds one model call's usage to the run's `model_usage` metadata (per model: every count
+        summed, `Usage.extra` details included, calls counted). Read-modify-write under the write lock / a row lock."""
         async with self.db.write() as session:
             stmt = select(RunRow).where(RunRow.run_id == run_id)
             if not self.db.is_sqlite:
@@ -452,11 +453,10 @@ class SqlRunLedger:
             meta = dict(row.meta or {})
             per_model = dict(meta.get("model_usage") or {})
             entry = dict(per_model.get(model_id) or {})
-            for key, value in usage.items():
-                if isinstance(value, str) and value.isdigit():  # proto JSON writes int64 as a string
-                    value = int(value)
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    entry[key] = entry.get(key, 0) + value
+            counts = {k: v for k, v in usage.items() if k != "extra"}
+            extra = usage.get("extra")
+            # provider details (cached, reasoning, audio tokens, ...) sum next to the standard counts
+            add_counts(entry, {**(extra if isinstance(extra, Mapping) else {}), **counts})
             entry["calls"] = int(entry.get("calls", 0)) + calls
             per_model[model_id] = entry
             meta["model_usage"] = per_model

@@ -4,6 +4,12 @@ Tests script replies through `MockState.script(...)` (in process) or `POST /_adm
 and read what reached the "model" from `MockState.requests` / `GET /_admin/requests`. Without a script,
 chat replies echo the last user text; a scripted `template` reply is filled from the request it answers
 (so a reply can only quote history, a tool result or the prompt when they really reached the model).
+Faults, per endpoint (`script` for chat, `script_embeddings`, `script_rerank`): `status` with
+`retry_after` / `retry_after_ms` headers, `times` (serve the reply this many requests in a row; 0: every
+request until reset), `delay` (stall before the first byte), `drop_after` (cut the connection after N
+streamed content chunks; 0: before the first, for a non-streamed answer: after the headers),
+`error_after` (an `error` event after N chunks), `choices` (several choices). Each request is recorded
+with its arrival time (`at`, monotonic seconds), so tests can measure the waits between retries.
 Run standalone with `python -m agentrunner_host.testing.openai_mock --port 0` (or the re-export
 `python -m tests.mocks.openai_server`); it prints `MOCK_OPENAI_LISTENING <port>` once it accepts
 connections.
@@ -33,6 +39,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from agentrunner_host.testing.openai_stream import DropConnection, StreamPlan, StreamRecord
+
 EMBED_DIM = 256
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -57,45 +65,99 @@ def hashed_embedding(text: str, dim: int = EMBED_DIM) -> list[float]:
     return [v / norm for v in vec]
 
 
-@dataclasses.dataclass
-class StreamRecord:
-    """One streamed response as the server saw it: whether the client went away before the end."""
-
-    request_index: int
-    chunks_sent: int = 0
-    completed: bool = False
-    client_disconnected: bool = False
-    closed: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+ENDPOINTS = ("chat", "embeddings", "rerank")
 
 
 @dataclasses.dataclass
 class MockState:
-    """Scripted replies (a FIFO queue) and everything received."""
+    """Scripted replies (one FIFO queue per endpoint) and everything received."""
 
     replies: deque[dict[str, Any]] = dataclasses.field(default_factory=deque)
+    embedding_replies: deque[dict[str, Any]] = dataclasses.field(default_factory=deque)
+    rerank_replies: deque[dict[str, Any]] = dataclasses.field(default_factory=deque)
     requests: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     streams: list[StreamRecord] = dataclasses.field(default_factory=list)
 
     def script(self, *replies: dict[str, Any]) -> None:
-        """Queue replies. Keys: content, chunks (list[str]), tool_calls ([{id,name,arguments}]),
-        status (429/500/...), error_message, delay (s before answering), chunk_delay (s between
-        chunks), usage ({prompt_tokens, completion_tokens}), finish_reason, template (content from the
-        request: `{last_user}`, `{first_user}`, `{previous_user}`, `{last_tool}`, `{system}`,
-        `{images}`, `{messages}`; see `template_fields`)."""
+        """Queue chat replies. Keys: content, chunks (list[str]), choices (list of texts: one choice
+        each), tool_calls ([{id,name,arguments}]), status (429/500/...), error_message, retry_after,
+        retry_after_ms, times, delay (s before answering), chunk_delay (s between chunks), drop_after,
+        error_after, usage ({prompt_tokens, completion_tokens, ...details}), finish_reason, template
+        (content from the request: `{last_user}`, `{first_user}`, `{previous_user}`, `{last_tool}`,
+        `{system}`, `{images}`, `{messages}`; see `template_fields`)."""
         self.replies.extend(replies)
 
+    def script_embeddings(self, *replies: dict[str, Any]) -> None:
+        """Queue embedding replies (faults only: status, retry_after(_ms), times, delay, drop_after)."""
+        self.embedding_replies.extend(replies)
+
+    def script_rerank(self, *replies: dict[str, Any]) -> None:
+        self.rerank_replies.extend(replies)
+
+    def queue(self, endpoint: str) -> deque[dict[str, Any]]:
+        return {"chat": self.replies, "embeddings": self.embedding_replies, "rerank": self.rerank_replies}[
+            endpoint
+        ]
+
+    def next_reply(self, endpoint: str) -> dict[str, Any]:
+        """The next scripted reply; one with `times` stays at the head until served that often."""
+        queue = self.queue(endpoint)
+        if not queue:
+            return {}
+        reply = queue[0]
+        times = int(reply.get("times", 1))
+        if times == 1:
+            return queue.popleft()
+        if times > 1:
+            queue[0] = {**reply, "times": times - 1}
+        return reply
+
+    def record(self, endpoint: str, path: str, body: Any, request: Request) -> int:
+        self.requests.append(
+            {"path": path, "endpoint": endpoint, "body": body, "headers": dict(request.headers),
+             "at": time.monotonic()}
+        )  # fmt: skip
+        return len(self.requests) - 1
+
+    def attempts(self, endpoint: str = "chat") -> list[float]:
+        """Arrival times of the requests to `endpoint`."""
+        return [r["at"] for r in self.requests if r.get("endpoint") == endpoint]
+
     def reset(self) -> None:
-        self.replies.clear()
+        for endpoint in ENDPOINTS:
+            self.queue(endpoint).clear()
         self.requests.clear()
         self.streams.clear()
 
 
-def _error(status: int, message: str) -> JSONResponse:
+def _error(reply: dict[str, Any]) -> JSONResponse:
+    status = int(reply["status"])
     kinds = {429: ("rate_limit_exceeded", "requests"), 500: ("server_error", "server_error")}
     code, typ = kinds.get(status, ("invalid_request_error", "invalid_request_error"))
+    message = reply.get("error_message", "scripted failure")
     body = {"error": {"message": message, "type": typ, "param": None, "code": code}}
-    headers = {"retry-after": "1"} if status == 429 else None
+    headers = {}
+    if "retry_after" in reply:
+        headers["retry-after"] = str(reply["retry_after"])
+    if "retry_after_ms" in reply:
+        headers["retry-after-ms"] = str(reply["retry_after_ms"])
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def _fault(reply: dict[str, Any], record: StreamRecord | None = None) -> Response | None:
+    """The scripted fault of a reply, if any: a stall, an error answer, or a cut connection."""
+    if reply.get("delay"):
+        await asyncio.sleep(reply["delay"])
+    if reply.get("status", 200) != 200:
+        return _error(reply)
+    if reply.get("drop_after") is not None and record is None:
+
+        async def cut() -> AsyncIterator[bytes]:
+            yield b'{"id": "'
+            raise DropConnection()
+
+        return StreamingResponse(cut(), media_type="application/json")
+    return None
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
@@ -145,114 +207,80 @@ def _usage(reply: dict[str, Any], body: dict[str, Any], content: str) -> dict[st
     return usage
 
 
+def _message(content: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in tool_calls
+        ]
+    return message
+
+
+def _pieces(text: str) -> list[str]:
+    return [text[i : i + 4] for i in range(0, len(text), 4)] if text else []
+
+
 def build_app(state: MockState) -> Starlette:
     async def chat(request: Request) -> Response:
         body = await request.json()
-        index = len(state.requests)
-        state.requests.append(
-            {"path": "/v1/chat/completions", "body": body, "headers": dict(request.headers)}
-        )
-        reply = state.replies.popleft() if state.replies else {}
-        if reply.get("delay"):
-            await asyncio.sleep(reply["delay"])
-        if reply.get("status", 200) != 200:
-            return _error(reply["status"], reply.get("error_message", "scripted failure"))
+        index = state.record("chat", "/v1/chat/completions", body, request)
+        reply = state.next_reply("chat")
+        streaming = bool(body.get("stream"))
+        record = StreamRecord(request_index=index) if streaming else None
+        fault = await _fault(reply, record)
+        if fault is not None:
+            return fault
         content = reply.get("content", f"echo: {_last_user_text(body.get('messages', []))}")
         if "template" in reply:
             content = reply["template"].format_map(template_fields(body.get("messages", [])))
+        choices = list(reply.get("choices") or [content])
         tool_calls = reply.get("tool_calls", [])
         finish = reply.get("finish_reason", "tool_calls" if tool_calls else "stop")
-        usage = _usage(reply, body, content)
+        usage = _usage(reply, body, choices[0])
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         model = body.get("model", "mock")
-        if not body.get("stream"):
-            message: dict[str, Any] = {"role": "assistant", "content": content or None}
-            if tool_calls:
-                message["tool_calls"] = [
-                    {
-                        "id": c["id"],
-                        "type": "function",
-                        "function": {"name": c["name"], "arguments": c["arguments"]},
-                    }
-                    for c in tool_calls
-                ]
+        if record is None:
             return JSONResponse(
                 {
                     "id": cid,
                     "object": "chat.completion",
                     "created": created,
                     "model": model,
-                    "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+                    "choices": [
+                        {
+                            "index": i,
+                            "message": _message(text, tool_calls if i == 0 else []),
+                            "logprobs": None,
+                            "finish_reason": finish if i == 0 else "stop",
+                        }
+                        for i, text in enumerate(choices)
+                    ],
                     "usage": usage,
                 }
             )
-        record = StreamRecord(request_index=index)
         state.streams.append(record)
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        chunks = reply.get("chunks") or (
-            [content[i : i + 4] for i in range(0, len(content), 4)] if content else []
+        plan = StreamPlan(
+            cid=cid,
+            created=created,
+            model=model,
+            choices=[reply.get("chunks") or _pieces(choices[0]), *(_pieces(c) for c in choices[1:])],
+            tool_calls=tool_calls,
+            finish=finish,
+            usage=usage if (body.get("stream_options") or {}).get("include_usage") else None,
+            chunk_delay=reply.get("chunk_delay", 0.0),
+            drop_after=reply.get("drop_after"),
+            error_after=reply.get("error_after"),
         )
-
-        def frame(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-            obj = {
-                "id": cid,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-            }
-            return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
-
-        async def events() -> AsyncIterator[bytes]:
-            delay = reply.get("chunk_delay", 0.0)
-            try:
-                yield frame({"role": "assistant", "content": ""})
-                for piece in chunks:
-                    if delay:
-                        await asyncio.sleep(delay)
-                    record.chunks_sent += 1
-                    yield frame({"content": piece})
-                for i, call in enumerate(tool_calls):
-                    args = call["arguments"]
-                    yield frame(
-                        {
-                            "tool_calls": [
-                                {
-                                    "index": i,
-                                    "id": call["id"],
-                                    "type": "function",
-                                    "function": {"name": call["name"], "arguments": ""},
-                                }
-                            ]
-                        }
-                    )
-                    for j in range(0, len(args), 5):
-                        yield frame(
-                            {"tool_calls": [{"index": i, "function": {"arguments": args[j : j + 5]}}]}
-                        )
-                yield frame({}, finish)
-                if include_usage:
-                    obj = {
-                        "id": cid,
-                        "object": "chat.completion.chunk",
-                        "created": created,
-                        "model": model,
-                        "choices": [],
-                        "usage": usage,
-                    }
-                    yield f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
-                yield b"data: [DONE]\n\n"
-                record.completed = True
-            finally:
-                record.client_disconnected = not record.completed
-                record.closed.set()
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return StreamingResponse(plan.body(record), media_type="text/event-stream")
 
     async def embeddings(request: Request) -> Response:
         body = await request.json()
-        state.requests.append({"path": "/v1/embeddings", "body": body, "headers": dict(request.headers)})
+        state.record("embeddings", "/v1/embeddings", body, request)
+        fault = await _fault(state.next_reply("embeddings"))
+        if fault is not None:
+            return fault
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
         tokens = sum(len(words(t)) for t in inputs)
         return JSONResponse(
@@ -269,10 +297,10 @@ def build_app(state: MockState) -> Starlette:
 
     async def rerank(request: Request) -> Response:
         body = await request.json()
-        state.requests.append({"path": "/v1/rerank", "body": body, "headers": dict(request.headers)})
-        reply = state.replies.popleft() if state.replies else {}
-        if reply.get("status", 200) != 200:
-            return _error(reply["status"], reply.get("error_message", "scripted failure"))
+        state.record("rerank", "/v1/rerank", body, request)
+        fault = await _fault(state.next_reply("rerank"))
+        if fault is not None:
+            return fault
         query = set(words(body["query"]))
         scored = []
         for i, doc in enumerate(body["documents"]):
@@ -290,8 +318,11 @@ def build_app(state: MockState) -> Starlette:
 
     async def admin_script(request: Request) -> Response:
         body = await request.json()
-        state.script(*(body if isinstance(body, list) else [body]))
-        return JSONResponse({"queued": len(state.replies)})
+        endpoint = request.query_params.get("endpoint", "chat")
+        if endpoint not in ENDPOINTS:
+            return JSONResponse({"error": f"unknown endpoint {endpoint}"}, status_code=400)
+        state.queue(endpoint).extend(body if isinstance(body, list) else [body])
+        return JSONResponse({"queued": len(state.queue(endpoint))})
 
     async def admin_requests(_: Request) -> Response:
         return JSONResponse(state.requests)

@@ -9,15 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from agentrunner import tokens
 from agentrunner.v1 import common_pb2, context_pb2, proxy_service_pb2
 
 ModelMessage = common_pb2.ModelMessage
 ContentElement = common_pb2.ContentElement
 
-#: Rough token cost of one image for the local estimate (providers charge per tile; this is a floor).
-IMAGE_TOKENS = 85
-_PER_MESSAGE_TOKENS = 4
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S)
 
 
@@ -131,23 +128,14 @@ def strip_think(text: str) -> str:
     return _THINK.sub("", text).strip() if "<think>" in text else text
 
 
-def estimate_text(text: str) -> int:
-    """~4 characters per token for Latin text, one per CJK character."""
-    cjk = len(_CJK.findall(text))
-    return cjk + (len(text) - cjk + 3) // 4
-
-
 def estimate_message(message: ModelMessage) -> int:
-    tokens = _PER_MESSAGE_TOKENS + estimate_text(message_text(message))
-    tokens += sum(IMAGE_TOKENS for e in message.contents if e.WhichOneof("kind") == "image")
-    for call in message.tool_calls:
-        tokens += estimate_text(call.name) + estimate_text(call.arguments_json)
-    return tokens
+    """The host's estimate of one message (`agentrunner.tokens`, shared with `CountTokens`)."""
+    return tokens.message_tokens(message)
 
 
 def estimate(messages: Iterable[ModelMessage]) -> int:
-    return sum(estimate_message(m) for m in messages)
+    return sum(tokens.message_tokens(m) for m in messages)
 
 
 def estimate_tools(tools: Iterable[common_pb2.ToolDefinition]) -> int:
-    return sum(estimate_text(t.name + t.description + str(t.parameters)) for t in tools)
+    return tokens.tool_tokens(tools)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import grpc
+
 from agentrunner.errors import AgentRunnerError
+from agentrunner.usage import add_usage
 from agentrunner.v1 import common_pb2, context_pb2
 
 #: Model types that can chat (an empty type is trusted: hosts may omit it).
@@ -21,22 +24,45 @@ def granted(resource: context_pb2.ModelResource, operation: str) -> bool:
     return not resource.operations or operation in resource.operations
 
 
+#: `details.kind` of a model failure, by the host error's spec code (the SDK's failure-kind vocabulary)
+FAILURE_KINDS = {
+    "rate_limited": "rate_limited",
+    "deadline_exceeded": "timeout",
+    "unauthorized": "auth_error",
+    "invalid_argument": "api_error",
+    "runtime_error": "api_error",
+}
+
+
+def failure_kind(exc: AgentRunnerError) -> str:
+    if exc.spec_code == "runtime_error" and exc.status_code == grpc.StatusCode.UNAVAILABLE:
+        return "unavailable"
+    return FAILURE_KINDS.get(exc.spec_code, "api_error")
+
+
 @dataclass(frozen=True)
 class ModelFailure:
-    """Why one model was not used or failed."""
+    """Why one model was not used or failed (`retry_delay`: seconds the host said to wait, if any)."""
 
     model_id: str
     code: str
     message: str
     retryable: bool = False
+    kind: str = ""
+    retry_delay: float | None = None
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "model": self.model_id,
             "code": self.code,
             "message": self.message,
             "retryable": self.retryable,
         }
+        if self.kind:
+            out["kind"] = self.kind
+        if self.retry_delay is not None:
+            out["retry_delay_ms"] = round(self.retry_delay * 1000)
+        return out
 
 
 class NoModel(Exception):
@@ -47,6 +73,23 @@ class NoModel(Exception):
         self.code = code
         self.message = message
         self.failures = failures
+
+    def summary(self) -> dict[str, object]:
+        """The top-level `details` of the run's failure: the kind and, when a retry can succeed, the
+        shortest delay any model asked for (the earliest moment a retry of the run may succeed), then
+        every model's own reason."""
+        out: dict[str, object] = {}
+        retryable = [f for f in self.failures if f.retryable]
+        if retryable:
+            delays = [f for f in retryable if f.retry_delay is not None]
+            first = min(delays, key=lambda f: f.retry_delay or 0.0) if delays else retryable[-1]
+            out["kind"] = first.kind
+            if first.retry_delay is not None:
+                out["retry_delay_ms"] = round(first.retry_delay * 1000)
+        elif self.failures and self.failures[0].kind:
+            out["kind"] = self.failures[0].kind
+        out["models"] = [f.as_dict() for f in self.failures]
+        return out
 
 
 class AllModelsFailed(NoModel):
@@ -109,7 +152,11 @@ class ModelPool:
 
     def fail(self, model_id: str, exc: AgentRunnerError) -> None:
         self.dead.add(model_id)
-        self.failures.append(ModelFailure(model_id, exc.spec_code, exc.message, exc.retryable))
+        self.failures.append(
+            ModelFailure(
+                model_id, exc.spec_code, exc.message, exc.retryable, failure_kind(exc), exc.retry_delay
+            )
+        )
 
     def fail_with(self, model_id: str, code: str, message: str) -> None:
         self.dead.add(model_id)
@@ -122,32 +169,22 @@ class ModelPool:
 
 @dataclass
 class UsageTotals:
-    """Token usage summed over every model call of the run (unknown counts stay unknown)."""
+    """Token usage summed over every model call of the run, provider details (`extra`) included;
+    unknown counts stay unknown."""
 
-    prompt: int | None = None
-    completion: int | None = None
-    total: int | None = None
+    total: common_pb2.Usage = field(default_factory=common_pb2.Usage)
     calls: int = 0
+    reported: bool = False
 
     def add(self, usage: common_pb2.Usage) -> None:
         self.calls += 1
-        if usage.HasField("prompt_tokens"):
-            self.prompt = (self.prompt or 0) + usage.prompt_tokens
-        if usage.HasField("completion_tokens"):
-            self.completion = (self.completion or 0) + usage.completion_tokens
-        if usage.HasField("total_tokens"):
-            self.total = (self.total or 0) + usage.total_tokens
-        elif usage.HasField("prompt_tokens") and usage.HasField("completion_tokens"):
-            self.total = (self.total or 0) + usage.prompt_tokens + usage.completion_tokens
+        if usage.ListFields():
+            self.reported = True
+            add_usage(self.total, usage)
 
     def to_pb(self) -> common_pb2.Usage | None:
-        if self.prompt is None and self.completion is None and self.total is None:
+        if not self.reported:
             return None
         out = common_pb2.Usage()
-        if self.prompt is not None:
-            out.prompt_tokens = self.prompt
-        if self.completion is not None:
-            out.completion_tokens = self.completion
-        if self.total is not None:
-            out.total_tokens = self.total
+        out.CopyFrom(self.total)
         return out

@@ -36,7 +36,7 @@ from agentrunner_runners.local_agent.messages import (
     user_message,
     without_images,
 )
-from agentrunner_runners.local_agent.models import ModelPool, NoModel, UsageTotals, granted
+from agentrunner_runners.local_agent.models import ModelPool, NoModel, UsageTotals, failure_kind, granted
 
 T = TypeVar("T")
 RunResult = result_pb2.RunResult
@@ -72,6 +72,13 @@ class _Turn:
     streamed: bool = False
     emitted: bool = False
     finish_reason: str = ""
+
+
+def _failure_details(exc: AgentRunnerError) -> dict[str, Any]:
+    out: dict[str, Any] = {"kind": failure_kind(exc)}
+    if exc.retry_delay is not None:
+        out["retry_delay_ms"] = round(exc.retry_delay * 1000)
+    return out
 
 
 class LocalAgentRunner(Runner):
@@ -169,7 +176,7 @@ class _Agent:
             yield stop.result
         except NoModel as exc:
             retryable = any(f.retryable for f in exc.failures)
-            yield self._failed(exc.code, exc.message, retryable, models=[f.as_dict() for f in exc.failures])
+            yield self._failed(exc.code, exc.message, retryable, **exc.summary())
 
     async def _run(self) -> AsyncIterator[RunResult]:
         ctx, cfg = self.ctx, self.cfg
@@ -483,6 +490,7 @@ class _Agent:
                             f"model {model.model_id} failed mid-answer: {exc.spec_code}: {exc.message}",
                             exc.retryable,
                             model=model.model_id,
+                            **_failure_details(exc),
                         )
                     ) from None
                 self.ctx.log.warning("model failed, trying the next", model=model.model_id, reason=exc.reason)
