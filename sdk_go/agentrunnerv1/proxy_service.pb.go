@@ -1222,9 +1222,12 @@ func (x *RetrieveKnowledgeRequest) GetFilters() *structpb.Struct {
 type RetrieveKnowledgeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Chunks, best first.
-	Results       []*KnowledgeChunk `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Results []*KnowledgeChunk `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// Set when the knowledge base could not rank as usual and answered with what it had: for example
+	// full-text matches only because its embedding model failed. Empty when retrieval was complete.
+	DegradedReason string `protobuf:"bytes,2,opt,name=degraded_reason,json=degradedReason,proto3" json:"degraded_reason,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RetrieveKnowledgeResponse) Reset() {
@@ -1262,6 +1265,13 @@ func (x *RetrieveKnowledgeResponse) GetResults() []*KnowledgeChunk {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *RetrieveKnowledgeResponse) GetDegradedReason() string {
+	if x != nil {
+		return x.DegradedReason
+	}
+	return ""
 }
 
 // A retrieved chunk.
@@ -5511,9 +5521,10 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"\n" +
 	"query_text\x18\x02 \x01(\tR\tqueryText\x12\x13\n" +
 	"\x05top_k\x18\x03 \x01(\x05R\x04topK\x121\n" +
-	"\afilters\x18\x04 \x01(\v2\x17.google.protobuf.StructR\afilters\"U\n" +
+	"\afilters\x18\x04 \x01(\v2\x17.google.protobuf.StructR\afilters\"~\n" +
 	"\x19RetrieveKnowledgeResponse\x128\n" +
-	"\aresults\x18\x01 \x03(\v2\x1e.agentrunner.v1.KnowledgeChunkR\aresults\"\xb1\x01\n" +
+	"\aresults\x18\x01 \x03(\v2\x1e.agentrunner.v1.KnowledgeChunkR\aresults\x12'\n" +
+	"\x0fdegraded_reason\x18\x02 \x01(\tR\x0edegradedReason\"\xb1\x01\n" +
 	"\x0eKnowledgeChunk\x12\x1f\n" +
 	"\vdocument_id\x18\x01 \x01(\tR\n" +
 	"documentId\x12\x19\n" +

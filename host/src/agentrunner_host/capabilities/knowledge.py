@@ -1,10 +1,13 @@
 """Built-in knowledge bases: ingest files, index them, retrieve chunks (PROTOCOL_V1 §8 "Knowledge").
 
 Full-text search runs in the database (SQLite FTS5, PostgreSQL tsvector + GIN); when the knowledge base
-names an embedding model, chunks also carry vectors and retrieval fuses both rankings (reciprocal rank
-fusion). Vectors are compared in process with exact cosine similarity over stored float32 arrays, which
-is exact and fast enough for the corpora a single host ingests from a directory. Any other retriever
-(an external RAG service, a plugin) plugs in behind `Retriever`.
+names an embedding model, chunks also carry vectors in the database's vector extension (`kb_vectors`:
+sqlite-vec, pgvector) and retrieval fuses both rankings (reciprocal rank fusion). When the embedding
+model fails, retrieval answers with the full-text ranking alone and says so (`degraded_reason`);
+ingestion embeds with the model registry's retries and reports a document it could not embed without
+giving up the others. HTML is read with `html-text` (lxml), Markdown front matter with
+`python-frontmatter`. Any other retriever (an external RAG service, a plugin) plugs in behind
+`Retriever`.
 """
 
 from __future__ import annotations
@@ -13,15 +16,15 @@ import asyncio
 import dataclasses
 import datetime as dt
 import hashlib
-import html.parser
 import inspect
-import math
 import re
-from array import array
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
+import frontmatter
+import html_text
+import lxml.html
 import structlog
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,7 +33,6 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     Integer,
-    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -41,8 +43,11 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.orm import Mapped, mapped_column
 
-from agentrunner.errors import InvalidArgumentError, NotFoundError
+from agentrunner.errors import AgentRunnerError, InvalidArgumentError, NotFoundError
+from agentrunner_host.capabilities import kb_vectors
 from agentrunner_host.store.base import Base, table_of
+
+kb_vectors.register()  # before the first SQLite connection of the process
 
 log = structlog.get_logger(__name__)
 
@@ -105,6 +110,16 @@ class IngestReport:
     removed: int = 0
     chunks: int = 0
     skipped: list[str] = dataclasses.field(default_factory=list)
+    #: relative path -> why it was not (re)indexed this time (it is tried again on the next ingest)
+    failed: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Retrieval:
+    """Chunks best first, and why the ranking is not the usual one (empty when it is)."""
+
+    chunks: list[RetrievedChunk]
+    degraded_reason: str = ""
 
 
 # --------------------------------------------------------------------------- tables
@@ -141,8 +156,7 @@ class KbChunk(Base):
     title: Mapped[str] = mapped_column(String(512), default="")
     content: Mapped[str] = mapped_column(Text)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
-    #: little-endian float32 array
-    embedding: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    #: the model of the chunk's vector (stored in `kb_vectors`), None when it has none
     embedding_model: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
@@ -168,79 +182,48 @@ async def create_knowledge_schema(conn: AsyncConnection) -> None:
         await conn.execute(text(SQLITE_FTS_DDL))
     elif conn.dialect.name == "postgresql":
         await conn.execute(text(PG_GIN_DDL))
+    await kb_vectors.create_schema(conn)
 
 
 # --------------------------------------------------------------------------- parsing and chunking
 
 
-class _HtmlText(html.parser.HTMLParser):
-    _BLOCK: ClassVar[frozenset[str]] = frozenset({"p", "div", "br", "li", "h1", "h2", "h3", "h4", "h5", "h6", "tr", "section", "article",
-              "pre", "blockquote", "ul", "ol", "table", "header", "footer"})  # fmt: skip
-    _SKIP: ClassVar[frozenset[str]] = frozenset({"script", "style", "noscript", "template"})
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.title = ""
-        self._skip = 0
-        self._in_title = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in self._SKIP:
-            self._skip += 1
-        elif tag == "title":
-            self._in_title = True
-        elif tag in self._BLOCK:
-            self.parts.append("\n\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self._SKIP and self._skip:
-            self._skip -= 1
-        elif tag == "title":
-            self._in_title = False
-        elif tag in self._BLOCK:
-            self.parts.append("\n\n")
-
-    def handle_data(self, data: str) -> None:
-        if self._in_title:
-            self.title += data
-        elif not self._skip:
-            self.parts.append(data)
+def _html(raw: str) -> tuple[str, str]:
+    """(title, text) of an HTML page: scripts and styles dropped, blocks separated by blank lines."""
+    try:
+        tree = lxml.html.document_fromstring(raw)
+    except (ValueError, lxml.etree.ParserError):
+        return "", ""
+    title = " ".join((tree.findtext(".//title") or "").split())
+    for node in tree.iter("title"):
+        node.drop_tree()
+    return title, html_text.extract_text(tree, guess_layout=True)
 
 
-_FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
+def _markdown(path: Path, raw: str) -> tuple[str, str, dict[str, Any]]:
+    try:
+        post = frontmatter.loads(raw)
+    except (yaml.YAMLError, ValueError):
+        log.warning("kb_front_matter_invalid", path=str(path))
+        return "", raw, {}
+    meta = {str(k): v for k, v in post.metadata.items() if isinstance(v, str | int | float | bool)}
+    heading = re.search(r"^#\s+(.+)$", post.content, re.MULTILINE)
+    title = str(meta.get("title") or (heading.group(1).strip() if heading else ""))
+    return title, post.content, meta
 
 
 def parse_document(path: Path, raw: str) -> tuple[str, str, dict[str, Any]]:
     """(title, body text, metadata) of a file; Markdown front matter becomes metadata."""
     suffix = path.suffix.lower()
     meta: dict[str, Any] = {}
-    title = ""
     if suffix in (".html", ".htm"):
-        parser = _HtmlText()
-        parser.feed(raw)
-        parser.close()
-        body = "".join(parser.parts)
-        title = " ".join(parser.title.split())
+        title, body = _html(raw)
+    elif suffix in (".md", ".markdown"):
+        title, body, meta = _markdown(path, raw)
     else:
         body = raw
-        if suffix in (".md", ".markdown"):
-            match = _FRONT_MATTER.match(raw)
-            if match:
-                try:
-                    loaded = yaml.safe_load(match.group(1))
-                    if isinstance(loaded, dict):
-                        meta = {
-                            str(k): v for k, v in loaded.items() if isinstance(v, (str, int, float, bool))
-                        }
-                except yaml.YAMLError:
-                    log.warning("kb_front_matter_invalid", path=str(path))
-                body = raw[match.end() :]
-            heading = re.search(r"^#\s+(.+)$", body, re.MULTILINE)
-            title = str(meta.get("title") or (heading.group(1).strip() if heading else ""))
-        else:
-            first = next((line.strip() for line in body.splitlines() if line.strip()), "")
-            title = first if len(first) <= 80 else ""
+        first = next((line.strip() for line in body.splitlines() if line.strip()), "")
+        title = first if len(first) <= 80 else ""
     body = re.sub(r"[ \t]+", " ", body)
     body = re.sub(r"\n\s*\n+", "\n\n", body).strip()
     return title or path.stem, body, meta
@@ -270,23 +253,6 @@ def chunk_text(body: str, chunk_chars: int) -> list[str]:
     if current:
         chunks.append(current)
     return chunks
-
-
-def _pack(vector: Sequence[float]) -> bytes:
-    return array("f", vector).tobytes()
-
-
-def _unpack(data: bytes) -> array[float]:
-    out = array("f")
-    out.frombytes(data)
-    return out
-
-
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=False))
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
 
 
 # --------------------------------------------------------------------------- ingestion
@@ -320,7 +286,9 @@ async def ingest_directory(
                         select(KbDocument.path)
                         .join(KbChunk, KbChunk.document_id == KbDocument.id)
                         .where(KbDocument.kb_id == kb_id)
-                        .where((KbChunk.embedding.is_(None)) | (KbChunk.embedding_model != embedding_model))
+                        .where(
+                            KbChunk.embedding_model.is_(None) | (KbChunk.embedding_model != embedding_model)
+                        )
                     )
                 ).scalars()
             )
@@ -340,13 +308,21 @@ async def ingest_directory(
                 raw = data.decode("latin-1")
             title, body, meta = parse_document(file, raw)
             chunks = chunk_text(body, chunk_chars)
-            vectors = await _embed_all(embed, [f"{title}\n{c}" for c in chunks]) if embed else None
-            await _store_document(db, kb_id, rel, file, digest, title, meta, chunks, vectors, embedding_model)
-            report.chunks += len(chunks)
-            if rel in known:
-                report.updated += 1
-            else:
-                report.added += 1
+            try:
+                vectors = await _embed_all(embed, [f"{title}\n{c}" for c in chunks]) if embed else None
+            except AgentRunnerError as exc:  # after the registry's retries: this file waits for the next run
+                log.warning("kb_embed_failed", kb_id=kb_id, path=rel, reason=exc.reason, error=exc.message)
+                report.failed[rel] = f"{exc.reason}: {exc.message}"
+                vectors = None
+            if rel not in report.failed:
+                await _store_document(
+                    db, kb_id, rel, file, digest, title, meta, chunks, vectors, embedding_model
+                )
+                report.chunks += len(chunks)
+                if rel in known:
+                    report.updated += 1
+                else:
+                    report.added += 1
         if progress is not None:
             result = progress(done, len(files), rel)
             if inspect.isawaitable(result):
@@ -358,7 +334,10 @@ async def ingest_directory(
                 await _delete_document(conn, _document_id(kb_id, rel))
         report.removed = len(gone)
     log.info(
-        "kb_ingested", kb_id=kb_id, **{k: v for k, v in dataclasses.asdict(report).items() if k != "skipped"}
+        "kb_ingested",
+        kb_id=kb_id,
+        **{k: v for k, v in dataclasses.asdict(report).items() if k not in ("skipped", "failed")},
+        failed=len(report.failed),
     )
     return report
 
@@ -381,6 +360,8 @@ def _document_id(kb_id: str, rel: str) -> str:
 
 
 async def _delete_document(conn: AsyncConnection, doc_id: str) -> None:
+    chunk_ids = (await conn.execute(select(KbChunk.id).where(KbChunk.document_id == doc_id))).scalars().all()
+    await kb_vectors.delete(conn, list(chunk_ids))
     if conn.dialect.name == "sqlite":
         await conn.execute(
             text(
@@ -433,13 +414,16 @@ async def _store_document(
                 "title": title[:512],
                 "content": content,
                 "metadata": {"seq": seq},
-                "embedding": _pack(vectors[seq]) if vectors else None,
                 "embedding_model": embedding_model if vectors else None,
             }
             for seq, content in enumerate(chunks)
         ]
         if rows:
             await conn.execute(table_of(KbChunk).insert(), rows)
+            if vectors:
+                await kb_vectors.store(
+                    conn, kb_id, embedding_model, [(r["id"], vectors[r["seq"]]) for r in rows]
+                )
             if conn.dialect.name == "sqlite":
                 await conn.execute(
                     text(
@@ -482,15 +466,34 @@ class BuiltinRetriever:
         self.embedding_model = embedding_model
 
     async def retrieve(self, query: str, top_k: int, filters: Mapping[str, Any]) -> list[RetrievedChunk]:
+        return (await self.search(query, top_k, filters)).chunks
+
+    async def search(self, query: str, top_k: int, filters: Mapping[str, Any]) -> Retrieval:
+        """Fused full-text and vector ranking; the full-text one alone (flagged) when the embedding
+        model fails, so a RAG turn still gets the chunks that match its words."""
         pool = 400 if filters else max(top_k * 5, 50)
+        qvec: list[float] | None = None
+        degraded = ""
+        if self.embed is not None:
+            try:
+                (qvec,) = await self.embed([query])
+            except AgentRunnerError as exc:
+                degraded = (
+                    f"embedding model {self.embedding_model} failed ({exc.reason}): full-text results only"
+                )
+                log.warning("kb_embed_failed", kb_id=self.kb_id, reason=exc.reason, error=exc.message)
         async with self.db.connect() as conn:
             lexical = await self._full_text(conn, query, pool)
             semantic: list[tuple[str, float]] = []
-            if self.embed is not None:
-                semantic = await self._vectors(conn, query, pool)
-            ranked = self._fuse(lexical, semantic)
+            if qvec is not None:
+                semantic = [
+                    s
+                    for s in await kb_vectors.nearest(conn, self.kb_id, self.embedding_model, qvec, pool)
+                    if s[1] > 0
+                ]
+            ranked = fuse(lexical, semantic, self.RRF_K)
             if not ranked:
-                return []
+                return Retrieval([], degraded)
             ids = [cid for cid, _ in ranked]
             rows = (
                 await conn.execute(
@@ -511,20 +514,7 @@ class BuiltinRetriever:
             out.append(RetrievedChunk(row[1], chunk_id, row[2], score, meta))
             if len(out) >= top_k:
                 break
-        return out
-
-    def _fuse(
-        self, lexical: list[tuple[str, float]], semantic: list[tuple[str, float]]
-    ) -> list[tuple[str, float]]:
-        if not semantic:
-            return lexical
-        if not lexical:
-            return semantic
-        scores: dict[str, float] = {}
-        for ranking in (lexical, semantic):
-            for rank, (cid, _) in enumerate(ranking):
-                scores[cid] = scores.get(cid, 0.0) + 1.0 / (self.RRF_K + rank + 1)
-        return sorted(scores.items(), key=lambda kv: -kv[1])
+        return Retrieval(out, degraded)
 
     async def _full_text(self, conn: AsyncConnection, query: str, limit: int) -> list[tuple[str, float]]:
         terms = query_terms(query)
@@ -555,19 +545,21 @@ class BuiltinRetriever:
             return [(r[0], float(r[1])) for r in rows]
         raise NotImplementedError(f"full-text search on {conn.dialect.name}")
 
-    async def _vectors(self, conn: AsyncConnection, query: str, limit: int) -> list[tuple[str, float]]:
-        assert self.embed is not None
-        (qvec,) = await self.embed([query])
-        rows = await conn.execute(
-            select(KbChunk.id, KbChunk.embedding).where(
-                KbChunk.kb_id == self.kb_id,
-                KbChunk.embedding.is_not(None),
-                KbChunk.embedding_model == self.embedding_model,
-            )
-        )
-        scored = [(cid, _cosine(qvec, _unpack(blob))) for cid, blob in rows if blob is not None]
-        scored.sort(key=lambda kv: -kv[1])
-        return [s for s in scored[:limit] if s[1] > 0]
+
+def fuse(
+    lexical: list[tuple[str, float]], semantic: list[tuple[str, float]], k: int = 60
+) -> list[tuple[str, float]]:
+    """Reciprocal rank fusion (Cormack et al., 2009): score(d) = sum over rankings of 1 / (k + rank),
+    rank from 1; a ranking alone is returned as it is. Ties keep the order of first appearance."""
+    if not semantic:
+        return lexical
+    if not lexical:
+        return semantic
+    scores: dict[str, float] = {}
+    for ranking in (lexical, semantic):
+        for rank, (cid, _) in enumerate(ranking, start=1):
+            scores[cid] = scores.get(cid, 0.0) + 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda kv: -kv[1])
 
 
 # --------------------------------------------------------------------------- service
@@ -628,11 +620,20 @@ class KnowledgeService:
     async def retrieve(
         self, kb_id: str, query: str, top_k: int = 5, filters: Mapping[str, Any] | None = None
     ) -> list[RetrievedChunk]:
+        return (await self.search(kb_id, query, top_k, filters)).chunks
+
+    async def search(
+        self, kb_id: str, query: str, top_k: int = 5, filters: Mapping[str, Any] | None = None
+    ) -> Retrieval:
+        """Chunks best first, with the reason when the ranking is degraded (built-in bases)."""
         self.get(kb_id)
         if not query.strip():
             raise InvalidArgumentError("query_text must not be empty", field="query_text")
         top_k = min(top_k if top_k > 0 else 5, self.max_top_k)
-        return await self._retrievers[kb_id].retrieve(query, top_k, dict(filters or {}))
+        retriever = self._retrievers[kb_id]
+        if isinstance(retriever, BuiltinRetriever):
+            return await retriever.search(query, top_k, dict(filters or {}))
+        return Retrieval(await retriever.retrieve(query, top_k, dict(filters or {})))
 
     async def ingest(
         self, kb_id: str, path: str | Path | None = None, progress: Progress | None = None

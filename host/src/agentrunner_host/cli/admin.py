@@ -87,9 +87,17 @@ def register(app: typer.Typer, db_app: typer.Typer, kb_app: typer.Typer, config_
         console.print(
             f"ingested {kb_id}: {report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
             f"{report.removed} removed, {report.chunks} chunks"
+            + (f", {len(report.failed)} failed" if report.failed else "")
         )
         for skipped in report.skipped:
             console.print(f"[yellow]skipped[/yellow] {skipped}")
+        if report.degraded_reason:
+            err_console.print(f"[yellow]warning[/yellow] {report.degraded_reason}", highlight=False)
+        for path, reason in sorted(report.failed.items()):
+            err_console.print(f"[red]not indexed[/red] {path}: {reason}", highlight=False)
+        if report.failed:  # the others are indexed; the next ingest retries these
+            err_console.print(f"{len(report.failed)} document(s) not indexed: run the ingest again later")
+            raise typer.Exit(1)
 
     @app.command("migrate-pipeline")
     def migrate_pipeline_cmd(

@@ -190,9 +190,11 @@ def capability_handlers(
     ) -> proxy_service_pb2.RetrieveKnowledgeResponse:
         _kb_allowed(call, request.kb_id, "retrieve")
         call.time_remaining()
-        chunks = await knowledge.retrieve(
+        found = await knowledge.search(
             request.kb_id, request.query_text, request.top_k, struct_to_dict(request.filters)
         )
+        if found.degraded_reason:
+            call.audit["degraded"] = found.degraded_reason
         return proxy_service_pb2.RetrieveKnowledgeResponse(
             results=[
                 proxy_service_pb2.KnowledgeChunk(
@@ -202,8 +204,9 @@ def capability_handlers(
                     score=c.score,
                     metadata=_struct(c.metadata),
                 )
-                for c in chunks
-            ]
+                for c in found.chunks
+            ],
+            degraded_reason=found.degraded_reason,
         )
 
     return {

@@ -74,8 +74,12 @@ async def retrieve(
         return out
     out.info["kbs"] = kb_ids
 
+    degraded: dict[str, str] = {}
+
     async def one(kb_id: str) -> list[proxy_service_pb2.KnowledgeChunk]:
         resp = await ctx.api.retrieve_knowledge(kb_id, query, top_k=cfg.retrieval_top_k, timeout=budget())
+        if resp.degraded_reason:
+            degraded[kb_id] = resp.degraded_reason
         return list(resp.results)
 
     answers = await asyncio.gather(*(one(k) for k in kb_ids), return_exceptions=True)
@@ -90,6 +94,8 @@ async def retrieve(
             chunks.extend(answer)
     if errors:
         out.info["kb_errors"] = errors
+    if degraded:  # e.g. full-text results only: the embedding model was down
+        out.info["kb_degraded"] = degraded
     chunks.sort(key=lambda c: c.score, reverse=True)
     out.info["retrieved"] = len(chunks)
     if not chunks:

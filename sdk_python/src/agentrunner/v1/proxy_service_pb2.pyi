@@ -626,6 +626,11 @@ class RetrieveKnowledgeResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    DEGRADED_REASON_FIELD_NUMBER: _builtins.int
+    degraded_reason: _builtins.str
+    """Set when the knowledge base could not rank as usual and answered with what it had: for example
+    full-text matches only because its embedding model failed. Empty when retrieval was complete.
+    """
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___KnowledgeChunk]:
         """Chunks, best first."""
@@ -634,10 +639,11 @@ class RetrieveKnowledgeResponse(_message.Message):
         self,
         *,
         results: _abc.Iterable[Global___KnowledgeChunk] | None = ...,
+        degraded_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded_reason", b"degraded_reason", "results", b"results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -13,10 +13,12 @@ from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import Script
 from sqlalchemy import create_engine, pool
 
+from agentrunner_host.capabilities import kb_vectors
 from agentrunner_host.delivery import store as delivery_store  # noqa: F401  (0003 tables)
 from agentrunner_host.store import models  # noqa: F401  (registers the tables on Base.metadata)
 from agentrunner_host.store.base import Base
 
+kb_vectors.register()  # sqlite-vec on every SQLite connection of the migration (0007 writes vectors)
 config = context.config
 target_metadata = Base.metadata
 
