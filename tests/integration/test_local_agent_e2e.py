@@ -385,7 +385,7 @@ async def test_la07_fallback_and_controlled_failure_leave_the_next_request_unaff
     assert (details["kind"], details["retry_delay_ms"]) == ("rate_limited", 80)  # at the top level
     models = details["models"]
     assert [m["model"] for m in models] == ["chat", "backup"] and "slow down" in models[1]["message"]
-    assert [m["kind"] for m in models] == ["unavailable", "rate_limited"]
+    assert [m["kind"] for m in models] == ["http_error", "rate_limited"]
     assert "Traceback" not in failure.message
     assert failed.of("message_delta") == [] and failed.of("message_completed") == []
 

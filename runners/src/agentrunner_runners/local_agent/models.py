@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from agentrunner.errors import AgentRunnerError
+from agentrunner.failures import FailureKind
 from agentrunner.usage import add_usage
 from agentrunner.v1 import common_pb2, context_pb2
 
@@ -24,20 +25,22 @@ def granted(resource: context_pb2.ModelResource, operation: str) -> bool:
     return not resource.operations or operation in resource.operations
 
 
-#: `details.kind` of a model failure, by the host error's spec code (the SDK's failure-kind vocabulary)
-FAILURE_KINDS = {
-    "rate_limited": "rate_limited",
-    "deadline_exceeded": "timeout",
-    "unauthorized": "auth_error",
-    "invalid_argument": "api_error",
-    "runtime_error": "api_error",
-}
-
-
 def failure_kind(exc: AgentRunnerError) -> str:
-    if exc.spec_code == "runtime_error" and exc.status_code == grpc.StatusCode.UNAVAILABLE:
-        return "unavailable"
-    return FAILURE_KINDS.get(exc.spec_code, "api_error")
+    """`details.kind` (the SDK's `FailureKind`) of a failed model call, from the host's typed error."""
+    status = exc.metadata.get("httpStatus", "")
+    if exc.reason == "RATE_LIMITED":
+        kind = FailureKind.RATE_LIMITED
+    elif exc.reason == "DEADLINE_EXCEEDED":
+        kind = FailureKind.TIMEOUT
+    elif status in ("401", "403") or exc.reason in ("UNAUTHORIZED", "RUN_TOKEN_INVALID"):
+        kind = FailureKind.AUTH_ERROR
+    elif exc.status_code == grpc.StatusCode.UNAVAILABLE:  # 5xx answers, or no answer at all
+        kind = FailureKind.HTTP_ERROR if status else FailureKind.CONNECTION_ERROR
+    elif exc.reason == "INVALID_ARGUMENT":
+        kind = FailureKind.INPUT_INVALID
+    else:
+        kind = FailureKind.API_ERROR
+    return kind.value
 
 
 @dataclass(frozen=True)
