@@ -47,9 +47,12 @@ from agentrunner.errors import AgentRunnerError, InvalidArgumentError, NotFoundE
 from agentrunner_host.capabilities import kb_vectors
 from agentrunner_host.store.base import Base, table_of
 
-kb_vectors.register()  # before the first SQLite connection of the process
-
 log = structlog.get_logger(__name__)
+
+try:
+    kb_vectors.register()  # before the first SQLite connection of the process
+except kb_vectors.VectorExtensionMissing as _exc:  # full-text search still works; vectors fail clearly
+    log.warning("sqlite_vec_unavailable", error=str(_exc))
 
 SUPPORTED_SUFFIXES = {".txt": "text/plain", ".md": "text/markdown", ".markdown": "text/markdown",
                       ".html": "text/html", ".htm": "text/html"}  # fmt: skip
