@@ -78,14 +78,12 @@ class NoModel(Exception):
         self.failures = failures
 
     def summary(self) -> dict[str, object]:
-        """The top-level `details` of the run's failure: the kind and, when a retry can succeed, the
-        shortest delay any model asked for (the earliest moment a retry of the run may succeed), then
-        every model's own reason."""
+        """The top-level `details` of the run's failure: the kind and delay of the last retryable model
+        failure (else the primary's kind), then every model's own reason."""
         out: dict[str, object] = {}
         retryable = [f for f in self.failures if f.retryable]
         if retryable:
-            delays = [f for f in retryable if f.retry_delay is not None]
-            first = min(delays, key=lambda f: f.retry_delay or 0.0) if delays else retryable[-1]
+            first = retryable[-1]  # the end of the fallback chain: what a retry of the run meets last
             out["kind"] = first.kind
             if first.retry_delay is not None:
                 out["retry_delay_ms"] = round(first.retry_delay * 1000)
