@@ -80,7 +80,7 @@ demo: sync ## The main job: host on SQLite + reference runner, a scripted conver
 demo-services: sync ## One turn through each external-service runner (Dify, n8n, ...) against local mocks
 	$(RUN) python -m agentrunner_host.demo_services
 
-bench: sync ## Benchmarks: host path vs bare relay, history paging; writes bench/results.json
+bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
 	$(RUN) python bench/run_all.py
 
 clean: ## Remove generated scratch and local state

@@ -27,6 +27,7 @@ from agentrunner_host.capabilities.tools import McpServerConfig, NativeToolsConf
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession
 from agentrunner_host.proxy.api import ProxyCall
 from agentrunner_host.proxy.capabilities import capability_handlers
+from agentrunner_host.store import sqlite_vec
 from tests.mocks.openai_server import MockOpenAIServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -226,6 +227,7 @@ def build_tools(
 
 @pytest_asyncio.fixture
 async def sqlite_engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    sqlite_vec.register()  # what `Database` does before its first connection
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'kb.db'}")
     async with engine.begin() as conn:
         await create_knowledge_schema(conn)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from agentrunner.v1 import proxy_service_pb2 as pb
 from agentrunner_host.capabilities import kb_vectors
 from agentrunner_host.capabilities.knowledge import KnowledgeBaseConfig, KnowledgeService, fuse
 from agentrunner_host.store import db as store_db
+from agentrunner_host.store import sqlite_vec
 from tests.capabilities.conftest import CORPUS, make_proxy, make_snapshot
 from tests.capabilities.test_cap_knowledge import KB_GRANT, assert_ranking
 from tests.mocks.openai_server import hashed_embedding
@@ -191,3 +194,47 @@ async def test_retrieval_falls_back_to_full_text_when_the_embedding_model_is_dow
     assert "full-text results only" in found.degraded_reason and "RUNTIME_ERROR" in found.degraded_reason
     openai_mock.state.reset()
     assert not (await retrieve(knowledge, models, "reset link")).degraded_reason
+
+
+async def test_without_sqlite_vec_ingest_and_retrieval_use_full_text_and_say_so(
+    sqlite_engine, models, openai_mock, monkeypatch
+) -> None:
+    knowledge = service(sqlite_engine, models)
+    monkeypatch.setattr(sqlite_vec, "unavailable_reason", lambda: "no vec0 here")
+    report = await knowledge.ingest("docs", CORPUS)
+    assert report.added == 12 and "no vec0 here" in report.degraded_reason
+    assert openai_mock.state.attempts("embeddings") == []  # no vector to store: nothing embedded
+    assert await vector_rows(sqlite_engine) == 0
+    found = await retrieve(knowledge, models, "I forgot my password, how do I get a reset link?")
+    assert top_path(found) == "password-reset.md"
+    assert found.degraded_reason == "vector search is unavailable (no vec0 here): full-text results only"
+    monkeypatch.undo()  # sqlite-vec is back (another Python, say): the next ingest embeds everything
+    again = await knowledge.ingest("docs", CORPUS)
+    assert (again.updated, again.degraded_reason) == (12, "")
+    assert await vector_rows(sqlite_engine) == again.chunks
+    assert not (await retrieve(knowledge, models, "Ctrl+K palette")).degraded_reason
+
+
+async def test_sqlite_vec_registration_failure_is_logged_once_and_the_database_still_opens(
+    tmp_path: Path,
+) -> None:
+    script = (
+        "import sqlite_vec; sqlite_vec.loadable_path = lambda: '/nonexistent/vec0'\n"
+        "from agentrunner_host.store import sqlite_vec as sv, db\n"
+        "import asyncio, sqlalchemy as sa\n"
+        f"url = 'sqlite:///{tmp_path / 'x.db'}'\n"
+        "db.upgrade(url)\n"
+        "async def main():\n"
+        "    d = db.Database(url)\n"
+        "    async with d.engine.connect() as c:\n"
+        "        print('tables', (await c.execute(sa.text('SELECT count(*) FROM kb_chunks'))).scalar_one())\n"
+        "    await d.dispose()\n"
+        "asyncio.run(main())\n"
+        "print('reason', sv.register() == sv.unavailable_reason() != '')\n"
+    )
+    cmd = [sys.executable, "-c", script]
+    done = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "tables 0" in done.stdout and "reason True" in done.stdout
+    out = done.stdout + done.stderr
+    assert out.count("sqlite_vec_unavailable") == 1 and "/nonexistent/vec0" in out

@@ -36,7 +36,7 @@ class Proc:
     """A child process that printed `<marker> <address-or-port>` when ready."""
 
     def __init__(
-        self, args: list[str], marker: str, env: dict[str, str] | None = None, timeout: float = 60
+        self, args: list[str], marker: str, env: dict[str, str] | None = None, timeout: float = 30
     ) -> None:
         self.args = args
         self.popen = subprocess.Popen(

@@ -1,10 +1,8 @@
 """Chunk vectors in the database's vector extension: `sqlite-vec` on SQLite, `pgvector` on PostgreSQL.
 
 SQLite: one `vec0` virtual table per dimension, `kb_vec_<dim>` (chunk id primary key, `kb_id` partition
-key, `embedding_model` metadata column, cosine distance), searched with sqlite-vec's KNN query. The
-extension is registered once per process with SQLite's `sqlite3_auto_extension`, so every connection
-opened afterwards has it (Python builds without `enable_load_extension` included); `register()` must
-run before the database's first connection: importing the knowledge module does it.
+key, `embedding_model` metadata column, cosine distance), searched with sqlite-vec's KNN query; the
+extension is on every connection once `store.sqlite_vec.register()` ran (the `Database` does it).
 PostgreSQL: `kb_chunk_vectors` with a dimensionless `vector` column (one knowledge base may change
 models), searched by exact cosine distance (`<=>`) within the knowledge base and model.
 Vectors are stored as sent by the model; scores are cosine similarities (1 - distance).
@@ -12,17 +10,14 @@ Vectors are stored as sent by the model; scores are cosine similarities (1 - dis
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import re
-import sqlite3
 import struct
-import threading
 from collections.abc import Sequence
 
-import sqlite_vec
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from agentrunner_host.store import sqlite_vec
 
 PG_TABLE_DDL = (
     "CREATE TABLE IF NOT EXISTS kb_chunk_vectors ("
@@ -33,50 +28,12 @@ PG_INDEX_DDL = (
     "CREATE INDEX IF NOT EXISTS ix_kb_chunk_vectors_kb ON kb_chunk_vectors (kb_id, embedding_model)"
 )
 _VEC_TABLE = re.compile(r"^kb_vec_(\d+)$")
-_lock = threading.Lock()
-_registered = False
 
 
-class VectorExtensionMissing(RuntimeError):
-    """The database cannot store vectors (sqlite-vec not loadable, pgvector not installed)."""
-
-
-def _sqlite_library() -> ctypes.CDLL:
-    """The SQLite library the `sqlite3` module is linked with (dlopen returns the loaded copy)."""
-    import _sqlite3
-
-    for name in ("libsqlite3.so.0", ctypes.util.find_library("sqlite3"), _sqlite3.__file__):
-        if name:
-            try:
-                lib = ctypes.CDLL(name)
-                lib.sqlite3_auto_extension  # noqa: B018  (raises AttributeError when absent)
-                return lib
-            except (OSError, AttributeError):
-                continue
-    raise VectorExtensionMissing("cannot find the SQLite library of this Python's sqlite3 module")
-
-
-def register() -> None:
-    """Makes sqlite-vec available on every SQLite connection this process opens from now on."""
-    global _registered
-    with _lock:
-        if _registered:
-            return
-        lib = _sqlite_library()
-        ext = ctypes.CDLL(sqlite_vec.loadable_path() + ".so")
-        lib.sqlite3_auto_extension.argtypes = [ctypes.c_void_p]
-        if lib.sqlite3_auto_extension(ctypes.cast(ext.sqlite3_vec_init, ctypes.c_void_p)) != 0:
-            raise VectorExtensionMissing("SQLite refused to register sqlite-vec")
-        probe = sqlite3.connect(":memory:")
-        try:
-            probe.execute("SELECT vec_version()")
-        except sqlite3.OperationalError as exc:  # a Python with its own statically linked SQLite
-            raise VectorExtensionMissing(
-                f"sqlite-vec is not available to this Python's sqlite3 module ({exc})"
-            ) from None
-        finally:
-            probe.close()
-        _registered = True
+def unavailable_reason(dialect: str) -> str:
+    """Why this database cannot store or search vectors ("" when it can). PostgreSQL always can:
+    migration 0007 does not complete without pgvector."""
+    return sqlite_vec.unavailable_reason() if dialect == "sqlite" else ""
 
 
 def pack(vector: Sequence[float]) -> bytes:
@@ -119,6 +76,8 @@ async def store(
             )
         for dim, params in by_dim.items():
             await conn.execute(text(sqlite_table_ddl(dim)))
+            # vec0 has no upsert; a vector left behind while sqlite-vec was unavailable is replaced
+            await conn.execute(text(f"DELETE FROM kb_vec_{dim} WHERE chunk_id = :c"), params)
             await conn.execute(
                 text(
                     f"INSERT INTO kb_vec_{dim} (chunk_id, kb_id, embedding_model, embedding) "
@@ -137,8 +96,9 @@ async def store(
 
 
 async def delete(conn: AsyncConnection, chunk_ids: Sequence[str]) -> None:
-    """Removes the vectors of chunks (PostgreSQL's cascade does it too; vec0 tables need it)."""
-    if not chunk_ids or conn.dialect.name != "sqlite":
+    """Removes the vectors of chunks (PostgreSQL's cascade does it too; vec0 tables need it). Without
+    sqlite-vec they stay: `store` replaces them when the chunk is embedded again."""
+    if not chunk_ids or conn.dialect.name != "sqlite" or sqlite_vec.unavailable_reason():
         return
     for table in await sqlite_tables(conn):
         await conn.execute(text(f"DELETE FROM {table} WHERE chunk_id = :c"), [{"c": c} for c in chunk_ids])

@@ -3,11 +3,11 @@
 Full-text search runs in the database (SQLite FTS5, PostgreSQL tsvector + GIN); when the knowledge base
 names an embedding model, chunks also carry vectors in the database's vector extension (`kb_vectors`:
 sqlite-vec, pgvector) and retrieval fuses both rankings (reciprocal rank fusion). When the embedding
-model fails, retrieval answers with the full-text ranking alone and says so (`degraded_reason`);
-ingestion embeds with the model registry's retries and reports a document it could not embed without
-giving up the others. HTML is read with `html-text` (lxml), Markdown front matter with
-`python-frontmatter`. Any other retriever (an external RAG service, a plugin) plugs in behind
-`Retriever`.
+model fails, or the database has no vector extension (a Python whose SQLite cannot take sqlite-vec),
+retrieval answers with the full-text ranking alone and says so (`degraded_reason`); ingestion embeds
+with the model registry's retries and reports a document it could not embed without giving up the
+others. Files are read and chunked by `kb_documents`. Any other retriever (an external RAG service, a
+plugin) plugs in behind `Retriever`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import frontmatter
-import html_text
-import lxml.html
 import structlog
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import (
     JSON,
@@ -45,17 +41,11 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from agentrunner.errors import AgentRunnerError, InvalidArgumentError, NotFoundError
 from agentrunner_host.capabilities import kb_vectors
+from agentrunner_host.capabilities.kb_documents import SUPPORTED_SUFFIXES, chunk_text, parse_document
 from agentrunner_host.store.base import Base, table_of
 
 log = structlog.get_logger(__name__)
 
-try:
-    kb_vectors.register()  # before the first SQLite connection of the process
-except kb_vectors.VectorExtensionMissing as _exc:  # full-text search still works; vectors fail clearly
-    log.warning("sqlite_vec_unavailable", error=str(_exc))
-
-SUPPORTED_SUFFIXES = {".txt": "text/plain", ".md": "text/markdown", ".markdown": "text/markdown",
-                      ".html": "text/html", ".htm": "text/html"}  # fmt: skip
 MAX_TOP_K = 50
 
 
@@ -115,6 +105,8 @@ class IngestReport:
     skipped: list[str] = dataclasses.field(default_factory=list)
     #: relative path -> why it was not (re)indexed this time (it is tried again on the next ingest)
     failed: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: why documents were indexed without vectors although the knowledge base names a model
+    degraded_reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -186,76 +178,6 @@ async def create_knowledge_schema(conn: AsyncConnection) -> None:
     elif conn.dialect.name == "postgresql":
         await conn.execute(text(PG_GIN_DDL))
     await kb_vectors.create_schema(conn)
-
-
-# --------------------------------------------------------------------------- parsing and chunking
-
-
-def _html(raw: str) -> tuple[str, str]:
-    """(title, text) of an HTML page: scripts and styles dropped, blocks separated by blank lines."""
-    try:
-        tree = lxml.html.document_fromstring(raw)
-    except (ValueError, lxml.etree.ParserError):
-        return "", ""
-    title = " ".join((tree.findtext(".//title") or "").split())
-    for node in tree.iter("title"):
-        node.drop_tree()
-    return title, html_text.extract_text(tree, guess_layout=True)
-
-
-def _markdown(path: Path, raw: str) -> tuple[str, str, dict[str, Any]]:
-    try:
-        post = frontmatter.loads(raw)
-    except (yaml.YAMLError, ValueError):
-        log.warning("kb_front_matter_invalid", path=str(path))
-        return "", raw, {}
-    meta = {str(k): v for k, v in post.metadata.items() if isinstance(v, str | int | float | bool)}
-    heading = re.search(r"^#\s+(.+)$", post.content, re.MULTILINE)
-    title = str(meta.get("title") or (heading.group(1).strip() if heading else ""))
-    return title, post.content, meta
-
-
-def parse_document(path: Path, raw: str) -> tuple[str, str, dict[str, Any]]:
-    """(title, body text, metadata) of a file; Markdown front matter becomes metadata."""
-    suffix = path.suffix.lower()
-    meta: dict[str, Any] = {}
-    if suffix in (".html", ".htm"):
-        title, body = _html(raw)
-    elif suffix in (".md", ".markdown"):
-        title, body, meta = _markdown(path, raw)
-    else:
-        body = raw
-        first = next((line.strip() for line in body.splitlines() if line.strip()), "")
-        title = first if len(first) <= 80 else ""
-    body = re.sub(r"[ \t]+", " ", body)
-    body = re.sub(r"\n\s*\n+", "\n\n", body).strip()
-    return title or path.stem, body, meta
-
-
-def chunk_text(body: str, chunk_chars: int) -> list[str]:
-    """Paragraph-packed chunks of at most `chunk_chars` characters (long paragraphs split on words)."""
-    pieces: list[str] = []
-    for para in (p.strip() for p in body.split("\n\n")):
-        if not para:
-            continue
-        while len(para) > chunk_chars:
-            cut = para.rfind(" ", 0, chunk_chars)
-            cut = cut if cut > chunk_chars // 2 else chunk_chars
-            pieces.append(para[:cut].strip())
-            para = para[cut:].strip()
-        if para:
-            pieces.append(para)
-    chunks: list[str] = []
-    current = ""
-    for piece in pieces:
-        if current and len(current) + 2 + len(piece) > chunk_chars:
-            chunks.append(current)
-            current = piece
-        else:
-            current = f"{current}\n\n{piece}" if current else piece
-    if current:
-        chunks.append(current)
-    return chunks
 
 
 # --------------------------------------------------------------------------- ingestion
@@ -477,7 +399,10 @@ class BuiltinRetriever:
         pool = 400 if filters else max(top_k * 5, 50)
         qvec: list[float] | None = None
         degraded = ""
-        if self.embed is not None:
+        unusable = kb_vectors.unavailable_reason(self.db.dialect.name) if self.embed is not None else ""
+        if unusable:
+            degraded = f"vector search is unavailable ({unusable}): full-text results only"
+        elif self.embed is not None:
             try:
                 (qvec,) = await self.embed([query])
             except AgentRunnerError as exc:
@@ -651,7 +576,16 @@ class KnowledgeService:
         embed = None
         if config.embedding_model and self._embedder_for:
             embed = self._embedder_for(config.embedding_model)
-        return await ingest_directory(
+        unusable = kb_vectors.unavailable_reason(self.db.dialect.name) if embed is not None else ""
+        if unusable:  # index the text; the next ingest with vectors available embeds every document
+            log.warning("kb_ingest_without_vectors", kb_id=kb_id, reason=unusable)
+            embed = None
+        report = await ingest_directory(
             self.db, kb_id, source, progress, embed=embed,
             embedding_model=config.embedding_model or "", chunk_chars=config.chunk_chars,
         )  # fmt: skip
+        if unusable:
+            report.degraded_reason = (
+                f"vectors are unavailable ({unusable}): indexed for full-text search only"
+            )
+        return report

@@ -16,12 +16,9 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import httpx2
-import openai
-import openai.resources.chat
-import openai.resources.embeddings  # the client loads its resources lazily: not inside a first call's timeout
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +29,8 @@ from agentrunner_host.capabilities.openai_wire import (
     ChoiceAssembler,
     attempt_error,
     content_text,
+    provider_errors,
+    sdk,
     streamed_error,
     struct_to_dict,
     tool_call_pb,
@@ -40,6 +39,9 @@ from agentrunner_host.capabilities.openai_wire import (
 )
 from agentrunner_host.capabilities.retry import CallStats, Retrier, RetryBudget, RetryConfig
 from agentrunner_host.capabilities.think import ThinkFilter, strip_think
+
+if TYPE_CHECKING:
+    import openai
 
 log = structlog.get_logger(__name__)
 
@@ -57,7 +59,6 @@ MODEL_OPERATIONS: dict[str, frozenset[str]] = {
     "rerank": frozenset({"rerank"}),
 }
 ESTIMATE_METHOD = tokens.METHOD
-_NO_AUTH = {"Authorization": openai.Omit()}
 
 
 class ModelConfig(BaseModel):
@@ -137,6 +138,7 @@ class ModelRegistry:
         self.usage_sink = usage_sink
         self.artifact_resolver = artifact_resolver
         self._environ = environ if environ is not None else os.environ
+        self._sdk: ModuleType | None = None  # the `openai` package, once a call needed it
         self._http: openai.DefaultAsyncHttpxClient | None = None
         self._clients: dict[str, openai.AsyncOpenAI] = {}
         budgets: dict[str, RetryBudget] = {}
@@ -173,8 +175,10 @@ class ModelRegistry:
 
     # ---- plumbing
 
-    def _client(self, config: ModelConfig) -> tuple[openai.AsyncOpenAI, dict[str, Any]]:
-        """The model's client and the per-request headers (no Authorization without a key)."""
+    async def _client(self, config: ModelConfig) -> tuple[openai.AsyncOpenAI, dict[str, Any]]:
+        """The model's client and the per-request headers (no Authorization without a key). The first
+        call of the process imports the `openai` package in a worker thread, so the runs already
+        streaming on this event loop keep being served meanwhile; no attempt's timeout includes the import."""
         key = None
         if config.api_key_env:
             key = self._environ.get(config.api_key_env)
@@ -184,11 +188,14 @@ class ModelRegistry:
                     f"{config.api_key_env} is unset)",
                     metadata={"modelId": config.id},
                 )
+        if self._sdk is None:
+            self._sdk = await asyncio.to_thread(sdk)
+        package = self._sdk
         client = self._clients.get(config.id)
         if client is None or client.api_key != (key or "none"):
             if self._http is None:
-                self._http = openai.DefaultAsyncHttpxClient()
-            client = openai.AsyncOpenAI(
+                self._http = package.DefaultAsyncHttpxClient()
+            client = package.AsyncOpenAI(
                 base_url=config.base_url,
                 api_key=key or "none",
                 default_headers=config.headers or None,
@@ -197,7 +204,7 @@ class ModelRegistry:
                 http_client=self._http,
             )
             self._clients[config.id] = client
-        return client, ({} if key else dict(_NO_AUTH))
+        return client, ({} if key else {"Authorization": package.Omit()})
 
     async def _call(
         self, config: ModelConfig, deadline: float | None, attempt: Callable[[float], Awaitable[Any]]
@@ -209,7 +216,7 @@ class ModelRegistry:
             try:
                 async with asyncio.timeout(budget):
                     return await attempt(budget)
-            except (openai.APIError, httpx2.HTTPError, TimeoutError) as exc:
+            except provider_errors() as exc:  # evaluated only when an exception is raised
                 raise attempt_error(exc, config.id) from None
 
         stats = self.last_stats[config.id] = CallStats()
@@ -313,7 +320,7 @@ class ModelRegistry:
         """One whole answer (`choices[0]`). `time_remaining` is the run's budget (`ProxyCall.time_remaining()`)."""
         config = self.get(model_id, "llm")
         args = await self._chat_args(config, messages, tools, extra_args, agent_extra_args, run_id)
-        client, headers = self._client(config)
+        client, headers = await self._client(config)
 
         async def attempt(budget: float) -> Any:
             return await client.chat.completions.create(**args, extra_headers=headers, timeout=budget)
@@ -358,7 +365,7 @@ class ModelRegistry:
         args = await self._chat_args(config, messages, tools, extra_args, agent_extra_args, run_id)
         body = args["extra_body"]
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-        client, headers = self._client(config)
+        client, headers = await self._client(config)
         opened: list[Any] = []
 
         async def attempt(budget: float) -> tuple[Any, float, ChoiceAssembler, list[Any]]:
@@ -393,7 +400,7 @@ class ModelRegistry:
                         chunk = await anext(events)
                 except StopAsyncIteration:
                     break
-                except (openai.APIError, httpx2.HTTPError, TimeoutError) as exc:
+                except provider_errors() as exc:  # evaluated only when an exception is raised
                     raise streamed_error(exc, model_id) from None
                 for piece in assembler.feed(chunk):
                     yield proxy_service_pb2.StreamModelResponse(chunk=piece)
@@ -431,7 +438,7 @@ class ModelRegistry:
         body.update(model=config.model, query=query, documents=list(documents))
         if top_k > 0:
             body["top_n"] = top_k
-        client, headers = self._client(config)
+        client, headers = await self._client(config)
 
         async def attempt(budget: float) -> Any:
             return await client.post(
@@ -456,7 +463,7 @@ class ModelRegistry:
         config = self.get(model_id, "embedding")
         if not texts:
             return []
-        client, headers = self._client(config)
+        client, headers = await self._client(config)
 
         async def attempt(budget: float) -> Any:
             return await client.embeddings.create(

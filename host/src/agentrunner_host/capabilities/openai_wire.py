@@ -4,17 +4,21 @@ assembly of one choice of a streamed answer.
 Errors: an attempt that may be retried raises `retry.Transient` around its typed error (429 ->
 RATE_LIMITED, 408 and timeouts -> DEADLINE_EXCEEDED, 409, 5xx, dropped connections and error events
 -> RUNTIME_ERROR with gRPC code UNAVAILABLE, all retryable); anything else raises the typed error itself.
+
+The `openai` package (and its `httpx2` transport) is imported by `sdk()` at a host's first model call,
+not at start: importing it costs more CPU than the rest of the host together, and every process that
+only parses a config or serves runs without models would pay it (docs/performance.md).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import grpc
-import httpx2
-import openai
 import structlog
 from google.protobuf import json_format, struct_pb2
 
@@ -30,9 +34,32 @@ from agentrunner.v1 import common_pb2, proxy_service_pb2
 from agentrunner_host.capabilities.retry import Transient, retry_after, should_retry_status
 from agentrunner_host.capabilities.think import ThinkFilter
 
+if TYPE_CHECKING:
+    import openai
+
 log = structlog.get_logger(__name__)
 
 STANDARD_USAGE = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+@functools.cache
+def sdk() -> ModuleType:
+    """The `openai` package, with the client resources the registry calls already loaded (the client
+    would import them at first attribute access, inside the first call's timeout)."""
+    import openai
+    import openai.resources.chat
+    import openai.resources.embeddings
+
+    return openai
+
+
+@functools.cache
+def provider_errors() -> tuple[type[BaseException], ...]:
+    """What a failed provider attempt raises: the package's errors, its transport's, and timeouts.
+    Only called while handling an exception, after `sdk()` created the client."""
+    import httpx2
+
+    return (sdk().APIError, httpx2.HTTPError, TimeoutError)
 
 
 def struct_to_dict(value: struct_pb2.Struct | None) -> dict[str, Any]:
@@ -122,7 +149,7 @@ def status_error(exc: openai.APIStatusError, model_id: str) -> AgentRunnerError 
 def attempt_error(exc: BaseException, model_id: str) -> AgentRunnerError | Transient:
     """The typed error of a failed attempt: an HTTP error answer, a timeout, a dropped connection or an
     error event (the last three always retryable); anything else is re-raised as it is."""
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, sdk().APIStatusError):
         return status_error(exc, model_id)
     return Transient(_transport_error(exc, model_id, ""))
 
@@ -130,7 +157,7 @@ def attempt_error(exc: BaseException, model_id: str) -> AgentRunnerError | Trans
 def streamed_error(exc: BaseException, model_id: str) -> AgentRunnerError:
     """The typed error of a stream that failed after part of its answer reached the runner: still
     retryable for the runner, never retried by the host."""
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, sdk().APIStatusError):
         error = status_error(exc, model_id)
         error = error.error if isinstance(error, Transient) else error
     else:
@@ -140,6 +167,9 @@ def streamed_error(exc: BaseException, model_id: str) -> AgentRunnerError:
 
 
 def _transport_error(exc: BaseException, model_id: str, where: str) -> AgentRunnerError:
+    import httpx2
+
+    openai = sdk()
     meta: dict[str, Any] = {"modelId": model_id}
     unavailable = grpc.StatusCode.UNAVAILABLE
     if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException | TimeoutError):

@@ -11,7 +11,8 @@ provider that is down is not hammered by every run at once. When retries end, th
 attempt's typed error with the delay the provider asked for (or the backoff that would have come next)
 as `retry_delay`, sent to runners as `google.rpc.RetryInfo`.
 
-`tenacity` runs the loop; this module supplies the wait, stop and bookkeeping.
+`tenacity` runs the loop (imported at the first call: the config types here are imported by every
+process that reads a host config); this module supplies the wait, stop and bookkeeping.
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ import email.utils
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from agentrunner.errors import AgentRunnerError
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 log = structlog.get_logger(__name__)
 
@@ -147,6 +150,8 @@ class Retrier:
         """`attempt(time_left)` until it returns, raises a non-`Transient` error, or the policy stops;
         `deadline` is a `time.monotonic()` instant (None: unbounded). A `Transient` that ends the retries
         is raised as its typed error with `retry_delay` set."""
+        from tenacity import AsyncRetrying, retry_if_exception_type
+
         stats = stats if stats is not None else CallStats()
         waited = 0.0
         next_wait: list[float] = [0.0]

@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import httpx
-import jsonschema
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -489,7 +488,11 @@ class ToolRegistry:
     def validate(self, tool: ToolInfo, parameters: Mapping[str, Any]) -> None:
         """Checks call arguments against the tool's JSON schema (its draft, or 2020-12 when it names
         none) before anything is sent to the tool; a violation is INVALID_ARGUMENT naming the path
-        (`parameters.items[2].name`). A tool whose own schema is invalid is called unchecked."""
+        (`parameters.items[2].name`). A tool whose own schema is invalid, or cannot be applied (a
+        `$ref` this host cannot resolve), is called unchecked. `jsonschema` is imported by the first
+        call that needs it, not at host start."""
+        import jsonschema
+
         validator = self._validators.get(tool.name)
         if validator is None:
             cls = jsonschema.validators.validator_for(
@@ -505,7 +508,12 @@ class ToolRegistry:
             self._validators[tool.name] = validator
         if validator is False:
             return
-        error = jsonschema.exceptions.best_match(validator.iter_errors(dict(parameters)))
+        try:
+            error = jsonschema.exceptions.best_match(validator.iter_errors(dict(parameters)))
+        except Exception as exc:  # e.g. referencing.exceptions.Unresolvable: the tool decides
+            log.warning("tool_schema_unusable", tool=tool.name, error=f"{type(exc).__name__}: {exc}")
+            self._validators[tool.name] = False
+            return
         if error is None:
             return
         path = list(error.absolute_path)

@@ -39,6 +39,7 @@ from agentrunner_host.store.errors import store_error
 from agentrunner_host.store.sqlite import connection as sqlite_connection
 from agentrunner_host.store.sqlite.checkpoint import WAL_CHECKPOINT_SECONDS, Checkpointer
 from agentrunner_host.store.sqlite.writer import SqliteWriter
+from agentrunner_host.store import sqlite_vec
 
 DEFAULT_URL = "sqlite+aiosqlite:///var/agentrunner-host.db"
 
@@ -111,6 +112,7 @@ class Database:
         self.dialect = "sqlite" if self.url.drivername.startswith("sqlite") else "postgresql"
         kwargs: dict[str, Any] = {"echo": echo, "json_serializer": json_text}
         if self.dialect == "sqlite":
+            sqlite_vec.register()  # process-wide, before this database's first connection
             kwargs["connect_args"] = {
                 "timeout": sqlite_connection.BUSY_TIMEOUT_MS / 1000,
                 "async_creator_fn": sqlite_connection.connect,  # cancel-safe close (see connection.py)

@@ -13,12 +13,13 @@ from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import Script
 from sqlalchemy import create_engine, pool
 
-from agentrunner_host.capabilities import kb_vectors
 from agentrunner_host.delivery import store as delivery_store  # noqa: F401  (0003 tables)
-from agentrunner_host.store import models  # noqa: F401  (registers the tables on Base.metadata)
+from agentrunner_host.store import (
+    models,  # noqa: F401  (registers the tables on Base.metadata)
+    sqlite_vec,
+)
 from agentrunner_host.store.base import Base
 
-kb_vectors.register()  # sqlite-vec on every SQLite connection of the migration (0007 writes vectors)
 config = context.config
 target_metadata = Base.metadata
 
@@ -37,6 +38,8 @@ def run_migrations_online() -> None:
     url = config.attributes.get("url") or config.get_main_option("sqlalchemy.url")
     if not url:
         raise RuntimeError("the migrations were given no database URL")
+    if str(url).startswith("sqlite"):
+        sqlite_vec.register()  # before the migration's connection opens (0007 writes vectors)
     engine = create_engine(url, poolclass=pool.NullPool)
     try:
         with engine.connect() as connection:

@@ -35,6 +35,12 @@ def upgrade() -> None:
             "WHERE embedding IS NOT NULL AND embedding_model IS NOT NULL ORDER BY id"
         )
     ).fetchall()
+    unusable = kb_vectors.unavailable_reason(dialect)
+    if rows and unusable:  # dropping the blob column would lose them: stop before any change
+        raise RuntimeError(
+            f"cannot move {len(rows)} stored knowledge vectors: sqlite-vec is unavailable ({unusable}); "
+            "nothing was changed"
+        )
     moved: dict[int, list[dict[str, object]]] = {}
     for chunk_id, kb_id, model, blob in rows:
         vector = kb_vectors.unpack(bytes(blob))
