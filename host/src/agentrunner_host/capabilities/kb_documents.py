@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
 import yaml
@@ -30,8 +30,8 @@ def _html(raw: str) -> tuple[str, str]:
     except (ValueError, lxml.etree.ParserError):
         return "", ""
     title = " ".join((tree.findtext(".//title") or "").split())
-    for node in tree.iter("title"):
-        node.drop_tree()
+    for node in list(tree.iter("title")):
+        cast("lxml.html.HtmlElement", node).drop_tree()
     return title, html_text.extract_text(tree, guess_layout=True)
 
 

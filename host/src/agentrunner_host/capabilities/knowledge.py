@@ -346,9 +346,8 @@ async def _store_document(
         if rows:
             await conn.execute(table_of(KbChunk).insert(), rows)
             if vectors:
-                await kb_vectors.store(
-                    conn, kb_id, embedding_model, [(r["id"], vectors[r["seq"]]) for r in rows]
-                )
+                pairs = [(str(row["id"]), vectors[seq]) for seq, row in enumerate(rows)]
+                await kb_vectors.store(conn, kb_id, embedding_model, pairs)
             if conn.dialect.name == "sqlite":
                 await conn.execute(
                     text(

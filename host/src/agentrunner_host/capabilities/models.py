@@ -15,7 +15,7 @@ import base64
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -230,7 +230,9 @@ class ModelRegistry:
         except Exception:  # the ledger failing must not fail the model call the runner already paid for
             log.warning("usage_sink_failed", run_id=run_id, model_id=model_id, exc_info=True)
 
-    async def _message_json(self, config: ModelConfig, message: common_pb2.ModelMessage, run_id: str) -> dict:
+    async def _message_json(
+        self, config: ModelConfig, message: common_pb2.ModelMessage, run_id: str
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {"role": message.role or "user"}
         if message.name:
             out["name"] = message.name
@@ -357,7 +359,7 @@ class ModelRegistry:
         remove_think: bool = False,
         time_remaining: float | None = None,
         run_id: str = "",
-    ) -> AsyncIterator[proxy_service_pb2.StreamModelResponse]:
+    ) -> AsyncGenerator[proxy_service_pb2.StreamModelResponse, None]:
         """Streams one choice's chunks, then the usage. Attempts are retried until the first chunk is
         ready for the runner, never after. Closing the iterator (or cancelling its consumer) closes the
         upstream response, which the provider sees as a client disconnect."""

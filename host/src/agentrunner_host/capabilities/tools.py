@@ -14,7 +14,7 @@ import datetime as dt
 import json
 import zoneinfo
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import httpx
 import structlog
@@ -29,6 +29,9 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import common_pb2
 from agentrunner_host.observability import TOOL_CALL_DURATION, observed_call
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 log = structlog.get_logger(__name__)
 
@@ -437,7 +440,8 @@ class ToolRegistry:
             self._sources[source.name] = source
             self._timeouts.setdefault(source.name, config.call_timeout)
         self._tools: dict[str, ToolInfo] = {}
-        self._validators: dict[str, Any] = {}
+        #: per tool: its arguments' validator, None when its schema cannot be checked (built at first call)
+        self._validators: dict[str, Validator | None] = {}
         self._dead: set[str] = set()
         self._lock = asyncio.Lock()
 
@@ -493,8 +497,7 @@ class ToolRegistry:
         call that needs it, not at host start."""
         import jsonschema
 
-        validator = self._validators.get(tool.name)
-        if validator is None:
+        if tool.name not in self._validators:
             cls = jsonschema.validators.validator_for(
                 tool.parameters, default=jsonschema.Draft202012Validator
             )
@@ -502,17 +505,17 @@ class ToolRegistry:
                 cls.check_schema(tool.parameters)
             except jsonschema.SchemaError as exc:
                 log.warning("tool_schema_invalid", tool=tool.name, error=exc.message)
-                validator = False
+                self._validators[tool.name] = None
             else:
-                validator = cls(tool.parameters)
-            self._validators[tool.name] = validator
-        if validator is False:
+                self._validators[tool.name] = cls(tool.parameters)
+        validator = self._validators[tool.name]
+        if validator is None:
             return
         try:
             error = jsonschema.exceptions.best_match(validator.iter_errors(dict(parameters)))
         except Exception as exc:  # e.g. referencing.exceptions.Unresolvable: the tool decides
             log.warning("tool_schema_unusable", tool=tool.name, error=f"{type(exc).__name__}: {exc}")
-            self._validators[tool.name] = False
+            self._validators[tool.name] = None
             return
         if error is None:
             return
