@@ -21,6 +21,7 @@ from agentrunner.v1 import common_pb2
 from agentrunner.v1 import proxy_service_pb2 as pb
 from agentrunner_host.capabilities.models import ModelConfig, ModelRegistry, ThinkFilter
 from agentrunner_host.proxy.capabilities import AgentModelOptions, capability_handlers
+from agentrunner_host.testing.openai_stream import awkward_pieces
 from tests.capabilities.conftest import (
     ALL_MODEL_OPS,
     FAST_RETRY,
@@ -30,7 +31,7 @@ from tests.capabilities.conftest import (
     start_process,
     stop_process,
 )
-from tests.mocks.openai_server import MockOpenAIServer
+from tests.mocks.openai_server import MockOpenAIServer, hashed_embedding
 
 pytestmark = pytest.mark.asyncio
 
@@ -431,7 +432,7 @@ async def test_model_calls_are_timed_per_operation_and_outcome_and_tokens_counte
     await collect(
         proxy.stream("StreamModel", pb.StreamModelRequest(model_id="chat", messages=[user("x")]), GRANTS)
     )
-    openai_mock.state.script({"delay": 2.0})
+    openai_mock.state.script({"delay": 2.0, "times": 3})  # every attempt of the call times out
     with pytest.raises(DeadlineExceededError):
         await proxy.unary(
             "InvokeModel", pb.InvokeModelRequest(model_id="chat-fast-timeout", messages=[user("x")]), GRANTS
@@ -444,3 +445,44 @@ async def test_model_calls_are_timed_per_operation_and_outcome_and_tokens_counte
     assert (
         sample("agentrunner_model_tokens_total", model="chat", type="completion") == before["completion"] + 11
     )
+
+
+UNICODE = "Grüße aus 東京 ☕, café für dich"
+
+
+async def test_answers_cut_inside_a_character_arrive_whole_streamed_and_not(models, openai_mock) -> None:
+    """The mock writes every body in pieces cut inside a UTF-8 character (and a key, a number, an SSE
+    frame's newlines): the runner still gets the exact text, the exact vectors and the error's message."""
+    body = SPLIT_CHAT_BODY.format(text=UNICODE).encode()
+    assert any(not _is_utf8(piece) for piece in awkward_pieces(body))  # the mock does cut a character
+    proxy = make_proxy(models, None, None)
+    openai_mock.state.script(
+        {"content": UNICODE},
+        {"chunks": ["Grüße ", "aus 東京 ", "☕", ", café für dich"]},
+        {"status": 400, "error_message": "prompt refusé: trop long ✗"},
+    )
+    answer = await proxy.unary(
+        "InvokeModel", pb.InvokeModelRequest(model_id="chat", messages=[user("x")]), GRANTS
+    )
+    assert answer.message.content == UNICODE
+    items = await collect(
+        proxy.stream("StreamModel", pb.StreamModelRequest(model_id="chat", messages=[user("x")]), GRANTS)
+    )
+    texts = [i.chunk.content for i in items if i.WhichOneof("item") == "chunk" and i.chunk.content]
+    assert texts == ["Grüße ", "aus 東京 ", "☕", ", café für dich"]
+    with pytest.raises(InvalidArgumentError) as refused:
+        await proxy.unary("InvokeModel", pb.InvokeModelRequest(model_id="chat", messages=[user("x")]), GRANTS)
+    assert "prompt refusé: trop long ✗" in refused.value.message
+    (vector,) = await models.embed("embed", ["café ☕"])
+    assert vector == hashed_embedding("café ☕")
+
+
+SPLIT_CHAT_BODY = '{{"choices":[{{"index":0,"message":{{"content":"{text}"}}}}]}}'
+
+
+def _is_utf8(piece: bytes) -> bool:
+    try:
+        piece.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -86,8 +86,13 @@ def cap_host(tmp_path_factory: pytest.TempPathFactory, probe_runner: Proc) -> It
     host = None
     try:
         assert cli("db", "upgrade", "--config", str(config)).returncode == 0
+        # the embedding model rate-limits once: the ingest waits as told and completes in one invocation
+        http_json(f"{base}/_admin/script?endpoint=embeddings", {"status": 429, "retry_after_ms": 250})
         ingest = cli("kb", "ingest", "docs", str(CORPUS), "--config", str(config))
         assert ingest.returncode == 0 and "12 added" in ingest.stdout, ingest.stdout + ingest.stderr
+        embeds = [r["at"] for r in http_json(f"{base}/_admin/requests") if r["endpoint"] == "embeddings"]
+        assert len(embeds) >= 2 and embeds[1] - embeds[0] >= 0.25, embeds
+        http_json(f"{base}/_admin/reset", {})
         host = start_host(config, env={"MOCK_KEY": "sk-test"})
         yield host.value, db_file, base
     finally:

@@ -343,6 +343,20 @@ async def test_la05_rag_answers_from_the_bound_knowledge_base(la: LocalAgentStac
     assert "tools" not in body  # this agent has no tools
 
 
+async def test_la05b_rag_with_the_embedding_model_down_answers_from_full_text(la: LocalAgentStack) -> None:
+    la.script({"template": "{last_user}"})
+    http_json(f"{la.mock}/_admin/script?endpoint=embeddings", {"status": 503, "times": 0})
+    try:
+        out = await ask(la, "How long does a password reset link stay valid?", conversation_id="rag-conv")
+    finally:
+        http_json(f"{la.mock}/_admin/reset", {})
+    assert out.status == "RUN_STATUS_COMPLETED"
+    assert "30 minutes" in out.answer  # the full-text match still reached the model
+    rag = run_metadata(out)["rag"]
+    assert "full-text results only" in rag["kb_degraded"]["docs"] and rag["used"] >= 1, rag
+    assert audit_outcomes(la.db_file, out.run_id, "RetrieveKnowledge") == ["OK"]
+
+
 async def test_la06_an_image_input_reaches_the_model(la: LocalAgentStack) -> None:
     la.script({"template": "I see {images} image(s). {last_user}"})
     image = {"name": "dot.png", "mime_type": "image/png", "content": PNG}

@@ -10,6 +10,8 @@ request until reset), `delay` (stall before the first byte), `drop_after` (cut t
 streamed content chunks; 0: before the first, for a non-streamed answer: after the headers),
 `error_after` (an `error` event after N chunks), `choices` (several choices). Each request is recorded
 with its arrival time (`at`, monotonic seconds), so tests can measure the waits between retries.
+Every API answer, streamed or not, errors included, is written in several pieces cut at awkward bytes
+(`openai_stream.awkward_pieces`: inside a key, a number, a UTF-8 character, an SSE frame's newlines).
 Run standalone with `python -m agentrunner_host.testing.openai_mock --port 0` (or the re-export
 `python -m tests.mocks.openai_server`); it prints `MOCK_OPENAI_LISTENING <port>` once it accepts
 connections.
@@ -38,8 +40,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
-from agentrunner_host.testing.openai_stream import DropConnection, StreamPlan, StreamRecord
+from agentrunner_host.testing.openai_stream import DropConnection, StreamPlan, StreamRecord, awkward_pieces
 
 EMBED_DIM = 256
 _WORD = re.compile(r"[a-z0-9]+")
@@ -130,6 +133,25 @@ class MockState:
         self.streams.clear()
 
 
+class SplitJSONResponse(JSONResponse):
+    """A JSON answer (with its Content-Length, so not chunked) written in the awkward pieces of
+    `awkward_pieces`: the client reassembles a body cut inside a key, a number and a UTF-8 character."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        pieces = awkward_pieces(bytes(self.body))
+        for i, piece in enumerate(pieces):
+            await send({"type": "http.response.body", "body": piece, "more_body": i < len(pieces) - 1})
+            await asyncio.sleep(0)  # one write each: let the socket send this piece before the next
+
+
+async def _paced(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """One write per piece: the event loop runs between them, so the socket sends each on its own."""
+    async for piece in pieces:
+        yield piece
+        await asyncio.sleep(0)
+
+
 def _error(reply: dict[str, Any]) -> JSONResponse:
     status = int(reply["status"])
     kinds = {429: ("rate_limit_exceeded", "requests"), 500: ("server_error", "server_error")}
@@ -141,7 +163,7 @@ def _error(reply: dict[str, Any]) -> JSONResponse:
         headers["retry-after"] = str(reply["retry_after"])
     if "retry_after_ms" in reply:
         headers["retry-after-ms"] = str(reply["retry_after_ms"])
-    return JSONResponse(body, status_code=status, headers=headers)
+    return SplitJSONResponse(body, status_code=status, headers=headers)
 
 
 async def _fault(reply: dict[str, Any], record: StreamRecord | None = None) -> Response | None:
@@ -242,7 +264,7 @@ def build_app(state: MockState) -> Starlette:
         created = int(time.time())
         model = body.get("model", "mock")
         if record is None:
-            return JSONResponse(
+            return SplitJSONResponse(
                 {
                     "id": cid,
                     "object": "chat.completion",
@@ -273,7 +295,7 @@ def build_app(state: MockState) -> Starlette:
             drop_after=reply.get("drop_after"),
             error_after=reply.get("error_after"),
         )
-        return StreamingResponse(plan.body(record), media_type="text/event-stream")
+        return StreamingResponse(_paced(plan.body(record)), media_type="text/event-stream")
 
     async def embeddings(request: Request) -> Response:
         body = await request.json()
@@ -283,7 +305,7 @@ def build_app(state: MockState) -> Starlette:
             return fault
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
         tokens = sum(len(words(t)) for t in inputs)
-        return JSONResponse(
+        return SplitJSONResponse(
             {
                 "object": "list",
                 "data": [
@@ -309,7 +331,7 @@ def build_app(state: MockState) -> Starlette:
             scored.append({"index": i, "relevance_score": round(score, 6)})
         scored.sort(key=lambda r: -r["relevance_score"])
         top_n = body.get("top_n") or len(scored)
-        return JSONResponse(
+        return SplitJSONResponse(
             {"id": uuid.uuid4().hex, "model": body.get("model"), "results": scored[:top_n], "usage": {}}
         )
 

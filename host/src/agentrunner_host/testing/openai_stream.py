@@ -38,9 +38,10 @@ class StreamRecord:
 
 
 def awkward_pieces(frame: bytes) -> list[bytes]:
-    """`frame` cut after its first byte, inside `data:`, and in the middle of the payload; when the
-    frame has a multi-byte UTF-8 character, also between that character's bytes."""
-    cuts = {1, 3, len(frame) // 2}
+    """`frame` cut after its first byte, inside `data:` (or a JSON key), in the middle of the payload
+    and before its last byte (between an SSE frame's two newlines); when the frame has a multi-byte
+    UTF-8 character, also between that character's bytes."""
+    cuts = {1, 3, len(frame) // 2, len(frame) - 1}
     for i, byte in enumerate(frame):
         if byte >= 0xC0:  # the lead byte of a multi-byte character: cut after it
             cuts.add(i + 1)
@@ -122,16 +123,16 @@ class StreamPlan:
                     yield piece
                 remaining[index] -= 1
                 if remaining[index] == 0 and index > 0:
-                    yield self.delta(index, {}, "stop")
+                    for piece in awkward_pieces(self.delta(index, {}, "stop")):
+                        yield piece
             if self.drop_after is not None and record.chunks_sent >= self.drop_after:
                 raise DropConnection()
-            for frame in self._tool_frames():
-                yield frame
-            yield self.delta(0, {}, self.finish)
+            tail = [*self._tool_frames(), self.delta(0, {}, self.finish)]
             if self.usage is not None:
-                for piece in awkward_pieces(self.frame([], usage=self.usage)):
+                tail.append(self.frame([], usage=self.usage))
+            for frame in [*tail, b"data: [DONE]\n\n"]:
+                for piece in awkward_pieces(frame):
                     yield piece
-            yield b"data: [DONE]\n\n"
             record.completed = True
         finally:
             record.client_disconnected = not record.completed

@@ -83,10 +83,10 @@ class NoModel(Exception):
         out: dict[str, object] = {}
         retryable = [f for f in self.failures if f.retryable]
         if retryable:
-            first = retryable[-1]  # the end of the fallback chain: what a retry of the run meets last
-            out["kind"] = first.kind
-            if first.retry_delay is not None:
-                out["retry_delay_ms"] = round(first.retry_delay * 1000)
+            last = retryable[-1]  # the end of the fallback chain: what a retry of the run meets last
+            out["kind"] = last.kind
+            if last.retry_delay is not None:
+                out["retry_delay_ms"] = round(last.retry_delay * 1000)
         elif self.failures and self.failures[0].kind:
             out["kind"] = self.failures[0].kind
         out["models"] = [f.as_dict() for f in self.failures]
