@@ -15,6 +15,7 @@ import base64
 import contextlib
 import os
 import time
+import urllib.parse
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -39,6 +40,7 @@ from agentrunner_host.capabilities.openai_wire import (
 )
 from agentrunner_host.capabilities.retry import CallStats, Retrier, RetryBudget, RetryConfig
 from agentrunner_host.capabilities.think import ThinkFilter, strip_think
+from agentrunner_host.observability import MODEL_CALL_DURATION, count_tokens, observed_call
 
 if TYPE_CHECKING:
     import openai
@@ -110,6 +112,25 @@ def estimate_tokens(
 
 def _deadline(time_remaining: float | None) -> float | None:
     return None if time_remaining is None else time.monotonic() + time_remaining
+
+
+def _model_attributes(config: ModelConfig, operation: str) -> dict[str, str]:
+    """OpenTelemetry GenAI attributes of a model call (never its content, never the key)."""
+    return {
+        "gen_ai.operation.name": operation,
+        "gen_ai.request.model": config.model,
+        "agentrunner.model_id": config.id,
+        "server.address": urllib.parse.urlsplit(config.base_url).hostname or "",
+    }
+
+
+def _observed(config: ModelConfig, operation: str) -> contextlib.AbstractContextManager[Any]:
+    """The span and latency sample of one model call, its retries included (what the runner waited)."""
+    label = "chat" if operation == "chat_stream" else operation
+    return observed_call(
+        f"agentrunner.model/{operation}", MODEL_CALL_DURATION, _model_attributes(config, label),
+        model=config.id, operation=operation,
+    )  # fmt: skip
 
 
 def _attempt_budget(config: ModelConfig, left: float | None) -> float:
@@ -223,6 +244,7 @@ class ModelRegistry:
         return await self._retriers[config.id].call(once, deadline=deadline, stats=stats)
 
     async def _record(self, run_id: str | None, model_id: str, usage: common_pb2.Usage) -> None:
+        count_tokens(model_id, usage.prompt_tokens, usage.completion_tokens)
         if self.usage_sink is None or not run_id:
             return
         try:
@@ -327,7 +349,8 @@ class ModelRegistry:
         async def attempt(budget: float) -> Any:
             return await client.chat.completions.create(**args, extra_headers=headers, timeout=budget)
 
-        data = await self._call(config, _deadline(time_remaining), attempt)
+        with _observed(config, "chat"):
+            data = await self._call(config, _deadline(time_remaining), attempt)
         if not getattr(data, "choices", None):
             raise RuntimeFailureError(
                 f"model {model_id}: provider answer has no choices", metadata={"modelId": model_id}
@@ -392,30 +415,31 @@ class ModelRegistry:
                     await asyncio.shield(upstream.close())
                 raise
 
-        try:
-            events, ends, assembler, first = await self._call(config, _deadline(time_remaining), attempt)
-            for piece in first:
-                yield proxy_service_pb2.StreamModelResponse(chunk=piece)
-            while True:
-                try:
-                    async with asyncio.timeout(ends - time.monotonic()):
-                        chunk = await anext(events)
-                except StopAsyncIteration:
-                    break
-                except provider_errors() as exc:  # evaluated only when an exception is raised
-                    raise streamed_error(exc, model_id) from None
-                for piece in assembler.feed(chunk):
+        with _observed(config, "chat_stream"):  # until the last chunk, or the consumer goes away
+            try:
+                events, ends, assembler, first = await self._call(config, _deadline(time_remaining), attempt)
+                for piece in first:
                     yield proxy_service_pb2.StreamModelResponse(chunk=piece)
-            for piece in assembler.end():
-                yield proxy_service_pb2.StreamModelResponse(chunk=piece)
-            await self._record(run_id, model_id, assembler.usage or common_pb2.Usage())
-            if assembler.usage is not None:
-                yield proxy_service_pb2.StreamModelResponse(usage=assembler.usage)
-        finally:
-            for upstream in opened:
-                # shielded so a cancelled consumer still closes the socket to the provider
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(upstream.close())
+                while True:
+                    try:
+                        async with asyncio.timeout(ends - time.monotonic()):
+                            chunk = await anext(events)
+                    except StopAsyncIteration:
+                        break
+                    except provider_errors() as exc:  # evaluated only when an exception is raised
+                        raise streamed_error(exc, model_id) from None
+                    for piece in assembler.feed(chunk):
+                        yield proxy_service_pb2.StreamModelResponse(chunk=piece)
+                for piece in assembler.end():
+                    yield proxy_service_pb2.StreamModelResponse(chunk=piece)
+                await self._record(run_id, model_id, assembler.usage or common_pb2.Usage())
+                if assembler.usage is not None:
+                    yield proxy_service_pb2.StreamModelResponse(usage=assembler.usage)
+            finally:
+                for upstream in opened:
+                    # shielded so a cancelled consumer still closes the socket to the provider
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(upstream.close())
 
     # ---- rerank, embeddings, tokens
 
@@ -447,7 +471,8 @@ class ModelRegistry:
                 "/rerank", cast_to=object, body=body, options={"headers": headers, "timeout": budget}
             )
 
-        data = await self._call(config, _deadline(time_remaining), attempt)
+        with _observed(config, "rerank"):
+            data = await self._call(config, _deadline(time_remaining), attempt)
         data = data if isinstance(data, Mapping) else {}
         out: list[tuple[int, float]] = []
         for item in data.get("results") or data.get("data") or []:
@@ -473,7 +498,8 @@ class ModelRegistry:
                 extra_body=dict(config.extra_args), extra_headers=headers, timeout=budget,
             )  # fmt: skip
 
-        data = await self._call(config, _deadline(time_remaining), attempt)
+        with _observed(config, "embed"):
+            data = await self._call(config, _deadline(time_remaining), attempt)
         items = sorted(data.data or [], key=lambda d: d.index or 0)
         if len(items) != len(texts):
             raise RuntimeFailureError(
