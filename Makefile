@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
 TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance soak demo demo-services bench clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance soak demo demo-services demo-claude demo-codex bench clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -79,6 +79,12 @@ demo: sync ## The main job: host on SQLite + reference runner, a scripted conver
 
 demo-services: sync ## One turn through each external-service runner (Dify, n8n, ...) against local mocks
 	$(RUN) python -m agentrunner_host.demo_services
+
+demo-claude: sync ## The claude-code runner through the host (the real `claude` if installed, else the bundled fake)
+	$(RUN) python -m agentrunner_host.demo_harness claude
+
+demo-codex: sync ## The codex runner through the host (the real `codex` if installed, else the bundled fake)
+	$(RUN) python -m agentrunner_host.demo_harness codex
 
 bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
 	$(RUN) python bench/run_all.py

@@ -2688,7 +2688,9 @@ type ContextApis struct {
 	// `FinalizeRunRecord`.
 	RunFinalize bool `protobuf:"varint,16,opt,name=run_finalize,json=runFinalize,proto3" json:"run_finalize,omitempty"`
 	// `SendReply`: the current event has a delivery target the runner may answer.
-	Reply         bool `protobuf:"varint,17,opt,name=reply,proto3" json:"reply,omitempty"`
+	Reply bool `protobuf:"varint,17,opt,name=reply,proto3" json:"reply,omitempty"`
+	// `UploadArtifact`.
+	ArtifactWrite bool `protobuf:"varint,18,opt,name=artifact_write,json=artifactWrite,proto3" json:"artifact_write,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2838,6 +2840,13 @@ func (x *ContextApis) GetRunFinalize() bool {
 func (x *ContextApis) GetReply() bool {
 	if x != nil {
 		return x.Reply
+	}
+	return false
+}
+
+func (x *ContextApis) GetArtifactWrite() bool {
+	if x != nil {
+		return x.ArtifactWrite
 	}
 	return false
 }
@@ -3377,7 +3386,7 @@ const file_agentrunner_v1_context_proto_rawDesc = "" +
 	"\x12source_total_count\x18\x03 \x01(\x03H\x00R\x10sourceTotalCount\x88\x01\x01\x12+\n" +
 	"\x11messages_complete\x18\x04 \x01(\bR\x10messagesComplete\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reasonB\x15\n" +
-	"\x13_source_total_count\"\xb9\x04\n" +
+	"\x13_source_total_count\"\xe0\x04\n" +
 	"\vContextApis\x12!\n" +
 	"\fhistory_page\x18\x01 \x01(\bR\vhistoryPage\x12%\n" +
 	"\x0ehistory_search\x18\x02 \x01(\bR\rhistorySearch\x12\x1b\n" +
@@ -3399,7 +3408,8 @@ const file_agentrunner_v1_context_proto_rawDesc = "" +
 	"run_cancel\x18\x0e \x01(\bR\trunCancel\x12*\n" +
 	"\x11run_append_result\x18\x0f \x01(\bR\x0frunAppendResult\x12!\n" +
 	"\frun_finalize\x18\x10 \x01(\bR\vrunFinalize\x12\x14\n" +
-	"\x05reply\x18\x11 \x01(\bR\x05reply\"\xc4\x02\n" +
+	"\x05reply\x18\x11 \x01(\bR\x05reply\x12%\n" +
+	"\x0eartifact_write\x18\x12 \x01(\bR\rartifactWrite\"\xc4\x02\n" +
 	"\bRunState\x12;\n" +
 	"\fconversation\x18\x01 \x01(\v2\x17.google.protobuf.StructR\fconversation\x12-\n" +
 	"\x05actor\x18\x02 \x01(\v2\x17.google.protobuf.StructR\x05actor\x121\n" +

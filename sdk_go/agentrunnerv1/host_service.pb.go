@@ -2302,6 +2302,116 @@ func (*SubmitInteractionResponse_Reply) isSubmitInteractionResponse_Update() {}
 
 func (*SubmitInteractionResponse_Interaction) isSubmitInteractionResponse_Update() {}
 
+// Request of `HostService.DownloadArtifact`.
+type HostServiceDownloadArtifactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Artifact id.
+	ArtifactId    string `protobuf:"bytes,1,opt,name=artifact_id,json=artifactId,proto3" json:"artifact_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostServiceDownloadArtifactRequest) Reset() {
+	*x = HostServiceDownloadArtifactRequest{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostServiceDownloadArtifactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostServiceDownloadArtifactRequest) ProtoMessage() {}
+
+func (x *HostServiceDownloadArtifactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostServiceDownloadArtifactRequest.ProtoReflect.Descriptor instead.
+func (*HostServiceDownloadArtifactRequest) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *HostServiceDownloadArtifactRequest) GetArtifactId() string {
+	if x != nil {
+		return x.ArtifactId
+	}
+	return ""
+}
+
+// One chunk of `HostService.DownloadArtifact`.
+type HostServiceDownloadArtifactResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The artifact's reference; set on the first message only.
+	Artifact *ArtifactRef `protobuf:"bytes,1,opt,name=artifact,proto3" json:"artifact,omitempty"`
+	// The bytes.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// Offset of `data`.
+	Offset        int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostServiceDownloadArtifactResponse) Reset() {
+	*x = HostServiceDownloadArtifactResponse{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostServiceDownloadArtifactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostServiceDownloadArtifactResponse) ProtoMessage() {}
+
+func (x *HostServiceDownloadArtifactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostServiceDownloadArtifactResponse.ProtoReflect.Descriptor instead.
+func (*HostServiceDownloadArtifactResponse) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *HostServiceDownloadArtifactResponse) GetArtifact() *ArtifactRef {
+	if x != nil {
+		return x.Artifact
+	}
+	return nil
+}
+
+func (x *HostServiceDownloadArtifactResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *HostServiceDownloadArtifactResponse) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 var File_agentrunner_v1_host_service_proto protoreflect.FileDescriptor
 
 const file_agentrunner_v1_host_service_proto_rawDesc = "" +
@@ -2478,13 +2588,20 @@ const file_agentrunner_v1_host_service_proto_rawDesc = "" +
 	"\bfinished\x18\x03 \x01(\v2\x1b.agentrunner.v1.RunFinishedH\x00R\bfinished\x12-\n" +
 	"\x05reply\x18\x04 \x01(\v2\x15.agentrunner.v1.ReplyH\x00R\x05reply\x12?\n" +
 	"\vinteraction\x18\x05 \x01(\v2\x1b.agentrunner.v1.InteractionH\x00R\vinteractionB\b\n" +
-	"\x06update*\xbb\x01\n" +
+	"\x06update\"E\n" +
+	"\"HostServiceDownloadArtifactRequest\x12\x1f\n" +
+	"\vartifact_id\x18\x01 \x01(\tR\n" +
+	"artifactId\"\x8a\x01\n" +
+	"#HostServiceDownloadArtifactResponse\x127\n" +
+	"\bartifact\x18\x01 \x01(\v2\x1b.agentrunner.v1.ArtifactRefR\bartifact\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset*\xbb\x01\n" +
 	"\x11InteractionStatus\x12\"\n" +
 	"\x1eINTERACTION_STATUS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aINTERACTION_STATUS_PENDING\x10\x01\x12 \n" +
 	"\x1cINTERACTION_STATUS_SUBMITTED\x10\x02\x12\x1e\n" +
 	"\x1aINTERACTION_STATUS_EXPIRED\x10\x03\x12 \n" +
-	"\x1cINTERACTION_STATUS_CANCELLED\x10\x042\xfd\x04\n" +
+	"\x1cINTERACTION_STATUS_CANCELLED\x10\x042\xfc\x05\n" +
 	"\vHostService\x12V\n" +
 	"\x03Run\x12%.agentrunner.v1.HostServiceRunRequest\x1a&.agentrunner.v1.HostServiceRunResponse0\x01\x12R\n" +
 	"\tAttachRun\x12 .agentrunner.v1.AttachRunRequest\x1a!.agentrunner.v1.AttachRunResponse0\x01\x12G\n" +
@@ -2492,7 +2609,8 @@ const file_agentrunner_v1_host_service_proto_rawDesc = "" +
 	"\tCancelRun\x12 .agentrunner.v1.CancelRunRequest\x1a!.agentrunner.v1.CancelRunResponse\x12l\n" +
 	"\vListRunners\x12-.agentrunner.v1.HostServiceListRunnersRequest\x1a..agentrunner.v1.HostServiceListRunnersResponse\x12M\n" +
 	"\bListRuns\x12\x1f.agentrunner.v1.ListRunsRequest\x1a .agentrunner.v1.ListRunsResponse\x12j\n" +
-	"\x11SubmitInteraction\x12(.agentrunner.v1.SubmitInteractionRequest\x1a).agentrunner.v1.SubmitInteractionResponse0\x01BOZMgithub.com/langbot-app/langbot-agentrunner/sdk_go/agentrunnerv1;agentrunnerv1b\x06proto3"
+	"\x11SubmitInteraction\x12(.agentrunner.v1.SubmitInteractionRequest\x1a).agentrunner.v1.SubmitInteractionResponse0\x01\x12}\n" +
+	"\x10DownloadArtifact\x122.agentrunner.v1.HostServiceDownloadArtifactRequest\x1a3.agentrunner.v1.HostServiceDownloadArtifactResponse0\x01BOZMgithub.com/langbot-app/langbot-agentrunner/sdk_go/agentrunnerv1;agentrunnerv1b\x06proto3"
 
 var (
 	file_agentrunner_v1_host_service_proto_rawDescOnce sync.Once
@@ -2507,131 +2625,137 @@ func file_agentrunner_v1_host_service_proto_rawDescGZIP() []byte {
 }
 
 var file_agentrunner_v1_host_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agentrunner_v1_host_service_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_agentrunner_v1_host_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_agentrunner_v1_host_service_proto_goTypes = []any{
-	(InteractionStatus)(0),                 // 0: agentrunner.v1.InteractionStatus
-	(*EventEnvelope)(nil),                  // 1: agentrunner.v1.EventEnvelope
-	(*EventInput)(nil),                     // 2: agentrunner.v1.EventInput
-	(*InputAttachment)(nil),                // 3: agentrunner.v1.InputAttachment
-	(*HostServiceRunRequest)(nil),          // 4: agentrunner.v1.HostServiceRunRequest
-	(*HostServiceRunResponse)(nil),         // 5: agentrunner.v1.HostServiceRunResponse
-	(*RunAccepted)(nil),                    // 6: agentrunner.v1.RunAccepted
-	(*RunFinished)(nil),                    // 7: agentrunner.v1.RunFinished
-	(*Run)(nil),                            // 8: agentrunner.v1.Run
-	(*AttachRunRequest)(nil),               // 9: agentrunner.v1.AttachRunRequest
-	(*AttachRunResponse)(nil),              // 10: agentrunner.v1.AttachRunResponse
-	(*GetRunRequest)(nil),                  // 11: agentrunner.v1.GetRunRequest
-	(*GetRunResponse)(nil),                 // 12: agentrunner.v1.GetRunResponse
-	(*CancelRunRequest)(nil),               // 13: agentrunner.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),              // 14: agentrunner.v1.CancelRunResponse
-	(*ListRunsRequest)(nil),                // 15: agentrunner.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),               // 16: agentrunner.v1.ListRunsResponse
-	(*HostServiceListRunnersRequest)(nil),  // 17: agentrunner.v1.HostServiceListRunnersRequest
-	(*HostServiceListRunnersResponse)(nil), // 18: agentrunner.v1.HostServiceListRunnersResponse
-	(*RunnerEndpointStatus)(nil),           // 19: agentrunner.v1.RunnerEndpointStatus
-	(*RegisteredRunner)(nil),               // 20: agentrunner.v1.RegisteredRunner
-	(*Reply)(nil),                          // 21: agentrunner.v1.Reply
-	(*Interaction)(nil),                    // 22: agentrunner.v1.Interaction
-	(*SubmitInteractionRequest)(nil),       // 23: agentrunner.v1.SubmitInteractionRequest
-	(*SubmitInteractionResponse)(nil),      // 24: agentrunner.v1.SubmitInteractionResponse
-	(*timestamppb.Timestamp)(nil),          // 25: google.protobuf.Timestamp
-	(TriggerSource)(0),                     // 26: agentrunner.v1.TriggerSource
-	(*ConversationContext)(nil),            // 27: agentrunner.v1.ConversationContext
-	(*ActorContext)(nil),                   // 28: agentrunner.v1.ActorContext
-	(*SubjectContext)(nil),                 // 29: agentrunner.v1.SubjectContext
-	(*DeliveryContext)(nil),                // 30: agentrunner.v1.DeliveryContext
-	(*structpb.Struct)(nil),                // 31: google.protobuf.Struct
-	(*PlatformEvent)(nil),                  // 32: agentrunner.v1.PlatformEvent
-	(*ContentElement)(nil),                 // 33: agentrunner.v1.ContentElement
-	(*RunResult)(nil),                      // 34: agentrunner.v1.RunResult
-	(RunStatus)(0),                         // 35: agentrunner.v1.RunStatus
-	(*Usage)(nil),                          // 36: agentrunner.v1.Usage
-	(*RunnerManifest)(nil),                 // 37: agentrunner.v1.RunnerManifest
-	(ReplyMode)(0),                         // 38: agentrunner.v1.ReplyMode
-	(*AssistantMessage)(nil),               // 39: agentrunner.v1.AssistantMessage
-	(*InteractionRequest)(nil),             // 40: agentrunner.v1.InteractionRequest
+	(InteractionStatus)(0),                      // 0: agentrunner.v1.InteractionStatus
+	(*EventEnvelope)(nil),                       // 1: agentrunner.v1.EventEnvelope
+	(*EventInput)(nil),                          // 2: agentrunner.v1.EventInput
+	(*InputAttachment)(nil),                     // 3: agentrunner.v1.InputAttachment
+	(*HostServiceRunRequest)(nil),               // 4: agentrunner.v1.HostServiceRunRequest
+	(*HostServiceRunResponse)(nil),              // 5: agentrunner.v1.HostServiceRunResponse
+	(*RunAccepted)(nil),                         // 6: agentrunner.v1.RunAccepted
+	(*RunFinished)(nil),                         // 7: agentrunner.v1.RunFinished
+	(*Run)(nil),                                 // 8: agentrunner.v1.Run
+	(*AttachRunRequest)(nil),                    // 9: agentrunner.v1.AttachRunRequest
+	(*AttachRunResponse)(nil),                   // 10: agentrunner.v1.AttachRunResponse
+	(*GetRunRequest)(nil),                       // 11: agentrunner.v1.GetRunRequest
+	(*GetRunResponse)(nil),                      // 12: agentrunner.v1.GetRunResponse
+	(*CancelRunRequest)(nil),                    // 13: agentrunner.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),                   // 14: agentrunner.v1.CancelRunResponse
+	(*ListRunsRequest)(nil),                     // 15: agentrunner.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),                    // 16: agentrunner.v1.ListRunsResponse
+	(*HostServiceListRunnersRequest)(nil),       // 17: agentrunner.v1.HostServiceListRunnersRequest
+	(*HostServiceListRunnersResponse)(nil),      // 18: agentrunner.v1.HostServiceListRunnersResponse
+	(*RunnerEndpointStatus)(nil),                // 19: agentrunner.v1.RunnerEndpointStatus
+	(*RegisteredRunner)(nil),                    // 20: agentrunner.v1.RegisteredRunner
+	(*Reply)(nil),                               // 21: agentrunner.v1.Reply
+	(*Interaction)(nil),                         // 22: agentrunner.v1.Interaction
+	(*SubmitInteractionRequest)(nil),            // 23: agentrunner.v1.SubmitInteractionRequest
+	(*SubmitInteractionResponse)(nil),           // 24: agentrunner.v1.SubmitInteractionResponse
+	(*HostServiceDownloadArtifactRequest)(nil),  // 25: agentrunner.v1.HostServiceDownloadArtifactRequest
+	(*HostServiceDownloadArtifactResponse)(nil), // 26: agentrunner.v1.HostServiceDownloadArtifactResponse
+	(*timestamppb.Timestamp)(nil),               // 27: google.protobuf.Timestamp
+	(TriggerSource)(0),                          // 28: agentrunner.v1.TriggerSource
+	(*ConversationContext)(nil),                 // 29: agentrunner.v1.ConversationContext
+	(*ActorContext)(nil),                        // 30: agentrunner.v1.ActorContext
+	(*SubjectContext)(nil),                      // 31: agentrunner.v1.SubjectContext
+	(*DeliveryContext)(nil),                     // 32: agentrunner.v1.DeliveryContext
+	(*structpb.Struct)(nil),                     // 33: google.protobuf.Struct
+	(*PlatformEvent)(nil),                       // 34: agentrunner.v1.PlatformEvent
+	(*ContentElement)(nil),                      // 35: agentrunner.v1.ContentElement
+	(*RunResult)(nil),                           // 36: agentrunner.v1.RunResult
+	(RunStatus)(0),                              // 37: agentrunner.v1.RunStatus
+	(*Usage)(nil),                               // 38: agentrunner.v1.Usage
+	(*RunnerManifest)(nil),                      // 39: agentrunner.v1.RunnerManifest
+	(ReplyMode)(0),                              // 40: agentrunner.v1.ReplyMode
+	(*AssistantMessage)(nil),                    // 41: agentrunner.v1.AssistantMessage
+	(*InteractionRequest)(nil),                  // 42: agentrunner.v1.InteractionRequest
+	(*ArtifactRef)(nil),                         // 43: agentrunner.v1.ArtifactRef
 }
 var file_agentrunner_v1_host_service_proto_depIdxs = []int32{
-	25, // 0: agentrunner.v1.EventEnvelope.event_time:type_name -> google.protobuf.Timestamp
-	26, // 1: agentrunner.v1.EventEnvelope.trigger_source:type_name -> agentrunner.v1.TriggerSource
-	27, // 2: agentrunner.v1.EventEnvelope.conversation:type_name -> agentrunner.v1.ConversationContext
-	28, // 3: agentrunner.v1.EventEnvelope.actor:type_name -> agentrunner.v1.ActorContext
-	29, // 4: agentrunner.v1.EventEnvelope.subject:type_name -> agentrunner.v1.SubjectContext
+	27, // 0: agentrunner.v1.EventEnvelope.event_time:type_name -> google.protobuf.Timestamp
+	28, // 1: agentrunner.v1.EventEnvelope.trigger_source:type_name -> agentrunner.v1.TriggerSource
+	29, // 2: agentrunner.v1.EventEnvelope.conversation:type_name -> agentrunner.v1.ConversationContext
+	30, // 3: agentrunner.v1.EventEnvelope.actor:type_name -> agentrunner.v1.ActorContext
+	31, // 4: agentrunner.v1.EventEnvelope.subject:type_name -> agentrunner.v1.SubjectContext
 	2,  // 5: agentrunner.v1.EventEnvelope.input:type_name -> agentrunner.v1.EventInput
-	30, // 6: agentrunner.v1.EventEnvelope.delivery:type_name -> agentrunner.v1.DeliveryContext
-	31, // 7: agentrunner.v1.EventEnvelope.data:type_name -> google.protobuf.Struct
-	31, // 8: agentrunner.v1.EventEnvelope.adapter_extra:type_name -> google.protobuf.Struct
-	31, // 9: agentrunner.v1.EventEnvelope.metadata:type_name -> google.protobuf.Struct
-	31, // 10: agentrunner.v1.EventEnvelope.variables:type_name -> google.protobuf.Struct
-	32, // 11: agentrunner.v1.EventEnvelope.platform_event:type_name -> agentrunner.v1.PlatformEvent
-	33, // 12: agentrunner.v1.EventInput.contents:type_name -> agentrunner.v1.ContentElement
+	32, // 6: agentrunner.v1.EventEnvelope.delivery:type_name -> agentrunner.v1.DeliveryContext
+	33, // 7: agentrunner.v1.EventEnvelope.data:type_name -> google.protobuf.Struct
+	33, // 8: agentrunner.v1.EventEnvelope.adapter_extra:type_name -> google.protobuf.Struct
+	33, // 9: agentrunner.v1.EventEnvelope.metadata:type_name -> google.protobuf.Struct
+	33, // 10: agentrunner.v1.EventEnvelope.variables:type_name -> google.protobuf.Struct
+	34, // 11: agentrunner.v1.EventEnvelope.platform_event:type_name -> agentrunner.v1.PlatformEvent
+	35, // 12: agentrunner.v1.EventInput.contents:type_name -> agentrunner.v1.ContentElement
 	3,  // 13: agentrunner.v1.EventInput.attachments:type_name -> agentrunner.v1.InputAttachment
 	1,  // 14: agentrunner.v1.HostServiceRunRequest.event:type_name -> agentrunner.v1.EventEnvelope
 	6,  // 15: agentrunner.v1.HostServiceRunResponse.accepted:type_name -> agentrunner.v1.RunAccepted
-	34, // 16: agentrunner.v1.HostServiceRunResponse.result:type_name -> agentrunner.v1.RunResult
+	36, // 16: agentrunner.v1.HostServiceRunResponse.result:type_name -> agentrunner.v1.RunResult
 	7,  // 17: agentrunner.v1.HostServiceRunResponse.finished:type_name -> agentrunner.v1.RunFinished
 	21, // 18: agentrunner.v1.HostServiceRunResponse.reply:type_name -> agentrunner.v1.Reply
 	22, // 19: agentrunner.v1.HostServiceRunResponse.interaction:type_name -> agentrunner.v1.Interaction
-	35, // 20: agentrunner.v1.RunFinished.status:type_name -> agentrunner.v1.RunStatus
-	36, // 21: agentrunner.v1.RunFinished.usage:type_name -> agentrunner.v1.Usage
-	35, // 22: agentrunner.v1.Run.status:type_name -> agentrunner.v1.RunStatus
-	25, // 23: agentrunner.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	25, // 24: agentrunner.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	25, // 25: agentrunner.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	25, // 26: agentrunner.v1.Run.deadline_time:type_name -> google.protobuf.Timestamp
-	25, // 27: agentrunner.v1.Run.cancel_request_time:type_name -> google.protobuf.Timestamp
-	36, // 28: agentrunner.v1.Run.usage:type_name -> agentrunner.v1.Usage
-	31, // 29: agentrunner.v1.Run.metadata:type_name -> google.protobuf.Struct
+	37, // 20: agentrunner.v1.RunFinished.status:type_name -> agentrunner.v1.RunStatus
+	38, // 21: agentrunner.v1.RunFinished.usage:type_name -> agentrunner.v1.Usage
+	37, // 22: agentrunner.v1.Run.status:type_name -> agentrunner.v1.RunStatus
+	27, // 23: agentrunner.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	27, // 24: agentrunner.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	27, // 25: agentrunner.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	27, // 26: agentrunner.v1.Run.deadline_time:type_name -> google.protobuf.Timestamp
+	27, // 27: agentrunner.v1.Run.cancel_request_time:type_name -> google.protobuf.Timestamp
+	38, // 28: agentrunner.v1.Run.usage:type_name -> agentrunner.v1.Usage
+	33, // 29: agentrunner.v1.Run.metadata:type_name -> google.protobuf.Struct
 	6,  // 30: agentrunner.v1.AttachRunResponse.accepted:type_name -> agentrunner.v1.RunAccepted
-	34, // 31: agentrunner.v1.AttachRunResponse.result:type_name -> agentrunner.v1.RunResult
+	36, // 31: agentrunner.v1.AttachRunResponse.result:type_name -> agentrunner.v1.RunResult
 	7,  // 32: agentrunner.v1.AttachRunResponse.finished:type_name -> agentrunner.v1.RunFinished
 	21, // 33: agentrunner.v1.AttachRunResponse.reply:type_name -> agentrunner.v1.Reply
 	22, // 34: agentrunner.v1.AttachRunResponse.interaction:type_name -> agentrunner.v1.Interaction
 	8,  // 35: agentrunner.v1.GetRunResponse.run:type_name -> agentrunner.v1.Run
 	8,  // 36: agentrunner.v1.CancelRunResponse.run:type_name -> agentrunner.v1.Run
-	35, // 37: agentrunner.v1.ListRunsRequest.statuses:type_name -> agentrunner.v1.RunStatus
+	37, // 37: agentrunner.v1.ListRunsRequest.statuses:type_name -> agentrunner.v1.RunStatus
 	8,  // 38: agentrunner.v1.ListRunsResponse.runs:type_name -> agentrunner.v1.Run
 	20, // 39: agentrunner.v1.HostServiceListRunnersResponse.runners:type_name -> agentrunner.v1.RegisteredRunner
 	19, // 40: agentrunner.v1.HostServiceListRunnersResponse.endpoints:type_name -> agentrunner.v1.RunnerEndpointStatus
-	25, // 41: agentrunner.v1.RunnerEndpointStatus.check_time:type_name -> google.protobuf.Timestamp
-	25, // 42: agentrunner.v1.RunnerEndpointStatus.success_time:type_name -> google.protobuf.Timestamp
-	37, // 43: agentrunner.v1.RegisteredRunner.manifest:type_name -> agentrunner.v1.RunnerManifest
-	25, // 44: agentrunner.v1.RegisteredRunner.refresh_time:type_name -> google.protobuf.Timestamp
-	38, // 45: agentrunner.v1.Reply.mode:type_name -> agentrunner.v1.ReplyMode
-	39, // 46: agentrunner.v1.Reply.message:type_name -> agentrunner.v1.AssistantMessage
-	25, // 47: agentrunner.v1.Reply.create_time:type_name -> google.protobuf.Timestamp
-	40, // 48: agentrunner.v1.Interaction.request:type_name -> agentrunner.v1.InteractionRequest
+	27, // 41: agentrunner.v1.RunnerEndpointStatus.check_time:type_name -> google.protobuf.Timestamp
+	27, // 42: agentrunner.v1.RunnerEndpointStatus.success_time:type_name -> google.protobuf.Timestamp
+	39, // 43: agentrunner.v1.RegisteredRunner.manifest:type_name -> agentrunner.v1.RunnerManifest
+	27, // 44: agentrunner.v1.RegisteredRunner.refresh_time:type_name -> google.protobuf.Timestamp
+	40, // 45: agentrunner.v1.Reply.mode:type_name -> agentrunner.v1.ReplyMode
+	41, // 46: agentrunner.v1.Reply.message:type_name -> agentrunner.v1.AssistantMessage
+	27, // 47: agentrunner.v1.Reply.create_time:type_name -> google.protobuf.Timestamp
+	42, // 48: agentrunner.v1.Interaction.request:type_name -> agentrunner.v1.InteractionRequest
 	0,  // 49: agentrunner.v1.Interaction.status:type_name -> agentrunner.v1.InteractionStatus
-	25, // 50: agentrunner.v1.Interaction.create_time:type_name -> google.protobuf.Timestamp
-	25, // 51: agentrunner.v1.Interaction.submit_time:type_name -> google.protobuf.Timestamp
-	31, // 52: agentrunner.v1.SubmitInteractionRequest.values:type_name -> google.protobuf.Struct
-	28, // 53: agentrunner.v1.SubmitInteractionRequest.actor:type_name -> agentrunner.v1.ActorContext
-	30, // 54: agentrunner.v1.SubmitInteractionRequest.delivery:type_name -> agentrunner.v1.DeliveryContext
-	31, // 55: agentrunner.v1.SubmitInteractionRequest.metadata:type_name -> google.protobuf.Struct
+	27, // 50: agentrunner.v1.Interaction.create_time:type_name -> google.protobuf.Timestamp
+	27, // 51: agentrunner.v1.Interaction.submit_time:type_name -> google.protobuf.Timestamp
+	33, // 52: agentrunner.v1.SubmitInteractionRequest.values:type_name -> google.protobuf.Struct
+	30, // 53: agentrunner.v1.SubmitInteractionRequest.actor:type_name -> agentrunner.v1.ActorContext
+	32, // 54: agentrunner.v1.SubmitInteractionRequest.delivery:type_name -> agentrunner.v1.DeliveryContext
+	33, // 55: agentrunner.v1.SubmitInteractionRequest.metadata:type_name -> google.protobuf.Struct
 	6,  // 56: agentrunner.v1.SubmitInteractionResponse.accepted:type_name -> agentrunner.v1.RunAccepted
-	34, // 57: agentrunner.v1.SubmitInteractionResponse.result:type_name -> agentrunner.v1.RunResult
+	36, // 57: agentrunner.v1.SubmitInteractionResponse.result:type_name -> agentrunner.v1.RunResult
 	7,  // 58: agentrunner.v1.SubmitInteractionResponse.finished:type_name -> agentrunner.v1.RunFinished
 	21, // 59: agentrunner.v1.SubmitInteractionResponse.reply:type_name -> agentrunner.v1.Reply
 	22, // 60: agentrunner.v1.SubmitInteractionResponse.interaction:type_name -> agentrunner.v1.Interaction
-	4,  // 61: agentrunner.v1.HostService.Run:input_type -> agentrunner.v1.HostServiceRunRequest
-	9,  // 62: agentrunner.v1.HostService.AttachRun:input_type -> agentrunner.v1.AttachRunRequest
-	11, // 63: agentrunner.v1.HostService.GetRun:input_type -> agentrunner.v1.GetRunRequest
-	13, // 64: agentrunner.v1.HostService.CancelRun:input_type -> agentrunner.v1.CancelRunRequest
-	17, // 65: agentrunner.v1.HostService.ListRunners:input_type -> agentrunner.v1.HostServiceListRunnersRequest
-	15, // 66: agentrunner.v1.HostService.ListRuns:input_type -> agentrunner.v1.ListRunsRequest
-	23, // 67: agentrunner.v1.HostService.SubmitInteraction:input_type -> agentrunner.v1.SubmitInteractionRequest
-	5,  // 68: agentrunner.v1.HostService.Run:output_type -> agentrunner.v1.HostServiceRunResponse
-	10, // 69: agentrunner.v1.HostService.AttachRun:output_type -> agentrunner.v1.AttachRunResponse
-	12, // 70: agentrunner.v1.HostService.GetRun:output_type -> agentrunner.v1.GetRunResponse
-	14, // 71: agentrunner.v1.HostService.CancelRun:output_type -> agentrunner.v1.CancelRunResponse
-	18, // 72: agentrunner.v1.HostService.ListRunners:output_type -> agentrunner.v1.HostServiceListRunnersResponse
-	16, // 73: agentrunner.v1.HostService.ListRuns:output_type -> agentrunner.v1.ListRunsResponse
-	24, // 74: agentrunner.v1.HostService.SubmitInteraction:output_type -> agentrunner.v1.SubmitInteractionResponse
-	68, // [68:75] is the sub-list for method output_type
-	61, // [61:68] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	43, // 61: agentrunner.v1.HostServiceDownloadArtifactResponse.artifact:type_name -> agentrunner.v1.ArtifactRef
+	4,  // 62: agentrunner.v1.HostService.Run:input_type -> agentrunner.v1.HostServiceRunRequest
+	9,  // 63: agentrunner.v1.HostService.AttachRun:input_type -> agentrunner.v1.AttachRunRequest
+	11, // 64: agentrunner.v1.HostService.GetRun:input_type -> agentrunner.v1.GetRunRequest
+	13, // 65: agentrunner.v1.HostService.CancelRun:input_type -> agentrunner.v1.CancelRunRequest
+	17, // 66: agentrunner.v1.HostService.ListRunners:input_type -> agentrunner.v1.HostServiceListRunnersRequest
+	15, // 67: agentrunner.v1.HostService.ListRuns:input_type -> agentrunner.v1.ListRunsRequest
+	23, // 68: agentrunner.v1.HostService.SubmitInteraction:input_type -> agentrunner.v1.SubmitInteractionRequest
+	25, // 69: agentrunner.v1.HostService.DownloadArtifact:input_type -> agentrunner.v1.HostServiceDownloadArtifactRequest
+	5,  // 70: agentrunner.v1.HostService.Run:output_type -> agentrunner.v1.HostServiceRunResponse
+	10, // 71: agentrunner.v1.HostService.AttachRun:output_type -> agentrunner.v1.AttachRunResponse
+	12, // 72: agentrunner.v1.HostService.GetRun:output_type -> agentrunner.v1.GetRunResponse
+	14, // 73: agentrunner.v1.HostService.CancelRun:output_type -> agentrunner.v1.CancelRunResponse
+	18, // 74: agentrunner.v1.HostService.ListRunners:output_type -> agentrunner.v1.HostServiceListRunnersResponse
+	16, // 75: agentrunner.v1.HostService.ListRuns:output_type -> agentrunner.v1.ListRunsResponse
+	24, // 76: agentrunner.v1.HostService.SubmitInteraction:output_type -> agentrunner.v1.SubmitInteractionResponse
+	26, // 77: agentrunner.v1.HostService.DownloadArtifact:output_type -> agentrunner.v1.HostServiceDownloadArtifactResponse
+	70, // [70:78] is the sub-list for method output_type
+	62, // [62:70] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_agentrunner_v1_host_service_proto_init() }
@@ -2675,7 +2799,7 @@ func file_agentrunner_v1_host_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentrunner_v1_host_service_proto_rawDesc), len(file_agentrunner_v1_host_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	HostService_ListRunners_FullMethodName       = "/agentrunner.v1.HostService/ListRunners"
 	HostService_ListRuns_FullMethodName          = "/agentrunner.v1.HostService/ListRuns"
 	HostService_SubmitInteraction_FullMethodName = "/agentrunner.v1.HostService/SubmitInteraction"
+	HostService_DownloadArtifact_FullMethodName  = "/agentrunner.v1.HostService/DownloadArtifact"
 )
 
 // HostServiceClient is the client API for HostService service.
@@ -60,6 +61,10 @@ type HostServiceClient interface {
 	// a value outside the options is `INVALID_ARGUMENT`; all before the first item. Resubmitting the same
 	// `event_id` attaches to the run it started.
 	SubmitInteraction(ctx context.Context, in *SubmitInteractionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SubmitInteractionResponse], error)
+	// Streams an artifact's body to a client (for example a file a runner attached to its answer): the
+	// first message carries the artifact's reference, every message a chunk in order. An unknown or
+	// expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
+	DownloadArtifact(ctx context.Context, in *HostServiceDownloadArtifactRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HostServiceDownloadArtifactResponse], error)
 }
 
 type hostServiceClient struct {
@@ -167,6 +172,25 @@ func (c *hostServiceClient) SubmitInteraction(ctx context.Context, in *SubmitInt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type HostService_SubmitInteractionClient = grpc.ServerStreamingClient[SubmitInteractionResponse]
 
+func (c *hostServiceClient) DownloadArtifact(ctx context.Context, in *HostServiceDownloadArtifactRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HostServiceDownloadArtifactResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &HostService_ServiceDesc.Streams[3], HostService_DownloadArtifact_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[HostServiceDownloadArtifactRequest, HostServiceDownloadArtifactResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HostService_DownloadArtifactClient = grpc.ServerStreamingClient[HostServiceDownloadArtifactResponse]
+
 // HostServiceServer is the server API for HostService service.
 // All implementations must embed UnimplementedHostServiceServer
 // for forward compatibility.
@@ -199,6 +223,10 @@ type HostServiceServer interface {
 	// a value outside the options is `INVALID_ARGUMENT`; all before the first item. Resubmitting the same
 	// `event_id` attaches to the run it started.
 	SubmitInteraction(*SubmitInteractionRequest, grpc.ServerStreamingServer[SubmitInteractionResponse]) error
+	// Streams an artifact's body to a client (for example a file a runner attached to its answer): the
+	// first message carries the artifact's reference, every message a chunk in order. An unknown or
+	// expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
+	DownloadArtifact(*HostServiceDownloadArtifactRequest, grpc.ServerStreamingServer[HostServiceDownloadArtifactResponse]) error
 	mustEmbedUnimplementedHostServiceServer()
 }
 
@@ -229,6 +257,9 @@ func (UnimplementedHostServiceServer) ListRuns(context.Context, *ListRunsRequest
 }
 func (UnimplementedHostServiceServer) SubmitInteraction(*SubmitInteractionRequest, grpc.ServerStreamingServer[SubmitInteractionResponse]) error {
 	return status.Error(codes.Unimplemented, "method SubmitInteraction not implemented")
+}
+func (UnimplementedHostServiceServer) DownloadArtifact(*HostServiceDownloadArtifactRequest, grpc.ServerStreamingServer[HostServiceDownloadArtifactResponse]) error {
+	return status.Error(codes.Unimplemented, "method DownloadArtifact not implemented")
 }
 func (UnimplementedHostServiceServer) mustEmbedUnimplementedHostServiceServer() {}
 func (UnimplementedHostServiceServer) testEmbeddedByValue()                     {}
@@ -356,6 +387,17 @@ func _HostService_SubmitInteraction_Handler(srv interface{}, stream grpc.ServerS
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type HostService_SubmitInteractionServer = grpc.ServerStreamingServer[SubmitInteractionResponse]
 
+func _HostService_DownloadArtifact_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(HostServiceDownloadArtifactRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(HostServiceServer).DownloadArtifact(m, &grpc.GenericServerStream[HostServiceDownloadArtifactRequest, HostServiceDownloadArtifactResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type HostService_DownloadArtifactServer = grpc.ServerStreamingServer[HostServiceDownloadArtifactResponse]
+
 // HostService_ServiceDesc is the grpc.ServiceDesc for HostService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -394,6 +436,11 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "SubmitInteraction",
 			Handler:       _HostService_SubmitInteraction_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "DownloadArtifact",
+			Handler:       _HostService_DownloadArtifact_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -305,6 +305,8 @@ const (
 	ArtifactOperation_ARTIFACT_OPERATION_METADATA ArtifactOperation = 1
 	// `ReadArtifact` and `DownloadArtifact`.
 	ArtifactOperation_ARTIFACT_OPERATION_READ ArtifactOperation = 2
+	// `UploadArtifact`.
+	ArtifactOperation_ARTIFACT_OPERATION_WRITE ArtifactOperation = 3
 )
 
 // Enum value maps for ArtifactOperation.
@@ -313,11 +315,13 @@ var (
 		0: "ARTIFACT_OPERATION_UNSPECIFIED",
 		1: "ARTIFACT_OPERATION_METADATA",
 		2: "ARTIFACT_OPERATION_READ",
+		3: "ARTIFACT_OPERATION_WRITE",
 	}
 	ArtifactOperation_value = map[string]int32{
 		"ARTIFACT_OPERATION_UNSPECIFIED": 0,
 		"ARTIFACT_OPERATION_METADATA":    1,
 		"ARTIFACT_OPERATION_READ":        2,
+		"ARTIFACT_OPERATION_WRITE":       3,
 	}
 )
 
@@ -1454,11 +1458,12 @@ const file_agentrunner_v1_manifest_proto_rawDesc = "" +
 	"\x0eEventOperation\x12\x1f\n" +
 	"\x1bEVENT_OPERATION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EVENT_OPERATION_GET\x10\x01\x12\x18\n" +
-	"\x14EVENT_OPERATION_PAGE\x10\x02*u\n" +
+	"\x14EVENT_OPERATION_PAGE\x10\x02*\x93\x01\n" +
 	"\x11ArtifactOperation\x12\"\n" +
 	"\x1eARTIFACT_OPERATION_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bARTIFACT_OPERATION_METADATA\x10\x01\x12\x1b\n" +
-	"\x17ARTIFACT_OPERATION_READ\x10\x02*z\n" +
+	"\x17ARTIFACT_OPERATION_READ\x10\x02\x12\x1c\n" +
+	"\x18ARTIFACT_OPERATION_WRITE\x10\x03*z\n" +
 	"\vStorageArea\x12\x1c\n" +
 	"\x18STORAGE_AREA_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13STORAGE_AREA_PLUGIN\x10\x01\x12\x1a\n" +

@@ -2746,6 +2746,240 @@ func (x *DownloadArtifactResponse) GetOffset() int64 {
 	return 0
 }
 
+// One message of `UploadArtifact`.
+type UploadArtifactRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The part.
+	//
+	// Types that are valid to be assigned to Part:
+	//
+	//	*UploadArtifactRequest_Header
+	//	*UploadArtifactRequest_Chunk
+	Part          isUploadArtifactRequest_Part `protobuf_oneof:"part"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadArtifactRequest) Reset() {
+	*x = UploadArtifactRequest{}
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadArtifactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadArtifactRequest) ProtoMessage() {}
+
+func (x *UploadArtifactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadArtifactRequest.ProtoReflect.Descriptor instead.
+func (*UploadArtifactRequest) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *UploadArtifactRequest) GetPart() isUploadArtifactRequest_Part {
+	if x != nil {
+		return x.Part
+	}
+	return nil
+}
+
+func (x *UploadArtifactRequest) GetHeader() *UploadArtifactHeader {
+	if x != nil {
+		if x, ok := x.Part.(*UploadArtifactRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *UploadArtifactRequest) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Part.(*UploadArtifactRequest_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+type isUploadArtifactRequest_Part interface {
+	isUploadArtifactRequest_Part()
+}
+
+type UploadArtifactRequest_Header struct {
+	// First message: what is uploaded.
+	Header *UploadArtifactHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type UploadArtifactRequest_Chunk struct {
+	// A piece of the body (at most 1 MiB per message), in order.
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+func (*UploadArtifactRequest_Header) isUploadArtifactRequest_Part() {}
+
+func (*UploadArtifactRequest_Chunk) isUploadArtifactRequest_Part() {}
+
+// The header of an upload.
+type UploadArtifactHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Display name (a file name).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Media type; `application/octet-stream` when empty.
+	MimeType string `protobuf:"bytes,2,opt,name=mime_type,json=mimeType,proto3" json:"mime_type,omitempty"`
+	// Total body size in bytes, when known; the host refuses a different size and, before reading the
+	// body, a size over the run's cap.
+	SizeBytes *int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3,oneof" json:"size_bytes,omitempty"`
+	// Lower-case hex sha256 of the body, when known; the host refuses a body that does not match.
+	Sha256 string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Short human-readable summary for prompts.
+	Summary string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Expiry; unset means the host's retention applies.
+	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// Extension data.
+	Metadata      *structpb.Struct `protobuf:"bytes,7,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadArtifactHeader) Reset() {
+	*x = UploadArtifactHeader{}
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadArtifactHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadArtifactHeader) ProtoMessage() {}
+
+func (x *UploadArtifactHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadArtifactHeader.ProtoReflect.Descriptor instead.
+func (*UploadArtifactHeader) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *UploadArtifactHeader) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UploadArtifactHeader) GetMimeType() string {
+	if x != nil {
+		return x.MimeType
+	}
+	return ""
+}
+
+func (x *UploadArtifactHeader) GetSizeBytes() int64 {
+	if x != nil && x.SizeBytes != nil {
+		return *x.SizeBytes
+	}
+	return 0
+}
+
+func (x *UploadArtifactHeader) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *UploadArtifactHeader) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+func (x *UploadArtifactHeader) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *UploadArtifactHeader) GetMetadata() *structpb.Struct {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+// Response of `UploadArtifact`.
+type UploadArtifactResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored artifact (id, size, sha256, expiry); reference it from a message's `artifacts`.
+	Artifact      *ArtifactRef `protobuf:"bytes,1,opt,name=artifact,proto3" json:"artifact,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadArtifactResponse) Reset() {
+	*x = UploadArtifactResponse{}
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadArtifactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadArtifactResponse) ProtoMessage() {}
+
+func (x *UploadArtifactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadArtifactResponse.ProtoReflect.Descriptor instead.
+func (*UploadArtifactResponse) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *UploadArtifactResponse) GetArtifact() *ArtifactRef {
+	if x != nil {
+		return x.Artifact
+	}
+	return nil
+}
+
 // Request of `GetState`.
 type GetStateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2759,7 +2993,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[38]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +3005,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[38]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +3018,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{38}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetStateRequest) GetScope() StateScope {
@@ -2814,7 +3048,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[39]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3060,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[39]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3073,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{39}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetStateResponse) GetFound() bool {
@@ -2871,7 +3105,7 @@ type SetStateRequest struct {
 
 func (x *SetStateRequest) Reset() {
 	*x = SetStateRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[40]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3117,7 @@ func (x *SetStateRequest) String() string {
 func (*SetStateRequest) ProtoMessage() {}
 
 func (x *SetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[40]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3130,7 @@ func (x *SetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStateRequest.ProtoReflect.Descriptor instead.
 func (*SetStateRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{40}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *SetStateRequest) GetScope() StateScope {
@@ -2929,7 +3163,7 @@ type SetStateResponse struct {
 
 func (x *SetStateResponse) Reset() {
 	*x = SetStateResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[41]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3175,7 @@ func (x *SetStateResponse) String() string {
 func (*SetStateResponse) ProtoMessage() {}
 
 func (x *SetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[41]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3188,7 @@ func (x *SetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStateResponse.ProtoReflect.Descriptor instead.
 func (*SetStateResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{41}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{44}
 }
 
 // Request of `DeleteState`.
@@ -2970,7 +3204,7 @@ type DeleteStateRequest struct {
 
 func (x *DeleteStateRequest) Reset() {
 	*x = DeleteStateRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[42]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3216,7 @@ func (x *DeleteStateRequest) String() string {
 func (*DeleteStateRequest) ProtoMessage() {}
 
 func (x *DeleteStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[42]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3229,7 @@ func (x *DeleteStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteStateRequest.ProtoReflect.Descriptor instead.
 func (*DeleteStateRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{42}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteStateRequest) GetScope() StateScope {
@@ -3023,7 +3257,7 @@ type DeleteStateResponse struct {
 
 func (x *DeleteStateResponse) Reset() {
 	*x = DeleteStateResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[43]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3269,7 @@ func (x *DeleteStateResponse) String() string {
 func (*DeleteStateResponse) ProtoMessage() {}
 
 func (x *DeleteStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[43]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3282,7 @@ func (x *DeleteStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteStateResponse.ProtoReflect.Descriptor instead.
 func (*DeleteStateResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{43}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteStateResponse) GetDeleted() bool {
@@ -3073,7 +3307,7 @@ type ListStateRequest struct {
 
 func (x *ListStateRequest) Reset() {
 	*x = ListStateRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[44]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3319,7 @@ func (x *ListStateRequest) String() string {
 func (*ListStateRequest) ProtoMessage() {}
 
 func (x *ListStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[44]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3332,7 @@ func (x *ListStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateRequest.ProtoReflect.Descriptor instead.
 func (*ListStateRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{44}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListStateRequest) GetScope() StateScope {
@@ -3135,7 +3369,7 @@ type ListStateResponse struct {
 
 func (x *ListStateResponse) Reset() {
 	*x = ListStateResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[45]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3147,7 +3381,7 @@ func (x *ListStateResponse) String() string {
 func (*ListStateResponse) ProtoMessage() {}
 
 func (x *ListStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[45]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3160,7 +3394,7 @@ func (x *ListStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStateResponse.ProtoReflect.Descriptor instead.
 func (*ListStateResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{45}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListStateResponse) GetKeys() []string {
@@ -3190,7 +3424,7 @@ type GetStorageRequest struct {
 
 func (x *GetStorageRequest) Reset() {
 	*x = GetStorageRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[46]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3436,7 @@ func (x *GetStorageRequest) String() string {
 func (*GetStorageRequest) ProtoMessage() {}
 
 func (x *GetStorageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[46]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3449,7 @@ func (x *GetStorageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStorageRequest.ProtoReflect.Descriptor instead.
 func (*GetStorageRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{46}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetStorageRequest) GetArea() StorageAreaName {
@@ -3245,7 +3479,7 @@ type GetStorageResponse struct {
 
 func (x *GetStorageResponse) Reset() {
 	*x = GetStorageResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[47]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +3491,7 @@ func (x *GetStorageResponse) String() string {
 func (*GetStorageResponse) ProtoMessage() {}
 
 func (x *GetStorageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[47]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +3504,7 @@ func (x *GetStorageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStorageResponse.ProtoReflect.Descriptor instead.
 func (*GetStorageResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{47}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetStorageResponse) GetFound() bool {
@@ -3302,7 +3536,7 @@ type SetStorageRequest struct {
 
 func (x *SetStorageRequest) Reset() {
 	*x = SetStorageRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[48]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3548,7 @@ func (x *SetStorageRequest) String() string {
 func (*SetStorageRequest) ProtoMessage() {}
 
 func (x *SetStorageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[48]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3561,7 @@ func (x *SetStorageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStorageRequest.ProtoReflect.Descriptor instead.
 func (*SetStorageRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{48}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SetStorageRequest) GetArea() StorageAreaName {
@@ -3360,7 +3594,7 @@ type SetStorageResponse struct {
 
 func (x *SetStorageResponse) Reset() {
 	*x = SetStorageResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[49]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3606,7 @@ func (x *SetStorageResponse) String() string {
 func (*SetStorageResponse) ProtoMessage() {}
 
 func (x *SetStorageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[49]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3619,7 @@ func (x *SetStorageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStorageResponse.ProtoReflect.Descriptor instead.
 func (*SetStorageResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{49}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{52}
 }
 
 // Request of `DeleteStorage`.
@@ -3401,7 +3635,7 @@ type DeleteStorageRequest struct {
 
 func (x *DeleteStorageRequest) Reset() {
 	*x = DeleteStorageRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[50]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3647,7 @@ func (x *DeleteStorageRequest) String() string {
 func (*DeleteStorageRequest) ProtoMessage() {}
 
 func (x *DeleteStorageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[50]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3660,7 @@ func (x *DeleteStorageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteStorageRequest.ProtoReflect.Descriptor instead.
 func (*DeleteStorageRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{50}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteStorageRequest) GetArea() StorageAreaName {
@@ -3454,7 +3688,7 @@ type DeleteStorageResponse struct {
 
 func (x *DeleteStorageResponse) Reset() {
 	*x = DeleteStorageResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[51]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +3700,7 @@ func (x *DeleteStorageResponse) String() string {
 func (*DeleteStorageResponse) ProtoMessage() {}
 
 func (x *DeleteStorageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[51]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +3713,7 @@ func (x *DeleteStorageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteStorageResponse.ProtoReflect.Descriptor instead.
 func (*DeleteStorageResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{51}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeleteStorageResponse) GetDeleted() bool {
@@ -3504,7 +3738,7 @@ type ListStorageRequest struct {
 
 func (x *ListStorageRequest) Reset() {
 	*x = ListStorageRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[52]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3516,7 +3750,7 @@ func (x *ListStorageRequest) String() string {
 func (*ListStorageRequest) ProtoMessage() {}
 
 func (x *ListStorageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[52]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3529,7 +3763,7 @@ func (x *ListStorageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStorageRequest.ProtoReflect.Descriptor instead.
 func (*ListStorageRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{52}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListStorageRequest) GetArea() StorageAreaName {
@@ -3566,7 +3800,7 @@ type ListStorageResponse struct {
 
 func (x *ListStorageResponse) Reset() {
 	*x = ListStorageResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[53]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3812,7 @@ func (x *ListStorageResponse) String() string {
 func (*ListStorageResponse) ProtoMessage() {}
 
 func (x *ListStorageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[53]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3825,7 @@ func (x *ListStorageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStorageResponse.ProtoReflect.Descriptor instead.
 func (*ListStorageResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{53}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListStorageResponse) GetKeys() []string {
@@ -3619,7 +3853,7 @@ type PullSteeringRequest struct {
 
 func (x *PullSteeringRequest) Reset() {
 	*x = PullSteeringRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[54]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3631,7 +3865,7 @@ func (x *PullSteeringRequest) String() string {
 func (*PullSteeringRequest) ProtoMessage() {}
 
 func (x *PullSteeringRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[54]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3644,7 +3878,7 @@ func (x *PullSteeringRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullSteeringRequest.ProtoReflect.Descriptor instead.
 func (*PullSteeringRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{54}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PullSteeringRequest) GetLimit() int32 {
@@ -3668,7 +3902,7 @@ type PullSteeringResponse struct {
 
 func (x *PullSteeringResponse) Reset() {
 	*x = PullSteeringResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[55]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +3914,7 @@ func (x *PullSteeringResponse) String() string {
 func (*PullSteeringResponse) ProtoMessage() {}
 
 func (x *PullSteeringResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[55]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +3927,7 @@ func (x *PullSteeringResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullSteeringResponse.ProtoReflect.Descriptor instead.
 func (*PullSteeringResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{55}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PullSteeringResponse) GetItems() []*SteeringInput {
@@ -3729,7 +3963,7 @@ type SteeringInput struct {
 
 func (x *SteeringInput) Reset() {
 	*x = SteeringInput{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[56]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +3975,7 @@ func (x *SteeringInput) String() string {
 func (*SteeringInput) ProtoMessage() {}
 
 func (x *SteeringInput) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[56]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +3988,7 @@ func (x *SteeringInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SteeringInput.ProtoReflect.Descriptor instead.
 func (*SteeringInput) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{56}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SteeringInput) GetSteeringId() string {
@@ -3811,7 +4045,7 @@ type RequestPlatformActionRequest struct {
 
 func (x *RequestPlatformActionRequest) Reset() {
 	*x = RequestPlatformActionRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[57]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3823,7 +4057,7 @@ func (x *RequestPlatformActionRequest) String() string {
 func (*RequestPlatformActionRequest) ProtoMessage() {}
 
 func (x *RequestPlatformActionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[57]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3836,7 +4070,7 @@ func (x *RequestPlatformActionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestPlatformActionRequest.ProtoReflect.Descriptor instead.
 func (*RequestPlatformActionRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{57}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RequestPlatformActionRequest) GetAction() string {
@@ -3885,7 +4119,7 @@ type RequestPlatformActionResponse struct {
 
 func (x *RequestPlatformActionResponse) Reset() {
 	*x = RequestPlatformActionResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[58]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3897,7 +4131,7 @@ func (x *RequestPlatformActionResponse) String() string {
 func (*RequestPlatformActionResponse) ProtoMessage() {}
 
 func (x *RequestPlatformActionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[58]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3910,7 +4144,7 @@ func (x *RequestPlatformActionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RequestPlatformActionResponse.ProtoReflect.Descriptor instead.
 func (*RequestPlatformActionResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{58}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RequestPlatformActionResponse) GetResult() *structpb.Struct {
@@ -3939,7 +4173,7 @@ type SendReplyRequest struct {
 
 func (x *SendReplyRequest) Reset() {
 	*x = SendReplyRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[59]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3951,7 +4185,7 @@ func (x *SendReplyRequest) String() string {
 func (*SendReplyRequest) ProtoMessage() {}
 
 func (x *SendReplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[59]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3964,7 +4198,7 @@ func (x *SendReplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendReplyRequest.ProtoReflect.Descriptor instead.
 func (*SendReplyRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{59}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SendReplyRequest) GetReplyId() string {
@@ -4011,7 +4245,7 @@ type SendReplyResponse struct {
 
 func (x *SendReplyResponse) Reset() {
 	*x = SendReplyResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[60]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4023,7 +4257,7 @@ func (x *SendReplyResponse) String() string {
 func (*SendReplyResponse) ProtoMessage() {}
 
 func (x *SendReplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[60]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4036,7 +4270,7 @@ func (x *SendReplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendReplyResponse.ProtoReflect.Descriptor instead.
 func (*SendReplyResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{60}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SendReplyResponse) GetReplyId() string {
@@ -4079,7 +4313,7 @@ type SendMessageRequest struct {
 
 func (x *SendMessageRequest) Reset() {
 	*x = SendMessageRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[61]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4091,7 +4325,7 @@ func (x *SendMessageRequest) String() string {
 func (*SendMessageRequest) ProtoMessage() {}
 
 func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[61]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4104,7 +4338,7 @@ func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageRequest.ProtoReflect.Descriptor instead.
 func (*SendMessageRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{61}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SendMessageRequest) GetBotId() string {
@@ -4155,7 +4389,7 @@ type SendMessageResponse struct {
 
 func (x *SendMessageResponse) Reset() {
 	*x = SendMessageResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[62]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4167,7 +4401,7 @@ func (x *SendMessageResponse) String() string {
 func (*SendMessageResponse) ProtoMessage() {}
 
 func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[62]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4180,7 +4414,7 @@ func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageResponse.ProtoReflect.Descriptor instead.
 func (*SendMessageResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{62}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *SendMessageResponse) GetDelivered() bool {
@@ -4208,7 +4442,7 @@ type GetRunRecordRequest struct {
 
 func (x *GetRunRecordRequest) Reset() {
 	*x = GetRunRecordRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[63]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4220,7 +4454,7 @@ func (x *GetRunRecordRequest) String() string {
 func (*GetRunRecordRequest) ProtoMessage() {}
 
 func (x *GetRunRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[63]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4233,7 +4467,7 @@ func (x *GetRunRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRecordRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRecordRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{63}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *GetRunRecordRequest) GetRunId() string {
@@ -4254,7 +4488,7 @@ type GetRunRecordResponse struct {
 
 func (x *GetRunRecordResponse) Reset() {
 	*x = GetRunRecordResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[64]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4266,7 +4500,7 @@ func (x *GetRunRecordResponse) String() string {
 func (*GetRunRecordResponse) ProtoMessage() {}
 
 func (x *GetRunRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[64]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4279,7 +4513,7 @@ func (x *GetRunRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRecordResponse.ProtoReflect.Descriptor instead.
 func (*GetRunRecordResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{64}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetRunRecordResponse) GetRun() *Run {
@@ -4306,7 +4540,7 @@ type ListRunRecordsRequest struct {
 
 func (x *ListRunRecordsRequest) Reset() {
 	*x = ListRunRecordsRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[65]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4318,7 +4552,7 @@ func (x *ListRunRecordsRequest) String() string {
 func (*ListRunRecordsRequest) ProtoMessage() {}
 
 func (x *ListRunRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[65]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4331,7 +4565,7 @@ func (x *ListRunRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{65}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListRunRecordsRequest) GetConversationId() string {
@@ -4380,7 +4614,7 @@ type ListRunRecordsResponse struct {
 
 func (x *ListRunRecordsResponse) Reset() {
 	*x = ListRunRecordsResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[66]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4626,7 @@ func (x *ListRunRecordsResponse) String() string {
 func (*ListRunRecordsResponse) ProtoMessage() {}
 
 func (x *ListRunRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[66]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4639,7 @@ func (x *ListRunRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{66}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListRunRecordsResponse) GetRuns() []*Run {
@@ -4451,7 +4685,7 @@ type ListRunRecordEventsRequest struct {
 
 func (x *ListRunRecordEventsRequest) Reset() {
 	*x = ListRunRecordEventsRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[67]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4463,7 +4697,7 @@ func (x *ListRunRecordEventsRequest) String() string {
 func (*ListRunRecordEventsRequest) ProtoMessage() {}
 
 func (x *ListRunRecordEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[67]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4476,7 +4710,7 @@ func (x *ListRunRecordEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunRecordEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunRecordEventsRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{67}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListRunRecordEventsRequest) GetRunId() string {
@@ -4516,7 +4750,7 @@ type ListRunRecordEventsResponse struct {
 
 func (x *ListRunRecordEventsResponse) Reset() {
 	*x = ListRunRecordEventsResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[68]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4528,7 +4762,7 @@ func (x *ListRunRecordEventsResponse) String() string {
 func (*ListRunRecordEventsResponse) ProtoMessage() {}
 
 func (x *ListRunRecordEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[68]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4541,7 +4775,7 @@ func (x *ListRunRecordEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunRecordEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunRecordEventsResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{68}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListRunRecordEventsResponse) GetResults() []*RunResult {
@@ -4578,7 +4812,7 @@ type CancelRunRecordRequest struct {
 
 func (x *CancelRunRecordRequest) Reset() {
 	*x = CancelRunRecordRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[69]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4590,7 +4824,7 @@ func (x *CancelRunRecordRequest) String() string {
 func (*CancelRunRecordRequest) ProtoMessage() {}
 
 func (x *CancelRunRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[69]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4603,7 +4837,7 @@ func (x *CancelRunRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRecordRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRecordRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{69}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CancelRunRecordRequest) GetRunId() string {
@@ -4631,7 +4865,7 @@ type CancelRunRecordResponse struct {
 
 func (x *CancelRunRecordResponse) Reset() {
 	*x = CancelRunRecordResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[70]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4643,7 +4877,7 @@ func (x *CancelRunRecordResponse) String() string {
 func (*CancelRunRecordResponse) ProtoMessage() {}
 
 func (x *CancelRunRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[70]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4656,7 +4890,7 @@ func (x *CancelRunRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRecordResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunRecordResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{70}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CancelRunRecordResponse) GetRun() *Run {
@@ -4679,7 +4913,7 @@ type AppendRunResultRequest struct {
 
 func (x *AppendRunResultRequest) Reset() {
 	*x = AppendRunResultRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[71]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4691,7 +4925,7 @@ func (x *AppendRunResultRequest) String() string {
 func (*AppendRunResultRequest) ProtoMessage() {}
 
 func (x *AppendRunResultRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[71]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4704,7 +4938,7 @@ func (x *AppendRunResultRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRunResultRequest.ProtoReflect.Descriptor instead.
 func (*AppendRunResultRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{71}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *AppendRunResultRequest) GetRunId() string {
@@ -4732,7 +4966,7 @@ type AppendRunResultResponse struct {
 
 func (x *AppendRunResultResponse) Reset() {
 	*x = AppendRunResultResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[72]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4744,7 +4978,7 @@ func (x *AppendRunResultResponse) String() string {
 func (*AppendRunResultResponse) ProtoMessage() {}
 
 func (x *AppendRunResultResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[72]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4757,7 +4991,7 @@ func (x *AppendRunResultResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRunResultResponse.ProtoReflect.Descriptor instead.
 func (*AppendRunResultResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{72}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AppendRunResultResponse) GetResult() *RunResult {
@@ -4782,7 +5016,7 @@ type FinalizeRunRecordRequest struct {
 
 func (x *FinalizeRunRecordRequest) Reset() {
 	*x = FinalizeRunRecordRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[73]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4794,7 +5028,7 @@ func (x *FinalizeRunRecordRequest) String() string {
 func (*FinalizeRunRecordRequest) ProtoMessage() {}
 
 func (x *FinalizeRunRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[73]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4807,7 +5041,7 @@ func (x *FinalizeRunRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeRunRecordRequest.ProtoReflect.Descriptor instead.
 func (*FinalizeRunRecordRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{73}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *FinalizeRunRecordRequest) GetRunId() string {
@@ -4842,7 +5076,7 @@ type FinalizeRunRecordResponse struct {
 
 func (x *FinalizeRunRecordResponse) Reset() {
 	*x = FinalizeRunRecordResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[74]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +5088,7 @@ func (x *FinalizeRunRecordResponse) String() string {
 func (*FinalizeRunRecordResponse) ProtoMessage() {}
 
 func (x *FinalizeRunRecordResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[74]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +5101,7 @@ func (x *FinalizeRunRecordResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalizeRunRecordResponse.ProtoReflect.Descriptor instead.
 func (*FinalizeRunRecordResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{74}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *FinalizeRunRecordResponse) GetRun() *Run {
@@ -4894,7 +5128,7 @@ type ControlRequest struct {
 
 func (x *ControlRequest) Reset() {
 	*x = ControlRequest{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[75]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4906,7 +5140,7 @@ func (x *ControlRequest) String() string {
 func (*ControlRequest) ProtoMessage() {}
 
 func (x *ControlRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[75]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4919,7 +5153,7 @@ func (x *ControlRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlRequest.ProtoReflect.Descriptor instead.
 func (*ControlRequest) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{75}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ControlRequest) GetMessage() isControlRequest_Message {
@@ -4996,7 +5230,7 @@ type ControlHello struct {
 
 func (x *ControlHello) Reset() {
 	*x = ControlHello{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[76]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5008,7 +5242,7 @@ func (x *ControlHello) String() string {
 func (*ControlHello) ProtoMessage() {}
 
 func (x *ControlHello) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[76]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5021,7 +5255,7 @@ func (x *ControlHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlHello.ProtoReflect.Descriptor instead.
 func (*ControlHello) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{76}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ControlHello) GetRunId() string {
@@ -5060,7 +5294,7 @@ type ControlAck struct {
 
 func (x *ControlAck) Reset() {
 	*x = ControlAck{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[77]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5072,7 +5306,7 @@ func (x *ControlAck) String() string {
 func (*ControlAck) ProtoMessage() {}
 
 func (x *ControlAck) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[77]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5085,7 +5319,7 @@ func (x *ControlAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlAck.ProtoReflect.Descriptor instead.
 func (*ControlAck) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{77}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ControlAck) GetSignalId() string {
@@ -5120,7 +5354,7 @@ type ControlHeartbeat struct {
 
 func (x *ControlHeartbeat) Reset() {
 	*x = ControlHeartbeat{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[78]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5132,7 +5366,7 @@ func (x *ControlHeartbeat) String() string {
 func (*ControlHeartbeat) ProtoMessage() {}
 
 func (x *ControlHeartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[78]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5145,7 +5379,7 @@ func (x *ControlHeartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlHeartbeat.ProtoReflect.Descriptor instead.
 func (*ControlHeartbeat) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{78}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ControlHeartbeat) GetLastSequence() uint64 {
@@ -5175,7 +5409,7 @@ type ControlResponse struct {
 
 func (x *ControlResponse) Reset() {
 	*x = ControlResponse{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[79]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5187,7 +5421,7 @@ func (x *ControlResponse) String() string {
 func (*ControlResponse) ProtoMessage() {}
 
 func (x *ControlResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[79]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5200,7 +5434,7 @@ func (x *ControlResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlResponse.ProtoReflect.Descriptor instead.
 func (*ControlResponse) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{79}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ControlResponse) GetSignalId() string {
@@ -5298,7 +5532,7 @@ type ControlWelcome struct {
 
 func (x *ControlWelcome) Reset() {
 	*x = ControlWelcome{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[80]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5310,7 +5544,7 @@ func (x *ControlWelcome) String() string {
 func (*ControlWelcome) ProtoMessage() {}
 
 func (x *ControlWelcome) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[80]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5323,7 +5557,7 @@ func (x *ControlWelcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControlWelcome.ProtoReflect.Descriptor instead.
 func (*ControlWelcome) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{80}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ControlWelcome) GetDeadlineAt() *timestamppb.Timestamp {
@@ -5353,7 +5587,7 @@ type CancelSignal struct {
 
 func (x *CancelSignal) Reset() {
 	*x = CancelSignal{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[81]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5365,7 +5599,7 @@ func (x *CancelSignal) String() string {
 func (*CancelSignal) ProtoMessage() {}
 
 func (x *CancelSignal) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[81]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5378,7 +5612,7 @@ func (x *CancelSignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelSignal.ProtoReflect.Descriptor instead.
 func (*CancelSignal) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{81}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *CancelSignal) GetReason() string {
@@ -5406,7 +5640,7 @@ type DeadlineSignal struct {
 
 func (x *DeadlineSignal) Reset() {
 	*x = DeadlineSignal{}
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[82]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5418,7 +5652,7 @@ func (x *DeadlineSignal) String() string {
 func (*DeadlineSignal) ProtoMessage() {}
 
 func (x *DeadlineSignal) ProtoReflect() protoreflect.Message {
-	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[82]
+	mi := &file_agentrunner_v1_proxy_service_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5431,7 +5665,7 @@ func (x *DeadlineSignal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadlineSignal.ProtoReflect.Descriptor instead.
 func (*DeadlineSignal) Descriptor() ([]byte, []int) {
-	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{82}
+	return file_agentrunner_v1_proxy_service_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *DeadlineSignal) GetDeadlineAt() *timestamppb.Timestamp {
@@ -5642,7 +5876,24 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"artifactId\"F\n" +
 	"\x18DownloadArtifactResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
-	"\x06offset\x18\x02 \x01(\x03R\x06offset\"U\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\"w\n" +
+	"\x15UploadArtifactRequest\x12>\n" +
+	"\x06header\x18\x01 \x01(\v2$.agentrunner.v1.UploadArtifactHeaderH\x00R\x06header\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x06\n" +
+	"\x04part\"\x9c\x02\n" +
+	"\x14UploadArtifactHeader\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tmime_type\x18\x02 \x01(\tR\bmimeType\x12\"\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03H\x00R\tsizeBytes\x88\x01\x01\x12\x16\n" +
+	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\x129\n" +
+	"\n" +
+	"expires_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x123\n" +
+	"\bmetadata\x18\a \x01(\v2\x17.google.protobuf.StructR\bmetadataB\r\n" +
+	"\v_size_bytes\"Q\n" +
+	"\x16UploadArtifactResponse\x127\n" +
+	"\bartifact\x18\x01 \x01(\v2\x1b.agentrunner.v1.ArtifactRefR\bartifact\"U\n" +
 	"\x0fGetStateRequest\x120\n" +
 	"\x05scope\x18\x01 \x01(\x0e2\x1a.agentrunner.v1.StateScopeR\x05scope\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\"V\n" +
@@ -5808,7 +6059,7 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"\x1dSTORAGE_AREA_NAME_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18STORAGE_AREA_NAME_PLUGIN\x10\x01\x12\x1f\n" +
 	"\x1bSTORAGE_AREA_NAME_WORKSPACE\x10\x02\x12\x1d\n" +
-	"\x19STORAGE_AREA_NAME_BINDING\x10\x032\xb1\x19\n" +
+	"\x19STORAGE_AREA_NAME_BINDING\x10\x032\x94\x1a\n" +
 	"\fProxyService\x12V\n" +
 	"\vInvokeModel\x12\".agentrunner.v1.InvokeModelRequest\x1a#.agentrunner.v1.InvokeModelResponse\x12X\n" +
 	"\vStreamModel\x12\".agentrunner.v1.StreamModelRequest\x1a#.agentrunner.v1.StreamModelResponse0\x01\x12b\n" +
@@ -5826,7 +6077,8 @@ const file_agentrunner_v1_proxy_service_proto_rawDesc = "" +
 	"ListEvents\x12!.agentrunner.v1.ListEventsRequest\x1a\".agentrunner.v1.ListEventsResponse\x12n\n" +
 	"\x13GetArtifactMetadata\x12*.agentrunner.v1.GetArtifactMetadataRequest\x1a+.agentrunner.v1.GetArtifactMetadataResponse\x12Y\n" +
 	"\fReadArtifact\x12#.agentrunner.v1.ReadArtifactRequest\x1a$.agentrunner.v1.ReadArtifactResponse\x12g\n" +
-	"\x10DownloadArtifact\x12'.agentrunner.v1.DownloadArtifactRequest\x1a(.agentrunner.v1.DownloadArtifactResponse0\x01\x12M\n" +
+	"\x10DownloadArtifact\x12'.agentrunner.v1.DownloadArtifactRequest\x1a(.agentrunner.v1.DownloadArtifactResponse0\x01\x12a\n" +
+	"\x0eUploadArtifact\x12%.agentrunner.v1.UploadArtifactRequest\x1a&.agentrunner.v1.UploadArtifactResponse(\x01\x12M\n" +
 	"\bGetState\x12\x1f.agentrunner.v1.GetStateRequest\x1a .agentrunner.v1.GetStateResponse\x12M\n" +
 	"\bSetState\x12\x1f.agentrunner.v1.SetStateRequest\x1a .agentrunner.v1.SetStateResponse\x12V\n" +
 	"\vDeleteState\x12\".agentrunner.v1.DeleteStateRequest\x1a#.agentrunner.v1.DeleteStateResponse\x12P\n" +
@@ -5862,7 +6114,7 @@ func file_agentrunner_v1_proxy_service_proto_rawDescGZIP() []byte {
 }
 
 var file_agentrunner_v1_proxy_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agentrunner_v1_proxy_service_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_agentrunner_v1_proxy_service_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_agentrunner_v1_proxy_service_proto_goTypes = []any{
 	(PageDirection)(0),                    // 0: agentrunner.v1.PageDirection
 	(StorageAreaName)(0),                  // 1: agentrunner.v1.StorageAreaName
@@ -5904,231 +6156,240 @@ var file_agentrunner_v1_proxy_service_proto_goTypes = []any{
 	(*ReadArtifactResponse)(nil),          // 37: agentrunner.v1.ReadArtifactResponse
 	(*DownloadArtifactRequest)(nil),       // 38: agentrunner.v1.DownloadArtifactRequest
 	(*DownloadArtifactResponse)(nil),      // 39: agentrunner.v1.DownloadArtifactResponse
-	(*GetStateRequest)(nil),               // 40: agentrunner.v1.GetStateRequest
-	(*GetStateResponse)(nil),              // 41: agentrunner.v1.GetStateResponse
-	(*SetStateRequest)(nil),               // 42: agentrunner.v1.SetStateRequest
-	(*SetStateResponse)(nil),              // 43: agentrunner.v1.SetStateResponse
-	(*DeleteStateRequest)(nil),            // 44: agentrunner.v1.DeleteStateRequest
-	(*DeleteStateResponse)(nil),           // 45: agentrunner.v1.DeleteStateResponse
-	(*ListStateRequest)(nil),              // 46: agentrunner.v1.ListStateRequest
-	(*ListStateResponse)(nil),             // 47: agentrunner.v1.ListStateResponse
-	(*GetStorageRequest)(nil),             // 48: agentrunner.v1.GetStorageRequest
-	(*GetStorageResponse)(nil),            // 49: agentrunner.v1.GetStorageResponse
-	(*SetStorageRequest)(nil),             // 50: agentrunner.v1.SetStorageRequest
-	(*SetStorageResponse)(nil),            // 51: agentrunner.v1.SetStorageResponse
-	(*DeleteStorageRequest)(nil),          // 52: agentrunner.v1.DeleteStorageRequest
-	(*DeleteStorageResponse)(nil),         // 53: agentrunner.v1.DeleteStorageResponse
-	(*ListStorageRequest)(nil),            // 54: agentrunner.v1.ListStorageRequest
-	(*ListStorageResponse)(nil),           // 55: agentrunner.v1.ListStorageResponse
-	(*PullSteeringRequest)(nil),           // 56: agentrunner.v1.PullSteeringRequest
-	(*PullSteeringResponse)(nil),          // 57: agentrunner.v1.PullSteeringResponse
-	(*SteeringInput)(nil),                 // 58: agentrunner.v1.SteeringInput
-	(*RequestPlatformActionRequest)(nil),  // 59: agentrunner.v1.RequestPlatformActionRequest
-	(*RequestPlatformActionResponse)(nil), // 60: agentrunner.v1.RequestPlatformActionResponse
-	(*SendReplyRequest)(nil),              // 61: agentrunner.v1.SendReplyRequest
-	(*SendReplyResponse)(nil),             // 62: agentrunner.v1.SendReplyResponse
-	(*SendMessageRequest)(nil),            // 63: agentrunner.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),           // 64: agentrunner.v1.SendMessageResponse
-	(*GetRunRecordRequest)(nil),           // 65: agentrunner.v1.GetRunRecordRequest
-	(*GetRunRecordResponse)(nil),          // 66: agentrunner.v1.GetRunRecordResponse
-	(*ListRunRecordsRequest)(nil),         // 67: agentrunner.v1.ListRunRecordsRequest
-	(*ListRunRecordsResponse)(nil),        // 68: agentrunner.v1.ListRunRecordsResponse
-	(*ListRunRecordEventsRequest)(nil),    // 69: agentrunner.v1.ListRunRecordEventsRequest
-	(*ListRunRecordEventsResponse)(nil),   // 70: agentrunner.v1.ListRunRecordEventsResponse
-	(*CancelRunRecordRequest)(nil),        // 71: agentrunner.v1.CancelRunRecordRequest
-	(*CancelRunRecordResponse)(nil),       // 72: agentrunner.v1.CancelRunRecordResponse
-	(*AppendRunResultRequest)(nil),        // 73: agentrunner.v1.AppendRunResultRequest
-	(*AppendRunResultResponse)(nil),       // 74: agentrunner.v1.AppendRunResultResponse
-	(*FinalizeRunRecordRequest)(nil),      // 75: agentrunner.v1.FinalizeRunRecordRequest
-	(*FinalizeRunRecordResponse)(nil),     // 76: agentrunner.v1.FinalizeRunRecordResponse
-	(*ControlRequest)(nil),                // 77: agentrunner.v1.ControlRequest
-	(*ControlHello)(nil),                  // 78: agentrunner.v1.ControlHello
-	(*ControlAck)(nil),                    // 79: agentrunner.v1.ControlAck
-	(*ControlHeartbeat)(nil),              // 80: agentrunner.v1.ControlHeartbeat
-	(*ControlResponse)(nil),               // 81: agentrunner.v1.ControlResponse
-	(*ControlWelcome)(nil),                // 82: agentrunner.v1.ControlWelcome
-	(*CancelSignal)(nil),                  // 83: agentrunner.v1.CancelSignal
-	(*DeadlineSignal)(nil),                // 84: agentrunner.v1.DeadlineSignal
-	(*ModelMessage)(nil),                  // 85: agentrunner.v1.ModelMessage
-	(*ToolDefinition)(nil),                // 86: agentrunner.v1.ToolDefinition
-	(*structpb.Struct)(nil),               // 87: google.protobuf.Struct
-	(*Usage)(nil),                         // 88: agentrunner.v1.Usage
-	(*ToolCall)(nil),                      // 89: agentrunner.v1.ToolCall
-	(*ContentElement)(nil),                // 90: agentrunner.v1.ContentElement
-	(*ArtifactRef)(nil),                   // 91: agentrunner.v1.ArtifactRef
-	(*KnowledgeBaseResource)(nil),         // 92: agentrunner.v1.KnowledgeBaseResource
-	(*timestamppb.Timestamp)(nil),         // 93: google.protobuf.Timestamp
-	(*ActorContext)(nil),                  // 94: agentrunner.v1.ActorContext
-	(*SubjectContext)(nil),                // 95: agentrunner.v1.SubjectContext
-	(StateScope)(0),                       // 96: agentrunner.v1.StateScope
-	(*structpb.Value)(nil),                // 97: google.protobuf.Value
-	(*EventContext)(nil),                  // 98: agentrunner.v1.EventContext
-	(*RunInput)(nil),                      // 99: agentrunner.v1.RunInput
-	(ReplyMode)(0),                        // 100: agentrunner.v1.ReplyMode
-	(*AssistantMessage)(nil),              // 101: agentrunner.v1.AssistantMessage
-	(*Run)(nil),                           // 102: agentrunner.v1.Run
-	(RunStatus)(0),                        // 103: agentrunner.v1.RunStatus
-	(*RunResult)(nil),                     // 104: agentrunner.v1.RunResult
-	(*durationpb.Duration)(nil),           // 105: google.protobuf.Duration
+	(*UploadArtifactRequest)(nil),         // 40: agentrunner.v1.UploadArtifactRequest
+	(*UploadArtifactHeader)(nil),          // 41: agentrunner.v1.UploadArtifactHeader
+	(*UploadArtifactResponse)(nil),        // 42: agentrunner.v1.UploadArtifactResponse
+	(*GetStateRequest)(nil),               // 43: agentrunner.v1.GetStateRequest
+	(*GetStateResponse)(nil),              // 44: agentrunner.v1.GetStateResponse
+	(*SetStateRequest)(nil),               // 45: agentrunner.v1.SetStateRequest
+	(*SetStateResponse)(nil),              // 46: agentrunner.v1.SetStateResponse
+	(*DeleteStateRequest)(nil),            // 47: agentrunner.v1.DeleteStateRequest
+	(*DeleteStateResponse)(nil),           // 48: agentrunner.v1.DeleteStateResponse
+	(*ListStateRequest)(nil),              // 49: agentrunner.v1.ListStateRequest
+	(*ListStateResponse)(nil),             // 50: agentrunner.v1.ListStateResponse
+	(*GetStorageRequest)(nil),             // 51: agentrunner.v1.GetStorageRequest
+	(*GetStorageResponse)(nil),            // 52: agentrunner.v1.GetStorageResponse
+	(*SetStorageRequest)(nil),             // 53: agentrunner.v1.SetStorageRequest
+	(*SetStorageResponse)(nil),            // 54: agentrunner.v1.SetStorageResponse
+	(*DeleteStorageRequest)(nil),          // 55: agentrunner.v1.DeleteStorageRequest
+	(*DeleteStorageResponse)(nil),         // 56: agentrunner.v1.DeleteStorageResponse
+	(*ListStorageRequest)(nil),            // 57: agentrunner.v1.ListStorageRequest
+	(*ListStorageResponse)(nil),           // 58: agentrunner.v1.ListStorageResponse
+	(*PullSteeringRequest)(nil),           // 59: agentrunner.v1.PullSteeringRequest
+	(*PullSteeringResponse)(nil),          // 60: agentrunner.v1.PullSteeringResponse
+	(*SteeringInput)(nil),                 // 61: agentrunner.v1.SteeringInput
+	(*RequestPlatformActionRequest)(nil),  // 62: agentrunner.v1.RequestPlatformActionRequest
+	(*RequestPlatformActionResponse)(nil), // 63: agentrunner.v1.RequestPlatformActionResponse
+	(*SendReplyRequest)(nil),              // 64: agentrunner.v1.SendReplyRequest
+	(*SendReplyResponse)(nil),             // 65: agentrunner.v1.SendReplyResponse
+	(*SendMessageRequest)(nil),            // 66: agentrunner.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),           // 67: agentrunner.v1.SendMessageResponse
+	(*GetRunRecordRequest)(nil),           // 68: agentrunner.v1.GetRunRecordRequest
+	(*GetRunRecordResponse)(nil),          // 69: agentrunner.v1.GetRunRecordResponse
+	(*ListRunRecordsRequest)(nil),         // 70: agentrunner.v1.ListRunRecordsRequest
+	(*ListRunRecordsResponse)(nil),        // 71: agentrunner.v1.ListRunRecordsResponse
+	(*ListRunRecordEventsRequest)(nil),    // 72: agentrunner.v1.ListRunRecordEventsRequest
+	(*ListRunRecordEventsResponse)(nil),   // 73: agentrunner.v1.ListRunRecordEventsResponse
+	(*CancelRunRecordRequest)(nil),        // 74: agentrunner.v1.CancelRunRecordRequest
+	(*CancelRunRecordResponse)(nil),       // 75: agentrunner.v1.CancelRunRecordResponse
+	(*AppendRunResultRequest)(nil),        // 76: agentrunner.v1.AppendRunResultRequest
+	(*AppendRunResultResponse)(nil),       // 77: agentrunner.v1.AppendRunResultResponse
+	(*FinalizeRunRecordRequest)(nil),      // 78: agentrunner.v1.FinalizeRunRecordRequest
+	(*FinalizeRunRecordResponse)(nil),     // 79: agentrunner.v1.FinalizeRunRecordResponse
+	(*ControlRequest)(nil),                // 80: agentrunner.v1.ControlRequest
+	(*ControlHello)(nil),                  // 81: agentrunner.v1.ControlHello
+	(*ControlAck)(nil),                    // 82: agentrunner.v1.ControlAck
+	(*ControlHeartbeat)(nil),              // 83: agentrunner.v1.ControlHeartbeat
+	(*ControlResponse)(nil),               // 84: agentrunner.v1.ControlResponse
+	(*ControlWelcome)(nil),                // 85: agentrunner.v1.ControlWelcome
+	(*CancelSignal)(nil),                  // 86: agentrunner.v1.CancelSignal
+	(*DeadlineSignal)(nil),                // 87: agentrunner.v1.DeadlineSignal
+	(*ModelMessage)(nil),                  // 88: agentrunner.v1.ModelMessage
+	(*ToolDefinition)(nil),                // 89: agentrunner.v1.ToolDefinition
+	(*structpb.Struct)(nil),               // 90: google.protobuf.Struct
+	(*Usage)(nil),                         // 91: agentrunner.v1.Usage
+	(*ToolCall)(nil),                      // 92: agentrunner.v1.ToolCall
+	(*ContentElement)(nil),                // 93: agentrunner.v1.ContentElement
+	(*ArtifactRef)(nil),                   // 94: agentrunner.v1.ArtifactRef
+	(*KnowledgeBaseResource)(nil),         // 95: agentrunner.v1.KnowledgeBaseResource
+	(*timestamppb.Timestamp)(nil),         // 96: google.protobuf.Timestamp
+	(*ActorContext)(nil),                  // 97: agentrunner.v1.ActorContext
+	(*SubjectContext)(nil),                // 98: agentrunner.v1.SubjectContext
+	(StateScope)(0),                       // 99: agentrunner.v1.StateScope
+	(*structpb.Value)(nil),                // 100: google.protobuf.Value
+	(*EventContext)(nil),                  // 101: agentrunner.v1.EventContext
+	(*RunInput)(nil),                      // 102: agentrunner.v1.RunInput
+	(ReplyMode)(0),                        // 103: agentrunner.v1.ReplyMode
+	(*AssistantMessage)(nil),              // 104: agentrunner.v1.AssistantMessage
+	(*Run)(nil),                           // 105: agentrunner.v1.Run
+	(RunStatus)(0),                        // 106: agentrunner.v1.RunStatus
+	(*RunResult)(nil),                     // 107: agentrunner.v1.RunResult
+	(*durationpb.Duration)(nil),           // 108: google.protobuf.Duration
 }
 var file_agentrunner_v1_proxy_service_proto_depIdxs = []int32{
-	85,  // 0: agentrunner.v1.InvokeModelRequest.messages:type_name -> agentrunner.v1.ModelMessage
-	86,  // 1: agentrunner.v1.InvokeModelRequest.tools:type_name -> agentrunner.v1.ToolDefinition
-	87,  // 2: agentrunner.v1.InvokeModelRequest.extra_args:type_name -> google.protobuf.Struct
-	85,  // 3: agentrunner.v1.InvokeModelResponse.message:type_name -> agentrunner.v1.ModelMessage
-	88,  // 4: agentrunner.v1.InvokeModelResponse.usage:type_name -> agentrunner.v1.Usage
-	85,  // 5: agentrunner.v1.StreamModelRequest.messages:type_name -> agentrunner.v1.ModelMessage
-	86,  // 6: agentrunner.v1.StreamModelRequest.tools:type_name -> agentrunner.v1.ToolDefinition
-	87,  // 7: agentrunner.v1.StreamModelRequest.extra_args:type_name -> google.protobuf.Struct
+	88,  // 0: agentrunner.v1.InvokeModelRequest.messages:type_name -> agentrunner.v1.ModelMessage
+	89,  // 1: agentrunner.v1.InvokeModelRequest.tools:type_name -> agentrunner.v1.ToolDefinition
+	90,  // 2: agentrunner.v1.InvokeModelRequest.extra_args:type_name -> google.protobuf.Struct
+	88,  // 3: agentrunner.v1.InvokeModelResponse.message:type_name -> agentrunner.v1.ModelMessage
+	91,  // 4: agentrunner.v1.InvokeModelResponse.usage:type_name -> agentrunner.v1.Usage
+	88,  // 5: agentrunner.v1.StreamModelRequest.messages:type_name -> agentrunner.v1.ModelMessage
+	89,  // 6: agentrunner.v1.StreamModelRequest.tools:type_name -> agentrunner.v1.ToolDefinition
+	90,  // 7: agentrunner.v1.StreamModelRequest.extra_args:type_name -> google.protobuf.Struct
 	6,   // 8: agentrunner.v1.StreamModelResponse.chunk:type_name -> agentrunner.v1.ModelChunk
-	88,  // 9: agentrunner.v1.StreamModelResponse.usage:type_name -> agentrunner.v1.Usage
-	89,  // 10: agentrunner.v1.ModelChunk.tool_calls:type_name -> agentrunner.v1.ToolCall
-	87,  // 11: agentrunner.v1.RerankDocumentsRequest.extra_args:type_name -> google.protobuf.Struct
+	91,  // 9: agentrunner.v1.StreamModelResponse.usage:type_name -> agentrunner.v1.Usage
+	92,  // 10: agentrunner.v1.ModelChunk.tool_calls:type_name -> agentrunner.v1.ToolCall
+	90,  // 11: agentrunner.v1.RerankDocumentsRequest.extra_args:type_name -> google.protobuf.Struct
 	9,   // 12: agentrunner.v1.RerankDocumentsResponse.results:type_name -> agentrunner.v1.RerankResult
-	85,  // 13: agentrunner.v1.CountTokensRequest.messages:type_name -> agentrunner.v1.ModelMessage
-	86,  // 14: agentrunner.v1.CountTokensRequest.tools:type_name -> agentrunner.v1.ToolDefinition
-	86,  // 15: agentrunner.v1.GetToolDetailResponse.tool:type_name -> agentrunner.v1.ToolDefinition
-	87,  // 16: agentrunner.v1.CallToolRequest.parameters:type_name -> google.protobuf.Struct
-	90,  // 17: agentrunner.v1.CallToolResponse.contents:type_name -> agentrunner.v1.ContentElement
-	87,  // 18: agentrunner.v1.CallToolResponse.structured:type_name -> google.protobuf.Struct
-	91,  // 19: agentrunner.v1.CallToolResponse.artifact:type_name -> agentrunner.v1.ArtifactRef
-	92,  // 20: agentrunner.v1.ListKnowledgeBasesResponse.knowledge_bases:type_name -> agentrunner.v1.KnowledgeBaseResource
-	87,  // 21: agentrunner.v1.RetrieveKnowledgeRequest.filters:type_name -> google.protobuf.Struct
+	88,  // 13: agentrunner.v1.CountTokensRequest.messages:type_name -> agentrunner.v1.ModelMessage
+	89,  // 14: agentrunner.v1.CountTokensRequest.tools:type_name -> agentrunner.v1.ToolDefinition
+	89,  // 15: agentrunner.v1.GetToolDetailResponse.tool:type_name -> agentrunner.v1.ToolDefinition
+	90,  // 16: agentrunner.v1.CallToolRequest.parameters:type_name -> google.protobuf.Struct
+	93,  // 17: agentrunner.v1.CallToolResponse.contents:type_name -> agentrunner.v1.ContentElement
+	90,  // 18: agentrunner.v1.CallToolResponse.structured:type_name -> google.protobuf.Struct
+	94,  // 19: agentrunner.v1.CallToolResponse.artifact:type_name -> agentrunner.v1.ArtifactRef
+	95,  // 20: agentrunner.v1.ListKnowledgeBasesResponse.knowledge_bases:type_name -> agentrunner.v1.KnowledgeBaseResource
+	90,  // 21: agentrunner.v1.RetrieveKnowledgeRequest.filters:type_name -> google.protobuf.Struct
 	20,  // 22: agentrunner.v1.RetrieveKnowledgeResponse.results:type_name -> agentrunner.v1.KnowledgeChunk
-	87,  // 23: agentrunner.v1.KnowledgeChunk.metadata:type_name -> google.protobuf.Struct
-	85,  // 24: agentrunner.v1.GetPromptResponse.messages:type_name -> agentrunner.v1.ModelMessage
+	90,  // 23: agentrunner.v1.KnowledgeChunk.metadata:type_name -> google.protobuf.Struct
+	88,  // 24: agentrunner.v1.GetPromptResponse.messages:type_name -> agentrunner.v1.ModelMessage
 	0,   // 25: agentrunner.v1.ListHistoryRequest.direction:type_name -> agentrunner.v1.PageDirection
 	25,  // 26: agentrunner.v1.ListHistoryResponse.items:type_name -> agentrunner.v1.TranscriptItem
-	90,  // 27: agentrunner.v1.TranscriptItem.contents:type_name -> agentrunner.v1.ContentElement
-	91,  // 28: agentrunner.v1.TranscriptItem.artifacts:type_name -> agentrunner.v1.ArtifactRef
-	93,  // 29: agentrunner.v1.TranscriptItem.create_time:type_name -> google.protobuf.Timestamp
-	87,  // 30: agentrunner.v1.TranscriptItem.metadata:type_name -> google.protobuf.Struct
+	93,  // 27: agentrunner.v1.TranscriptItem.contents:type_name -> agentrunner.v1.ContentElement
+	94,  // 28: agentrunner.v1.TranscriptItem.artifacts:type_name -> agentrunner.v1.ArtifactRef
+	96,  // 29: agentrunner.v1.TranscriptItem.create_time:type_name -> google.protobuf.Timestamp
+	90,  // 30: agentrunner.v1.TranscriptItem.metadata:type_name -> google.protobuf.Struct
 	25,  // 31: agentrunner.v1.SearchHistoryResponse.items:type_name -> agentrunner.v1.TranscriptItem
 	30,  // 32: agentrunner.v1.GetEventResponse.event:type_name -> agentrunner.v1.EventRecord
-	93,  // 33: agentrunner.v1.EventRecord.event_time:type_name -> google.protobuf.Timestamp
-	94,  // 34: agentrunner.v1.EventRecord.actor:type_name -> agentrunner.v1.ActorContext
-	95,  // 35: agentrunner.v1.EventRecord.subject:type_name -> agentrunner.v1.SubjectContext
-	87,  // 36: agentrunner.v1.EventRecord.data:type_name -> google.protobuf.Struct
+	96,  // 33: agentrunner.v1.EventRecord.event_time:type_name -> google.protobuf.Timestamp
+	97,  // 34: agentrunner.v1.EventRecord.actor:type_name -> agentrunner.v1.ActorContext
+	98,  // 35: agentrunner.v1.EventRecord.subject:type_name -> agentrunner.v1.SubjectContext
+	90,  // 36: agentrunner.v1.EventRecord.data:type_name -> google.protobuf.Struct
 	30,  // 37: agentrunner.v1.ListEventsResponse.items:type_name -> agentrunner.v1.EventRecord
 	35,  // 38: agentrunner.v1.GetArtifactMetadataResponse.artifact:type_name -> agentrunner.v1.ArtifactMetadata
-	91,  // 39: agentrunner.v1.ArtifactMetadata.ref:type_name -> agentrunner.v1.ArtifactRef
-	93,  // 40: agentrunner.v1.ArtifactMetadata.create_time:type_name -> google.protobuf.Timestamp
-	96,  // 41: agentrunner.v1.GetStateRequest.scope:type_name -> agentrunner.v1.StateScope
-	97,  // 42: agentrunner.v1.GetStateResponse.value:type_name -> google.protobuf.Value
-	96,  // 43: agentrunner.v1.SetStateRequest.scope:type_name -> agentrunner.v1.StateScope
-	97,  // 44: agentrunner.v1.SetStateRequest.value:type_name -> google.protobuf.Value
-	96,  // 45: agentrunner.v1.DeleteStateRequest.scope:type_name -> agentrunner.v1.StateScope
-	96,  // 46: agentrunner.v1.ListStateRequest.scope:type_name -> agentrunner.v1.StateScope
-	1,   // 47: agentrunner.v1.GetStorageRequest.area:type_name -> agentrunner.v1.StorageAreaName
-	1,   // 48: agentrunner.v1.SetStorageRequest.area:type_name -> agentrunner.v1.StorageAreaName
-	1,   // 49: agentrunner.v1.DeleteStorageRequest.area:type_name -> agentrunner.v1.StorageAreaName
-	1,   // 50: agentrunner.v1.ListStorageRequest.area:type_name -> agentrunner.v1.StorageAreaName
-	58,  // 51: agentrunner.v1.PullSteeringResponse.items:type_name -> agentrunner.v1.SteeringInput
-	98,  // 52: agentrunner.v1.SteeringInput.event:type_name -> agentrunner.v1.EventContext
-	99,  // 53: agentrunner.v1.SteeringInput.input:type_name -> agentrunner.v1.RunInput
-	94,  // 54: agentrunner.v1.SteeringInput.actor:type_name -> agentrunner.v1.ActorContext
-	93,  // 55: agentrunner.v1.SteeringInput.receive_time:type_name -> google.protobuf.Timestamp
-	87,  // 56: agentrunner.v1.RequestPlatformActionRequest.target:type_name -> google.protobuf.Struct
-	87,  // 57: agentrunner.v1.RequestPlatformActionRequest.payload:type_name -> google.protobuf.Struct
-	87,  // 58: agentrunner.v1.RequestPlatformActionResponse.result:type_name -> google.protobuf.Struct
-	100, // 59: agentrunner.v1.SendReplyRequest.mode:type_name -> agentrunner.v1.ReplyMode
-	101, // 60: agentrunner.v1.SendReplyRequest.message:type_name -> agentrunner.v1.AssistantMessage
-	101, // 61: agentrunner.v1.SendMessageRequest.message:type_name -> agentrunner.v1.AssistantMessage
-	102, // 62: agentrunner.v1.GetRunRecordResponse.run:type_name -> agentrunner.v1.Run
-	103, // 63: agentrunner.v1.ListRunRecordsRequest.statuses:type_name -> agentrunner.v1.RunStatus
-	102, // 64: agentrunner.v1.ListRunRecordsResponse.runs:type_name -> agentrunner.v1.Run
-	104, // 65: agentrunner.v1.ListRunRecordEventsResponse.results:type_name -> agentrunner.v1.RunResult
-	102, // 66: agentrunner.v1.CancelRunRecordResponse.run:type_name -> agentrunner.v1.Run
-	104, // 67: agentrunner.v1.AppendRunResultRequest.result:type_name -> agentrunner.v1.RunResult
-	104, // 68: agentrunner.v1.AppendRunResultResponse.result:type_name -> agentrunner.v1.RunResult
-	103, // 69: agentrunner.v1.FinalizeRunRecordRequest.status:type_name -> agentrunner.v1.RunStatus
-	102, // 70: agentrunner.v1.FinalizeRunRecordResponse.run:type_name -> agentrunner.v1.Run
-	78,  // 71: agentrunner.v1.ControlRequest.hello:type_name -> agentrunner.v1.ControlHello
-	79,  // 72: agentrunner.v1.ControlRequest.ack:type_name -> agentrunner.v1.ControlAck
-	80,  // 73: agentrunner.v1.ControlRequest.heartbeat:type_name -> agentrunner.v1.ControlHeartbeat
-	82,  // 74: agentrunner.v1.ControlResponse.welcome:type_name -> agentrunner.v1.ControlWelcome
-	83,  // 75: agentrunner.v1.ControlResponse.cancel:type_name -> agentrunner.v1.CancelSignal
-	58,  // 76: agentrunner.v1.ControlResponse.steering:type_name -> agentrunner.v1.SteeringInput
-	84,  // 77: agentrunner.v1.ControlResponse.deadline:type_name -> agentrunner.v1.DeadlineSignal
-	93,  // 78: agentrunner.v1.ControlWelcome.deadline_at:type_name -> google.protobuf.Timestamp
-	105, // 79: agentrunner.v1.ControlWelcome.heartbeat_interval:type_name -> google.protobuf.Duration
-	105, // 80: agentrunner.v1.CancelSignal.grace_period:type_name -> google.protobuf.Duration
-	93,  // 81: agentrunner.v1.DeadlineSignal.deadline_at:type_name -> google.protobuf.Timestamp
-	2,   // 82: agentrunner.v1.ProxyService.InvokeModel:input_type -> agentrunner.v1.InvokeModelRequest
-	4,   // 83: agentrunner.v1.ProxyService.StreamModel:input_type -> agentrunner.v1.StreamModelRequest
-	7,   // 84: agentrunner.v1.ProxyService.RerankDocuments:input_type -> agentrunner.v1.RerankDocumentsRequest
-	10,  // 85: agentrunner.v1.ProxyService.CountTokens:input_type -> agentrunner.v1.CountTokensRequest
-	12,  // 86: agentrunner.v1.ProxyService.GetToolDetail:input_type -> agentrunner.v1.GetToolDetailRequest
-	14,  // 87: agentrunner.v1.ProxyService.CallTool:input_type -> agentrunner.v1.CallToolRequest
-	16,  // 88: agentrunner.v1.ProxyService.ListKnowledgeBases:input_type -> agentrunner.v1.ListKnowledgeBasesRequest
-	18,  // 89: agentrunner.v1.ProxyService.RetrieveKnowledge:input_type -> agentrunner.v1.RetrieveKnowledgeRequest
-	21,  // 90: agentrunner.v1.ProxyService.GetPrompt:input_type -> agentrunner.v1.GetPromptRequest
-	23,  // 91: agentrunner.v1.ProxyService.ListHistory:input_type -> agentrunner.v1.ListHistoryRequest
-	26,  // 92: agentrunner.v1.ProxyService.SearchHistory:input_type -> agentrunner.v1.SearchHistoryRequest
-	28,  // 93: agentrunner.v1.ProxyService.GetEvent:input_type -> agentrunner.v1.GetEventRequest
-	31,  // 94: agentrunner.v1.ProxyService.ListEvents:input_type -> agentrunner.v1.ListEventsRequest
-	33,  // 95: agentrunner.v1.ProxyService.GetArtifactMetadata:input_type -> agentrunner.v1.GetArtifactMetadataRequest
-	36,  // 96: agentrunner.v1.ProxyService.ReadArtifact:input_type -> agentrunner.v1.ReadArtifactRequest
-	38,  // 97: agentrunner.v1.ProxyService.DownloadArtifact:input_type -> agentrunner.v1.DownloadArtifactRequest
-	40,  // 98: agentrunner.v1.ProxyService.GetState:input_type -> agentrunner.v1.GetStateRequest
-	42,  // 99: agentrunner.v1.ProxyService.SetState:input_type -> agentrunner.v1.SetStateRequest
-	44,  // 100: agentrunner.v1.ProxyService.DeleteState:input_type -> agentrunner.v1.DeleteStateRequest
-	46,  // 101: agentrunner.v1.ProxyService.ListState:input_type -> agentrunner.v1.ListStateRequest
-	48,  // 102: agentrunner.v1.ProxyService.GetStorage:input_type -> agentrunner.v1.GetStorageRequest
-	50,  // 103: agentrunner.v1.ProxyService.SetStorage:input_type -> agentrunner.v1.SetStorageRequest
-	52,  // 104: agentrunner.v1.ProxyService.DeleteStorage:input_type -> agentrunner.v1.DeleteStorageRequest
-	54,  // 105: agentrunner.v1.ProxyService.ListStorage:input_type -> agentrunner.v1.ListStorageRequest
-	56,  // 106: agentrunner.v1.ProxyService.PullSteering:input_type -> agentrunner.v1.PullSteeringRequest
-	59,  // 107: agentrunner.v1.ProxyService.RequestPlatformAction:input_type -> agentrunner.v1.RequestPlatformActionRequest
-	61,  // 108: agentrunner.v1.ProxyService.SendReply:input_type -> agentrunner.v1.SendReplyRequest
-	63,  // 109: agentrunner.v1.ProxyService.SendMessage:input_type -> agentrunner.v1.SendMessageRequest
-	65,  // 110: agentrunner.v1.ProxyService.GetRunRecord:input_type -> agentrunner.v1.GetRunRecordRequest
-	67,  // 111: agentrunner.v1.ProxyService.ListRunRecords:input_type -> agentrunner.v1.ListRunRecordsRequest
-	69,  // 112: agentrunner.v1.ProxyService.ListRunRecordEvents:input_type -> agentrunner.v1.ListRunRecordEventsRequest
-	71,  // 113: agentrunner.v1.ProxyService.CancelRunRecord:input_type -> agentrunner.v1.CancelRunRecordRequest
-	73,  // 114: agentrunner.v1.ProxyService.AppendRunResult:input_type -> agentrunner.v1.AppendRunResultRequest
-	75,  // 115: agentrunner.v1.ProxyService.FinalizeRunRecord:input_type -> agentrunner.v1.FinalizeRunRecordRequest
-	77,  // 116: agentrunner.v1.ProxyService.Control:input_type -> agentrunner.v1.ControlRequest
-	3,   // 117: agentrunner.v1.ProxyService.InvokeModel:output_type -> agentrunner.v1.InvokeModelResponse
-	5,   // 118: agentrunner.v1.ProxyService.StreamModel:output_type -> agentrunner.v1.StreamModelResponse
-	8,   // 119: agentrunner.v1.ProxyService.RerankDocuments:output_type -> agentrunner.v1.RerankDocumentsResponse
-	11,  // 120: agentrunner.v1.ProxyService.CountTokens:output_type -> agentrunner.v1.CountTokensResponse
-	13,  // 121: agentrunner.v1.ProxyService.GetToolDetail:output_type -> agentrunner.v1.GetToolDetailResponse
-	15,  // 122: agentrunner.v1.ProxyService.CallTool:output_type -> agentrunner.v1.CallToolResponse
-	17,  // 123: agentrunner.v1.ProxyService.ListKnowledgeBases:output_type -> agentrunner.v1.ListKnowledgeBasesResponse
-	19,  // 124: agentrunner.v1.ProxyService.RetrieveKnowledge:output_type -> agentrunner.v1.RetrieveKnowledgeResponse
-	22,  // 125: agentrunner.v1.ProxyService.GetPrompt:output_type -> agentrunner.v1.GetPromptResponse
-	24,  // 126: agentrunner.v1.ProxyService.ListHistory:output_type -> agentrunner.v1.ListHistoryResponse
-	27,  // 127: agentrunner.v1.ProxyService.SearchHistory:output_type -> agentrunner.v1.SearchHistoryResponse
-	29,  // 128: agentrunner.v1.ProxyService.GetEvent:output_type -> agentrunner.v1.GetEventResponse
-	32,  // 129: agentrunner.v1.ProxyService.ListEvents:output_type -> agentrunner.v1.ListEventsResponse
-	34,  // 130: agentrunner.v1.ProxyService.GetArtifactMetadata:output_type -> agentrunner.v1.GetArtifactMetadataResponse
-	37,  // 131: agentrunner.v1.ProxyService.ReadArtifact:output_type -> agentrunner.v1.ReadArtifactResponse
-	39,  // 132: agentrunner.v1.ProxyService.DownloadArtifact:output_type -> agentrunner.v1.DownloadArtifactResponse
-	41,  // 133: agentrunner.v1.ProxyService.GetState:output_type -> agentrunner.v1.GetStateResponse
-	43,  // 134: agentrunner.v1.ProxyService.SetState:output_type -> agentrunner.v1.SetStateResponse
-	45,  // 135: agentrunner.v1.ProxyService.DeleteState:output_type -> agentrunner.v1.DeleteStateResponse
-	47,  // 136: agentrunner.v1.ProxyService.ListState:output_type -> agentrunner.v1.ListStateResponse
-	49,  // 137: agentrunner.v1.ProxyService.GetStorage:output_type -> agentrunner.v1.GetStorageResponse
-	51,  // 138: agentrunner.v1.ProxyService.SetStorage:output_type -> agentrunner.v1.SetStorageResponse
-	53,  // 139: agentrunner.v1.ProxyService.DeleteStorage:output_type -> agentrunner.v1.DeleteStorageResponse
-	55,  // 140: agentrunner.v1.ProxyService.ListStorage:output_type -> agentrunner.v1.ListStorageResponse
-	57,  // 141: agentrunner.v1.ProxyService.PullSteering:output_type -> agentrunner.v1.PullSteeringResponse
-	60,  // 142: agentrunner.v1.ProxyService.RequestPlatformAction:output_type -> agentrunner.v1.RequestPlatformActionResponse
-	62,  // 143: agentrunner.v1.ProxyService.SendReply:output_type -> agentrunner.v1.SendReplyResponse
-	64,  // 144: agentrunner.v1.ProxyService.SendMessage:output_type -> agentrunner.v1.SendMessageResponse
-	66,  // 145: agentrunner.v1.ProxyService.GetRunRecord:output_type -> agentrunner.v1.GetRunRecordResponse
-	68,  // 146: agentrunner.v1.ProxyService.ListRunRecords:output_type -> agentrunner.v1.ListRunRecordsResponse
-	70,  // 147: agentrunner.v1.ProxyService.ListRunRecordEvents:output_type -> agentrunner.v1.ListRunRecordEventsResponse
-	72,  // 148: agentrunner.v1.ProxyService.CancelRunRecord:output_type -> agentrunner.v1.CancelRunRecordResponse
-	74,  // 149: agentrunner.v1.ProxyService.AppendRunResult:output_type -> agentrunner.v1.AppendRunResultResponse
-	76,  // 150: agentrunner.v1.ProxyService.FinalizeRunRecord:output_type -> agentrunner.v1.FinalizeRunRecordResponse
-	81,  // 151: agentrunner.v1.ProxyService.Control:output_type -> agentrunner.v1.ControlResponse
-	117, // [117:152] is the sub-list for method output_type
-	82,  // [82:117] is the sub-list for method input_type
-	82,  // [82:82] is the sub-list for extension type_name
-	82,  // [82:82] is the sub-list for extension extendee
-	0,   // [0:82] is the sub-list for field type_name
+	94,  // 39: agentrunner.v1.ArtifactMetadata.ref:type_name -> agentrunner.v1.ArtifactRef
+	96,  // 40: agentrunner.v1.ArtifactMetadata.create_time:type_name -> google.protobuf.Timestamp
+	41,  // 41: agentrunner.v1.UploadArtifactRequest.header:type_name -> agentrunner.v1.UploadArtifactHeader
+	96,  // 42: agentrunner.v1.UploadArtifactHeader.expires_at:type_name -> google.protobuf.Timestamp
+	90,  // 43: agentrunner.v1.UploadArtifactHeader.metadata:type_name -> google.protobuf.Struct
+	94,  // 44: agentrunner.v1.UploadArtifactResponse.artifact:type_name -> agentrunner.v1.ArtifactRef
+	99,  // 45: agentrunner.v1.GetStateRequest.scope:type_name -> agentrunner.v1.StateScope
+	100, // 46: agentrunner.v1.GetStateResponse.value:type_name -> google.protobuf.Value
+	99,  // 47: agentrunner.v1.SetStateRequest.scope:type_name -> agentrunner.v1.StateScope
+	100, // 48: agentrunner.v1.SetStateRequest.value:type_name -> google.protobuf.Value
+	99,  // 49: agentrunner.v1.DeleteStateRequest.scope:type_name -> agentrunner.v1.StateScope
+	99,  // 50: agentrunner.v1.ListStateRequest.scope:type_name -> agentrunner.v1.StateScope
+	1,   // 51: agentrunner.v1.GetStorageRequest.area:type_name -> agentrunner.v1.StorageAreaName
+	1,   // 52: agentrunner.v1.SetStorageRequest.area:type_name -> agentrunner.v1.StorageAreaName
+	1,   // 53: agentrunner.v1.DeleteStorageRequest.area:type_name -> agentrunner.v1.StorageAreaName
+	1,   // 54: agentrunner.v1.ListStorageRequest.area:type_name -> agentrunner.v1.StorageAreaName
+	61,  // 55: agentrunner.v1.PullSteeringResponse.items:type_name -> agentrunner.v1.SteeringInput
+	101, // 56: agentrunner.v1.SteeringInput.event:type_name -> agentrunner.v1.EventContext
+	102, // 57: agentrunner.v1.SteeringInput.input:type_name -> agentrunner.v1.RunInput
+	97,  // 58: agentrunner.v1.SteeringInput.actor:type_name -> agentrunner.v1.ActorContext
+	96,  // 59: agentrunner.v1.SteeringInput.receive_time:type_name -> google.protobuf.Timestamp
+	90,  // 60: agentrunner.v1.RequestPlatformActionRequest.target:type_name -> google.protobuf.Struct
+	90,  // 61: agentrunner.v1.RequestPlatformActionRequest.payload:type_name -> google.protobuf.Struct
+	90,  // 62: agentrunner.v1.RequestPlatformActionResponse.result:type_name -> google.protobuf.Struct
+	103, // 63: agentrunner.v1.SendReplyRequest.mode:type_name -> agentrunner.v1.ReplyMode
+	104, // 64: agentrunner.v1.SendReplyRequest.message:type_name -> agentrunner.v1.AssistantMessage
+	104, // 65: agentrunner.v1.SendMessageRequest.message:type_name -> agentrunner.v1.AssistantMessage
+	105, // 66: agentrunner.v1.GetRunRecordResponse.run:type_name -> agentrunner.v1.Run
+	106, // 67: agentrunner.v1.ListRunRecordsRequest.statuses:type_name -> agentrunner.v1.RunStatus
+	105, // 68: agentrunner.v1.ListRunRecordsResponse.runs:type_name -> agentrunner.v1.Run
+	107, // 69: agentrunner.v1.ListRunRecordEventsResponse.results:type_name -> agentrunner.v1.RunResult
+	105, // 70: agentrunner.v1.CancelRunRecordResponse.run:type_name -> agentrunner.v1.Run
+	107, // 71: agentrunner.v1.AppendRunResultRequest.result:type_name -> agentrunner.v1.RunResult
+	107, // 72: agentrunner.v1.AppendRunResultResponse.result:type_name -> agentrunner.v1.RunResult
+	106, // 73: agentrunner.v1.FinalizeRunRecordRequest.status:type_name -> agentrunner.v1.RunStatus
+	105, // 74: agentrunner.v1.FinalizeRunRecordResponse.run:type_name -> agentrunner.v1.Run
+	81,  // 75: agentrunner.v1.ControlRequest.hello:type_name -> agentrunner.v1.ControlHello
+	82,  // 76: agentrunner.v1.ControlRequest.ack:type_name -> agentrunner.v1.ControlAck
+	83,  // 77: agentrunner.v1.ControlRequest.heartbeat:type_name -> agentrunner.v1.ControlHeartbeat
+	85,  // 78: agentrunner.v1.ControlResponse.welcome:type_name -> agentrunner.v1.ControlWelcome
+	86,  // 79: agentrunner.v1.ControlResponse.cancel:type_name -> agentrunner.v1.CancelSignal
+	61,  // 80: agentrunner.v1.ControlResponse.steering:type_name -> agentrunner.v1.SteeringInput
+	87,  // 81: agentrunner.v1.ControlResponse.deadline:type_name -> agentrunner.v1.DeadlineSignal
+	96,  // 82: agentrunner.v1.ControlWelcome.deadline_at:type_name -> google.protobuf.Timestamp
+	108, // 83: agentrunner.v1.ControlWelcome.heartbeat_interval:type_name -> google.protobuf.Duration
+	108, // 84: agentrunner.v1.CancelSignal.grace_period:type_name -> google.protobuf.Duration
+	96,  // 85: agentrunner.v1.DeadlineSignal.deadline_at:type_name -> google.protobuf.Timestamp
+	2,   // 86: agentrunner.v1.ProxyService.InvokeModel:input_type -> agentrunner.v1.InvokeModelRequest
+	4,   // 87: agentrunner.v1.ProxyService.StreamModel:input_type -> agentrunner.v1.StreamModelRequest
+	7,   // 88: agentrunner.v1.ProxyService.RerankDocuments:input_type -> agentrunner.v1.RerankDocumentsRequest
+	10,  // 89: agentrunner.v1.ProxyService.CountTokens:input_type -> agentrunner.v1.CountTokensRequest
+	12,  // 90: agentrunner.v1.ProxyService.GetToolDetail:input_type -> agentrunner.v1.GetToolDetailRequest
+	14,  // 91: agentrunner.v1.ProxyService.CallTool:input_type -> agentrunner.v1.CallToolRequest
+	16,  // 92: agentrunner.v1.ProxyService.ListKnowledgeBases:input_type -> agentrunner.v1.ListKnowledgeBasesRequest
+	18,  // 93: agentrunner.v1.ProxyService.RetrieveKnowledge:input_type -> agentrunner.v1.RetrieveKnowledgeRequest
+	21,  // 94: agentrunner.v1.ProxyService.GetPrompt:input_type -> agentrunner.v1.GetPromptRequest
+	23,  // 95: agentrunner.v1.ProxyService.ListHistory:input_type -> agentrunner.v1.ListHistoryRequest
+	26,  // 96: agentrunner.v1.ProxyService.SearchHistory:input_type -> agentrunner.v1.SearchHistoryRequest
+	28,  // 97: agentrunner.v1.ProxyService.GetEvent:input_type -> agentrunner.v1.GetEventRequest
+	31,  // 98: agentrunner.v1.ProxyService.ListEvents:input_type -> agentrunner.v1.ListEventsRequest
+	33,  // 99: agentrunner.v1.ProxyService.GetArtifactMetadata:input_type -> agentrunner.v1.GetArtifactMetadataRequest
+	36,  // 100: agentrunner.v1.ProxyService.ReadArtifact:input_type -> agentrunner.v1.ReadArtifactRequest
+	38,  // 101: agentrunner.v1.ProxyService.DownloadArtifact:input_type -> agentrunner.v1.DownloadArtifactRequest
+	40,  // 102: agentrunner.v1.ProxyService.UploadArtifact:input_type -> agentrunner.v1.UploadArtifactRequest
+	43,  // 103: agentrunner.v1.ProxyService.GetState:input_type -> agentrunner.v1.GetStateRequest
+	45,  // 104: agentrunner.v1.ProxyService.SetState:input_type -> agentrunner.v1.SetStateRequest
+	47,  // 105: agentrunner.v1.ProxyService.DeleteState:input_type -> agentrunner.v1.DeleteStateRequest
+	49,  // 106: agentrunner.v1.ProxyService.ListState:input_type -> agentrunner.v1.ListStateRequest
+	51,  // 107: agentrunner.v1.ProxyService.GetStorage:input_type -> agentrunner.v1.GetStorageRequest
+	53,  // 108: agentrunner.v1.ProxyService.SetStorage:input_type -> agentrunner.v1.SetStorageRequest
+	55,  // 109: agentrunner.v1.ProxyService.DeleteStorage:input_type -> agentrunner.v1.DeleteStorageRequest
+	57,  // 110: agentrunner.v1.ProxyService.ListStorage:input_type -> agentrunner.v1.ListStorageRequest
+	59,  // 111: agentrunner.v1.ProxyService.PullSteering:input_type -> agentrunner.v1.PullSteeringRequest
+	62,  // 112: agentrunner.v1.ProxyService.RequestPlatformAction:input_type -> agentrunner.v1.RequestPlatformActionRequest
+	64,  // 113: agentrunner.v1.ProxyService.SendReply:input_type -> agentrunner.v1.SendReplyRequest
+	66,  // 114: agentrunner.v1.ProxyService.SendMessage:input_type -> agentrunner.v1.SendMessageRequest
+	68,  // 115: agentrunner.v1.ProxyService.GetRunRecord:input_type -> agentrunner.v1.GetRunRecordRequest
+	70,  // 116: agentrunner.v1.ProxyService.ListRunRecords:input_type -> agentrunner.v1.ListRunRecordsRequest
+	72,  // 117: agentrunner.v1.ProxyService.ListRunRecordEvents:input_type -> agentrunner.v1.ListRunRecordEventsRequest
+	74,  // 118: agentrunner.v1.ProxyService.CancelRunRecord:input_type -> agentrunner.v1.CancelRunRecordRequest
+	76,  // 119: agentrunner.v1.ProxyService.AppendRunResult:input_type -> agentrunner.v1.AppendRunResultRequest
+	78,  // 120: agentrunner.v1.ProxyService.FinalizeRunRecord:input_type -> agentrunner.v1.FinalizeRunRecordRequest
+	80,  // 121: agentrunner.v1.ProxyService.Control:input_type -> agentrunner.v1.ControlRequest
+	3,   // 122: agentrunner.v1.ProxyService.InvokeModel:output_type -> agentrunner.v1.InvokeModelResponse
+	5,   // 123: agentrunner.v1.ProxyService.StreamModel:output_type -> agentrunner.v1.StreamModelResponse
+	8,   // 124: agentrunner.v1.ProxyService.RerankDocuments:output_type -> agentrunner.v1.RerankDocumentsResponse
+	11,  // 125: agentrunner.v1.ProxyService.CountTokens:output_type -> agentrunner.v1.CountTokensResponse
+	13,  // 126: agentrunner.v1.ProxyService.GetToolDetail:output_type -> agentrunner.v1.GetToolDetailResponse
+	15,  // 127: agentrunner.v1.ProxyService.CallTool:output_type -> agentrunner.v1.CallToolResponse
+	17,  // 128: agentrunner.v1.ProxyService.ListKnowledgeBases:output_type -> agentrunner.v1.ListKnowledgeBasesResponse
+	19,  // 129: agentrunner.v1.ProxyService.RetrieveKnowledge:output_type -> agentrunner.v1.RetrieveKnowledgeResponse
+	22,  // 130: agentrunner.v1.ProxyService.GetPrompt:output_type -> agentrunner.v1.GetPromptResponse
+	24,  // 131: agentrunner.v1.ProxyService.ListHistory:output_type -> agentrunner.v1.ListHistoryResponse
+	27,  // 132: agentrunner.v1.ProxyService.SearchHistory:output_type -> agentrunner.v1.SearchHistoryResponse
+	29,  // 133: agentrunner.v1.ProxyService.GetEvent:output_type -> agentrunner.v1.GetEventResponse
+	32,  // 134: agentrunner.v1.ProxyService.ListEvents:output_type -> agentrunner.v1.ListEventsResponse
+	34,  // 135: agentrunner.v1.ProxyService.GetArtifactMetadata:output_type -> agentrunner.v1.GetArtifactMetadataResponse
+	37,  // 136: agentrunner.v1.ProxyService.ReadArtifact:output_type -> agentrunner.v1.ReadArtifactResponse
+	39,  // 137: agentrunner.v1.ProxyService.DownloadArtifact:output_type -> agentrunner.v1.DownloadArtifactResponse
+	42,  // 138: agentrunner.v1.ProxyService.UploadArtifact:output_type -> agentrunner.v1.UploadArtifactResponse
+	44,  // 139: agentrunner.v1.ProxyService.GetState:output_type -> agentrunner.v1.GetStateResponse
+	46,  // 140: agentrunner.v1.ProxyService.SetState:output_type -> agentrunner.v1.SetStateResponse
+	48,  // 141: agentrunner.v1.ProxyService.DeleteState:output_type -> agentrunner.v1.DeleteStateResponse
+	50,  // 142: agentrunner.v1.ProxyService.ListState:output_type -> agentrunner.v1.ListStateResponse
+	52,  // 143: agentrunner.v1.ProxyService.GetStorage:output_type -> agentrunner.v1.GetStorageResponse
+	54,  // 144: agentrunner.v1.ProxyService.SetStorage:output_type -> agentrunner.v1.SetStorageResponse
+	56,  // 145: agentrunner.v1.ProxyService.DeleteStorage:output_type -> agentrunner.v1.DeleteStorageResponse
+	58,  // 146: agentrunner.v1.ProxyService.ListStorage:output_type -> agentrunner.v1.ListStorageResponse
+	60,  // 147: agentrunner.v1.ProxyService.PullSteering:output_type -> agentrunner.v1.PullSteeringResponse
+	63,  // 148: agentrunner.v1.ProxyService.RequestPlatformAction:output_type -> agentrunner.v1.RequestPlatformActionResponse
+	65,  // 149: agentrunner.v1.ProxyService.SendReply:output_type -> agentrunner.v1.SendReplyResponse
+	67,  // 150: agentrunner.v1.ProxyService.SendMessage:output_type -> agentrunner.v1.SendMessageResponse
+	69,  // 151: agentrunner.v1.ProxyService.GetRunRecord:output_type -> agentrunner.v1.GetRunRecordResponse
+	71,  // 152: agentrunner.v1.ProxyService.ListRunRecords:output_type -> agentrunner.v1.ListRunRecordsResponse
+	73,  // 153: agentrunner.v1.ProxyService.ListRunRecordEvents:output_type -> agentrunner.v1.ListRunRecordEventsResponse
+	75,  // 154: agentrunner.v1.ProxyService.CancelRunRecord:output_type -> agentrunner.v1.CancelRunRecordResponse
+	77,  // 155: agentrunner.v1.ProxyService.AppendRunResult:output_type -> agentrunner.v1.AppendRunResultResponse
+	79,  // 156: agentrunner.v1.ProxyService.FinalizeRunRecord:output_type -> agentrunner.v1.FinalizeRunRecordResponse
+	84,  // 157: agentrunner.v1.ProxyService.Control:output_type -> agentrunner.v1.ControlResponse
+	122, // [122:158] is the sub-list for method output_type
+	86,  // [86:122] is the sub-list for method input_type
+	86,  // [86:86] is the sub-list for extension type_name
+	86,  // [86:86] is the sub-list for extension extendee
+	0,   // [0:86] is the sub-list for field type_name
 }
 
 func init() { file_agentrunner_v1_proxy_service_proto_init() }
@@ -6145,12 +6406,17 @@ func file_agentrunner_v1_proxy_service_proto_init() {
 		(*StreamModelResponse_Usage)(nil),
 	}
 	file_agentrunner_v1_proxy_service_proto_msgTypes[22].OneofWrappers = []any{}
-	file_agentrunner_v1_proxy_service_proto_msgTypes[75].OneofWrappers = []any{
+	file_agentrunner_v1_proxy_service_proto_msgTypes[38].OneofWrappers = []any{
+		(*UploadArtifactRequest_Header)(nil),
+		(*UploadArtifactRequest_Chunk)(nil),
+	}
+	file_agentrunner_v1_proxy_service_proto_msgTypes[39].OneofWrappers = []any{}
+	file_agentrunner_v1_proxy_service_proto_msgTypes[78].OneofWrappers = []any{
 		(*ControlRequest_Hello)(nil),
 		(*ControlRequest_Ack)(nil),
 		(*ControlRequest_Heartbeat)(nil),
 	}
-	file_agentrunner_v1_proxy_service_proto_msgTypes[79].OneofWrappers = []any{
+	file_agentrunner_v1_proxy_service_proto_msgTypes[82].OneofWrappers = []any{
 		(*ControlResponse_Welcome)(nil),
 		(*ControlResponse_Cancel)(nil),
 		(*ControlResponse_Steering)(nil),
@@ -6162,7 +6428,7 @@ func file_agentrunner_v1_proxy_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentrunner_v1_proxy_service_proto_rawDesc), len(file_agentrunner_v1_proxy_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   83,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

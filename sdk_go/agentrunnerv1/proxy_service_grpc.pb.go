@@ -35,6 +35,7 @@ const (
 	ProxyService_GetArtifactMetadata_FullMethodName   = "/agentrunner.v1.ProxyService/GetArtifactMetadata"
 	ProxyService_ReadArtifact_FullMethodName          = "/agentrunner.v1.ProxyService/ReadArtifact"
 	ProxyService_DownloadArtifact_FullMethodName      = "/agentrunner.v1.ProxyService/DownloadArtifact"
+	ProxyService_UploadArtifact_FullMethodName        = "/agentrunner.v1.ProxyService/UploadArtifact"
 	ProxyService_GetState_FullMethodName              = "/agentrunner.v1.ProxyService/GetState"
 	ProxyService_SetState_FullMethodName              = "/agentrunner.v1.ProxyService/SetState"
 	ProxyService_DeleteState_FullMethodName           = "/agentrunner.v1.ProxyService/DeleteState"
@@ -99,6 +100,11 @@ type ProxyServiceClient interface {
 	ReadArtifact(ctx context.Context, in *ReadArtifactRequest, opts ...grpc.CallOption) (*ReadArtifactResponse, error)
 	// Streams an artifact's body in chunks.
 	DownloadArtifact(ctx context.Context, in *DownloadArtifactRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadArtifactResponse], error)
+	// Uploads a runner-made artifact in chunks (client streaming): the first message is the header, the
+	// rest the body in order. For bodies too big for an `artifact.created` result (the result size cap).
+	// Needs `available_apis.artifact_write`; the size is capped by the run's grant, the sha256 checked,
+	// the call audited. The artifact belongs to the run and its conversation.
+	UploadArtifact(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadArtifactRequest, UploadArtifactResponse], error)
 	// Reads a state key.
 	GetState(ctx context.Context, in *GetStateRequest, opts ...grpc.CallOption) (*GetStateResponse, error)
 	// Writes a state key.
@@ -331,6 +337,19 @@ func (c *proxyServiceClient) DownloadArtifact(ctx context.Context, in *DownloadA
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ProxyService_DownloadArtifactClient = grpc.ServerStreamingClient[DownloadArtifactResponse]
 
+func (c *proxyServiceClient) UploadArtifact(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadArtifactRequest, UploadArtifactResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ProxyService_ServiceDesc.Streams[2], ProxyService_UploadArtifact_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UploadArtifactRequest, UploadArtifactResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ProxyService_UploadArtifactClient = grpc.ClientStreamingClient[UploadArtifactRequest, UploadArtifactResponse]
+
 func (c *proxyServiceClient) GetState(ctx context.Context, in *GetStateRequest, opts ...grpc.CallOption) (*GetStateResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetStateResponse)
@@ -513,7 +532,7 @@ func (c *proxyServiceClient) FinalizeRunRecord(ctx context.Context, in *Finalize
 
 func (c *proxyServiceClient) Control(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ControlRequest, ControlResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &ProxyService_ServiceDesc.Streams[2], ProxyService_Control_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &ProxyService_ServiceDesc.Streams[3], ProxyService_Control_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -567,6 +586,11 @@ type ProxyServiceServer interface {
 	ReadArtifact(context.Context, *ReadArtifactRequest) (*ReadArtifactResponse, error)
 	// Streams an artifact's body in chunks.
 	DownloadArtifact(*DownloadArtifactRequest, grpc.ServerStreamingServer[DownloadArtifactResponse]) error
+	// Uploads a runner-made artifact in chunks (client streaming): the first message is the header, the
+	// rest the body in order. For bodies too big for an `artifact.created` result (the result size cap).
+	// Needs `available_apis.artifact_write`; the size is capped by the run's grant, the sha256 checked,
+	// the call audited. The artifact belongs to the run and its conversation.
+	UploadArtifact(grpc.ClientStreamingServer[UploadArtifactRequest, UploadArtifactResponse]) error
 	// Reads a state key.
 	GetState(context.Context, *GetStateRequest) (*GetStateResponse, error)
 	// Writes a state key.
@@ -668,6 +692,9 @@ func (UnimplementedProxyServiceServer) ReadArtifact(context.Context, *ReadArtifa
 }
 func (UnimplementedProxyServiceServer) DownloadArtifact(*DownloadArtifactRequest, grpc.ServerStreamingServer[DownloadArtifactResponse]) error {
 	return status.Error(codes.Unimplemented, "method DownloadArtifact not implemented")
+}
+func (UnimplementedProxyServiceServer) UploadArtifact(grpc.ClientStreamingServer[UploadArtifactRequest, UploadArtifactResponse]) error {
+	return status.Error(codes.Unimplemented, "method UploadArtifact not implemented")
 }
 func (UnimplementedProxyServiceServer) GetState(context.Context, *GetStateRequest) (*GetStateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetState not implemented")
@@ -1020,6 +1047,13 @@ func _ProxyService_DownloadArtifact_Handler(srv interface{}, stream grpc.ServerS
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ProxyService_DownloadArtifactServer = grpc.ServerStreamingServer[DownloadArtifactResponse]
+
+func _ProxyService_UploadArtifact_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ProxyServiceServer).UploadArtifact(&grpc.GenericServerStream[UploadArtifactRequest, UploadArtifactResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ProxyService_UploadArtifactServer = grpc.ClientStreamingServer[UploadArtifactRequest, UploadArtifactResponse]
 
 func _ProxyService_GetState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetStateRequest)
@@ -1498,6 +1532,11 @@ var ProxyService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "DownloadArtifact",
 			Handler:       _ProxyService_DownloadArtifact_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "UploadArtifact",
+			Handler:       _ProxyService_UploadArtifact_Handler,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "Control",

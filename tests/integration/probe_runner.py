@@ -6,7 +6,9 @@ Input: a JSON list of steps `{"rpc": "ListHistory", "req": {...}, "take": N}`; s
 `$latest_cursor`, `$event_id`, `$attachment0` and `$run_id` are replaced from the context. `take` reads
 only the first N messages of a server-streaming RPC and then cancels it. Input `{"results": [...]}`
 (RunResult JSON) makes it yield exactly those results instead. Served with
-`python -m agentrunner serve tests.integration.probe_runner:ProbeRunner --port 0`.
+`python -m agentrunner serve tests.integration.probe_runner:ProbeRunner --port 0`. An `UploadArtifact`
+step takes `{"rpc": "UploadArtifact", "header": {...}, "body_b64": "...", "chunk": N}` and streams the
+header and the body in `chunk`-byte pieces as given (no size or digest of its own).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
+import grpc
 from google.protobuf import json_format
 
 from agentrunner import RunContext, Runner, results
-from agentrunner.errors import AgentRunnerError
+from agentrunner.errors import AgentRunnerError, from_rpc_error
 from agentrunner.v1 import proxy_service_pb2, result_pb2
 
 STREAMING = {"StreamModel", "DownloadArtifact"}
@@ -36,7 +39,7 @@ class ProbeRunner(Runner):
             "knowledge_bases": ["list", "retrieve"],
             "history": ["page", "search"],
             "events": ["get", "page"],
-            "artifacts": ["metadata", "read"],
+            "artifacts": ["metadata", "read", "write"],
             "state": ["conversation", "actor"],
             "storage": ["plugin"],
             "runs": ["get", "list", "events_page"],
@@ -98,6 +101,8 @@ def _replace(value: Any, subst: dict[str, str]) -> Any:
 
 async def _step(ctx: RunContext, step: dict[str, Any], subst: dict[str, str]) -> dict[str, Any]:
     rpc = step["rpc"]
+    if rpc == "UploadArtifact":
+        return await _upload(ctx, step)
     request = json_format.ParseDict(
         _replace(step.get("req", {}), subst), getattr(proxy_service_pb2, f"{rpc}Request")()
     )
@@ -115,4 +120,28 @@ async def _step(ctx: RunContext, step: dict[str, Any], subst: dict[str, str]) ->
         return {
             "rpc": rpc,
             "error": {"code": exc.status_code.name, "reason": exc.reason, "message": exc.message},
+        }
+
+
+async def _upload(ctx: RunContext, step: dict[str, Any]) -> dict[str, Any]:
+    """A raw client-streamed upload (the SDK's `upload_artifact` would compute size and digest itself)."""
+    import base64
+
+    header = json_format.ParseDict(step.get("header", {}), proxy_service_pb2.UploadArtifactHeader())
+    body = base64.b64decode(step.get("body_b64", ""))
+    size = int(step.get("chunk", 65536))
+
+    async def requests() -> AsyncIterator[proxy_service_pb2.UploadArtifactRequest]:
+        yield proxy_service_pb2.UploadArtifactRequest(header=header)
+        for i in range(0, len(body), size):
+            yield proxy_service_pb2.UploadArtifactRequest(chunk=body[i : i + size])
+
+    try:
+        response = await ctx.api.stub.UploadArtifact(requests(), timeout=30, metadata=ctx.api.metadata())
+        return {"rpc": "UploadArtifact", "ok": json_format.MessageToDict(response)}
+    except grpc.RpcError as exc:
+        err = from_rpc_error(exc)
+        return {
+            "rpc": "UploadArtifact",
+            "error": {"code": err.status_code.name, "reason": err.reason, "message": err.message},
         }

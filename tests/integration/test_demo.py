@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from agentrunner_host import demo
 from tests.integration.conftest import ROOT
@@ -55,3 +58,29 @@ def test_services_demo_runs_one_turn_per_service_against_the_mocks() -> None:
     assert "[1] 售后手册.pdf" in out and "(reasoning, not the answer:" in out
     assert "image in the answer: https://tbox.example/img/cat.png" in out
     assert out.count("(completed, stop;") == 6 and out.rstrip().endswith("services demo finished")
+
+
+@pytest.mark.parametrize("harness", ["claude", "codex"])
+def test_demo_harness_runs_against_the_fake_cli_and_says_so(harness: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AGENTRUNNER_HARNESS_ROOTS"}
+    env["COLUMNS"] = "250"
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if not shutil.which(harness, path=p)
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "agentrunner_host.demo_harness", harness],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert f"no `{harness}` on PATH, so this demo uses the bundled fake CLI" in out
+    heard = "Claude heard" if harness == "claude" else "Codex heard"
+    assert f"bot > {heard}: Hello from the AgentRunner demo! (turn 1)" in out
+    tool = 'tool Bash({"command": "ls"})' if harness == "claude" else 'tool shell({"command": "bash -lc ls"})'
+    assert tool in out and "There are two entries" in out
+    assert 'tool current_time({"timezone": "Asia/Tokyo"})' in out and "+09:00" in out
+    assert "(turn 4)" in out and out.rstrip().endswith("demo finished")

@@ -49,7 +49,11 @@ def facts_host(
                     "id": "probe",
                     "runner_id": PROBE_ID,
                     "prompt": "You are a careful assistant.",
-                    "resource_policy": {"events": True, "storage": ["plugin"]},
+                    "resource_policy": {
+                        "events": True,
+                        "storage": ["plugin"],
+                        "artifact_upload_max_bytes": 400_000,
+                    },
                     "state_policy": {"scopes": ["conversation", "actor"]},
                 },
                 {"id": "ref", "runner_id": REFERENCE_ID},
@@ -229,3 +233,58 @@ async def test_a_run_with_only_reasoning_has_no_output(facts_host: tuple[str, Pa
     ]
     assert [f.code for f in failed] == ["runner.empty_output"]
     assert json_format.MessageToDict(failed[0].details) == {"kind": "empty_response"}
+
+
+async def test_runner_uploads_are_streamed_checked_capped_audited_and_downloadable(
+    facts_host: tuple[str, Path],
+) -> None:
+    import hashlib
+
+    address, db_file = facts_host
+    body = bytes(range(256)) * 1200  # 307200 bytes: over the 256 KiB kept in the database
+    digest = hashlib.sha256(body).hexdigest()
+    b64 = base64.b64encode(body).decode()
+    header = {
+        "name": "data.bin",
+        "mimeType": "application/octet-stream",
+        "sizeBytes": str(len(body)),
+        "sha256": digest,
+    }
+    steps = [
+        {"rpc": "UploadArtifact", "header": header, "body_b64": b64, "chunk": 100_000},
+        {"rpc": "UploadArtifact", "header": {**header, "sha256": "0" * 64}, "body_b64": b64},
+        {"rpc": "UploadArtifact", "header": {**header, "sizeBytes": "10"}, "body_b64": b64},
+        {"rpc": "UploadArtifact", "header": {"name": "big.bin", "sizeBytes": "500000"}, "body_b64": ""},
+        {
+            "rpc": "UploadArtifact",
+            "header": {"name": "undeclared.bin"},
+            "body_b64": base64.b64encode(b"x" * 450_000).decode(),
+        },
+    ]
+    report, run_id = await probe(address, steps, conversation_id="upload-conv")
+    ok, bad_digest, bad_size, declared_big, streamed_big = report["steps"]
+    ref = ok["ok"]["artifact"]
+    assert ref["sha256"] == digest and int(ref["sizeBytes"]) == len(body) and ref["name"] == "data.bin"
+    assert bad_digest["error"]["reason"] == "INVALID_ARGUMENT" and "sha256" in bad_digest["error"]["message"]
+    assert bad_size["error"]["reason"] == "INVALID_ARGUMENT"
+    assert declared_big["error"]["reason"] == "PAYLOAD_TOO_LARGE"  # refused from the header, before the body
+    assert streamed_big["error"]["reason"] == "PAYLOAD_TOO_LARGE"  # refused as the body passed the cap
+    assert audit_outcomes(db_file, run_id, "UploadArtifact") == [
+        "OK", "INVALID_ARGUMENT", "INVALID_ARGUMENT", "PAYLOAD_TOO_LARGE", "PAYLOAD_TOO_LARGE"
+    ]  # fmt: skip
+
+    # a client downloads it through the host, and through the CLI
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = host_service_pb2_grpc.HostServiceStub(channel)
+        request = host_service_pb2.HostServiceDownloadArtifactRequest(artifact_id=ref["artifactId"])
+        chunks = [c async for c in stub.DownloadArtifact(request, timeout=10)]
+        with pytest.raises(grpc.aio.AioRpcError) as missing:
+            await stub.DownloadArtifact(
+                host_service_pb2.HostServiceDownloadArtifactRequest(artifact_id="art_nope"), timeout=10
+            ).read()
+    assert chunks[0].artifact.sha256 == digest and b"".join(c.data for c in chunks) == body
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    target = db_file.parent / "downloaded.bin"
+    done = cli("artifacts", "get", ref["artifactId"], "-o", str(target), "--host", address)
+    assert done.returncode == 0, done.stderr
+    assert target.read_bytes() == body and "307200 bytes" in done.stdout

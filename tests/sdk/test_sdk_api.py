@@ -39,7 +39,7 @@ class ApiRunner(Runner):
             "knowledge_bases": ["list", "retrieve"],
             "history": ["page", "search"],
             "events": ["get", "page"],
-            "artifacts": ["metadata", "read"],
+            "artifacts": ["metadata", "read", "write"],
             "storage": ["plugin", "workspace", "binding"],
             "state": ["conversation", "runner"],
             "runs": ["get", "list", "events_page", "cancel", "append_result", "finalize"],
@@ -122,6 +122,9 @@ async def test_every_family_round_trips_with_metadata(host: HostDouble) -> None:
             "artifact": (await api.get_artifact_metadata("a1")).artifact.ref.size_bytes,
             "read": (await api.read_artifact("a1", length=2)).data,
             "download": await api.download_artifact("a1"),
+            "upload": (
+                await api.upload_artifact(b"x" * 3_000_000, name="big.bin", chunk_size=500_000)
+            ).size_bytes,
             "state_get": await api.get_state("conversation", "k"),
             "state_set": await api.set_state("runner", "k", [1, "x"]),
             "state_del": await api.delete_state("conversation", "k"),
@@ -160,6 +163,7 @@ async def test_every_family_round_trips_with_metadata(host: HostDouble) -> None:
         "artifact": 4,
         "read": b"\x00\x01",
         "download": b"abcd",
+        "upload": 3_000_000,
         "state_get": {"n": 2},
         "state_set": None,
         "state_del": True,

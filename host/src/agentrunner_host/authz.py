@@ -36,6 +36,7 @@ _EVENT_OPS = {manifest_pb2.EVENT_OPERATION_GET: "get", manifest_pb2.EVENT_OPERAT
 _ARTIFACT_OPS = {
     manifest_pb2.ARTIFACT_OPERATION_METADATA: "metadata",
     manifest_pb2.ARTIFACT_OPERATION_READ: "read",
+    manifest_pb2.ARTIFACT_OPERATION_WRITE: "write",
 }
 _STORAGE = {
     manifest_pb2.STORAGE_AREA_PLUGIN: "plugin",
@@ -165,6 +166,7 @@ def freeze_snapshot(
         history=_names(perms.history, _HISTORY_OPS) if policy.history else frozenset(),
         events=_names(perms.events, _EVENT_OPS) if policy.events else frozenset(),
         artifacts=_names(perms.artifacts, _ARTIFACT_OPS) if policy.artifacts else frozenset(),
+        artifact_upload_max_bytes=policy.artifact_upload_max_bytes,
         state_scopes=state_scopes,
         storage_areas=_names(perms.storage, _STORAGE) & frozenset(policy.storage),
         runs=_names(perms.runs, _RUN_OPS) & frozenset(policy.runs),
@@ -207,6 +209,7 @@ def project_apis(snapshot: AuthorizationSnapshot) -> context_pb2.ContextApis:
         event_page="page" in snapshot.events,
         artifact_metadata="metadata" in snapshot.artifacts,
         artifact_read="read" in snapshot.artifacts,
+        artifact_write="write" in snapshot.artifacts,
         state=bool(snapshot.state_scopes),
         storage=bool(snapshot.storage_areas),
         prompt_get=snapshot.prompt,

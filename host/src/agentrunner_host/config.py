@@ -216,6 +216,8 @@ class ResourcePolicy(_Strict):
     history: bool = True
     events: bool = True
     artifacts: bool = True
+    #: largest artifact a run may upload (`UploadArtifact`), when the runner declares `artifacts: [write]`
+    artifact_upload_max_bytes: int = Field(64 * 1024 * 1024, ge=0)
     cross_conversation: bool = False
     storage: list[StorageArea] = Field(default_factory=lambda: list[StorageArea](["plugin"]))
     runs: list[RunOperation] = Field(

@@ -38,8 +38,10 @@ import yaml
 from google.protobuf import json_format
 from rich.console import Console
 
+from agentrunner.results import kind_name
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc, result_pb2
 from agentrunner_host.cli import run_request, stream_reply
+from agentrunner_host.cli.render import KIND_STYLES
 from agentrunner_host.config import load_config
 from agentrunner_host.observability import configure_logging
 from agentrunner_host.server import HostApp
@@ -111,8 +113,11 @@ SCRIPT: list[tuple[str, int]] = [
 ]
 
 
-async def start_runner(target: str) -> tuple[asyncio.subprocess.Process, str]:
-    """A runner process started with the SDK CLI on a free port; returns it and its address."""
+async def start_runner(
+    target: str, env: dict[str, str] | None = None
+) -> tuple[asyncio.subprocess.Process, str]:
+    """A runner process started with the SDK CLI on a free port (with `env` added to this process's
+    environment); returns it and its address."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -125,10 +130,11 @@ async def start_runner(target: str) -> tuple[asyncio.subprocess.Process, str]:
         "0",
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     assert proc.stdout is not None
     while True:
-        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        line = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
         if not line:
             raise RuntimeError(f"{target} exited before listening")
         if line.startswith("AGENTRUNNER_LISTENING "):
@@ -311,12 +317,18 @@ async def _render(address: str, request: host_service_pb2.HostServiceRunRequest,
     shown: set[str] = set()  # message ids whose text is on screen
     line_open = False  # the cursor is after "bot > " text
 
-    def say(text: str) -> None:
-        nonlocal line_open
+    current = ""  # the message id whose text the cursor follows
+
+    def say(text: str, message_id: str = "", style: str | None = None) -> None:
+        nonlocal line_open, current
+        if line_open and message_id != current:
+            console.print()
+            line_open = False
+        current = message_id
         if not line_open:
             console.print("[green]bot[/green] > ", end="")
             line_open = True
-        console.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+        console.print(text, end="", markup=False, highlight=False, soft_wrap=True, style=style)
 
     def note(line: str) -> None:
         nonlocal line_open
@@ -335,15 +347,22 @@ async def _render(address: str, request: host_service_pb2.HostServiceRunRequest,
             r: result_pb2.RunResult = update.result
             kind = r.WhichOneof("payload")
             if kind == "message_delta" and r.message_delta.text:
-                shown.add(r.message_delta.message_id)
-                reply.text += r.message_delta.text
-                say(r.message_delta.text)
+                delta = r.message_delta
+                shown.add(delta.message_id)
+                style = KIND_STYLES[kind_name(delta.kind)] or None  # reasoning / progress dimmed
+                if style is None:
+                    reply.text += delta.text
+                say(delta.text, delta.message_id, style)
             elif kind in ("message_completed", "run_completed"):
                 message = getattr(r, kind).message
+                answer = kind_name(message.kind) == "answer"
+                if answer and message.content and kind == "message_completed":
+                    reply.text = message.content
                 if message.content and message.message_id not in shown:
                     shown.add(message.message_id)
-                    reply.text = message.content
-                    say(message.content)
+                    if answer:
+                        reply.text = message.content
+                    say(message.content, message.message_id, KIND_STYLES[kind_name(message.kind)] or None)
                 if kind == "run_completed" and r.HasField("metadata"):
                     reply.metadata = json_format.MessageToDict(r.metadata)
             elif kind == "tool_call_started":

@@ -55,6 +55,8 @@ class AuthorizationSnapshot:
     history: frozenset[str] = frozenset()
     events: frozenset[str] = frozenset()
     artifacts: frozenset[str] = frozenset()
+    #: largest body `UploadArtifact` accepts for this run (the agent's `artifact_upload_max_bytes`)
+    artifact_upload_max_bytes: int = 0
     #: state scopes by spec name: conversation, actor, subject, runner, binding, workspace
     state_scopes: frozenset[str] = frozenset()
     #: storage areas by spec name: plugin, workspace, binding
@@ -77,7 +79,7 @@ class AuthorizationSnapshot:
         for name in _SNAPSHOT_FIELDS:
             value = getattr(self, name)
             kind = type(value)
-            if kind is str or kind is bool or value is None:  # most fields: no ABC check needed
+            if kind is str or kind is bool or kind is int or value is None:  # most fields: no ABC check
                 pass
             elif kind is frozenset:
                 value = sorted(value) if value else []

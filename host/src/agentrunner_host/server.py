@@ -309,7 +309,15 @@ class HostApp:
         server = grpc.aio.server(options=SERVER_OPTIONS)
         gate = ClientGate(self.config, self.stores.events, listen_address=address)
         add_host_service(
-            HostServicer(self.runs, self.registry, self.interactions, gate, ledger=self.stores.ledger), server
+            HostServicer(
+                self.runs,
+                self.registry,
+                self.interactions,
+                gate,
+                ledger=self.stores.ledger,
+                artifacts=self.stores.artifacts,
+            ),
+            server,
         )
         server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
+import io
 import json
 import os
 import secrets
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import grpc
 from google.protobuf import json_format
@@ -60,12 +62,15 @@ DEFAULT_TIMEOUTS: dict[str, float] = {
     "GetArtifactMetadata": 15.0,
     "ReadArtifact": 30.0,
     "DownloadArtifact": 120.0,
+    "UploadArtifact": 300.0,
     "PullSteering": 10.0,
     "RequestPlatformAction": 60.0,
     "SendReply": 30.0,
     "SendMessage": 60.0,
 }
 _DEFAULT_TIMEOUT = 15.0
+#: largest `UploadArtifactRequest.chunk` (the contract's per-message bound)
+UPLOAD_CHUNK_BYTES = 1024 * 1024
 
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_receive_message_length", 16 << 20),
@@ -170,6 +175,17 @@ def traceparent(trace_id: str) -> str | None:
     return f"00-{trace_id.lower()}-{secrets.token_hex(8)}-01"
 
 
+@contextlib.contextmanager
+def _upload_source(source: bytes | str | os.PathLike[str] | BinaryIO) -> Iterator[BinaryIO]:
+    if isinstance(source, bytes | bytearray | memoryview):
+        yield io.BytesIO(bytes(source))
+    elif isinstance(source, str | os.PathLike):
+        with open(source, "rb") as fh:
+            yield fh
+    else:
+        yield source
+
+
 def _messages(
     messages: Iterable[common_pb2.ModelMessage | Mapping[str, Any]],
 ) -> list[common_pb2.ModelMessage]:
@@ -232,6 +248,11 @@ class HostApi:
         self._apis = available_apis or context_pb2.ContextApis()
         self._precheck = precheck
         self._stub: proxy_service_pb2_grpc.ProxyServiceAsyncStub | None = None
+
+    @property
+    def run_token(self) -> str:
+        """The run token (a secret: for redacting it from harness output, never for logging)."""
+        return self._token
 
     @property
     def available(self) -> bool:
@@ -583,6 +604,54 @@ class HostApi:
             )
         ]
         return b"".join(chunks)
+
+    async def upload_artifact(
+        self,
+        source: bytes | str | os.PathLike[str] | BinaryIO,
+        *,
+        name: str,
+        mime_type: str = "",
+        summary: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        chunk_size: int = UPLOAD_CHUNK_BYTES,
+        timeout: float | None = None,
+    ) -> common_pb2.ArtifactRef:
+        """Uploads a file (bytes, a path, or an open binary file read from its current position) as an
+        artifact of this run, in chunks (`UploadArtifact`); returns its reference.
+
+        Size and sha256 are computed first and sent in the header, so the host refuses an oversized
+        body before it is sent and a corrupted one after it arrived.
+        """
+        self._need_api("artifact_write", "UploadArtifact")
+        if not 0 < chunk_size <= UPLOAD_CHUNK_BYTES:
+            raise ValueError(f"chunk_size must be in 1..{UPLOAD_CHUNK_BYTES}")
+        with _upload_source(source) as fh:
+            start = fh.tell()
+            digest = hashlib.sha256()
+            size = 0
+            while piece := await asyncio.to_thread(fh.read, 1 << 20):
+                digest.update(piece)
+                size += len(piece)
+            fh.seek(start)
+            header = P.UploadArtifactHeader(
+                name=name, mime_type=mime_type, size_bytes=size, sha256=digest.hexdigest(), summary=summary
+            )
+            if metadata:
+                header.metadata.CopyFrom(to_struct(metadata))
+
+            async def requests() -> AsyncIterator[P.UploadArtifactRequest]:
+                yield P.UploadArtifactRequest(header=header)
+                while chunk := await asyncio.to_thread(fh.read, chunk_size):
+                    yield P.UploadArtifactRequest(chunk=chunk)
+
+            call_timeout = self.timeout("UploadArtifact", timeout)
+            try:
+                response = await self.stub.UploadArtifact(
+                    requests(), timeout=call_timeout, metadata=self.metadata()
+                )
+            except grpc.RpcError as exc:
+                raise from_rpc_error(exc) from None
+        return response.artifact
 
     # -- state --------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import inspect
 import secrets
 import time
@@ -31,7 +32,14 @@ import grpc
 from google.protobuf import duration_pb2, json_format, message_factory, timestamp_pb2
 from google.protobuf import message as pb_message
 
-from agentrunner.errors import ERROR_TYPES, AgentRunnerError, RunTokenInvalidError, abort_with, from_rpc_error
+from agentrunner.errors import (
+    ERROR_TYPES,
+    AgentRunnerError,
+    InvalidArgumentError,
+    RunTokenInvalidError,
+    abort_with,
+    from_rpc_error,
+)
 from agentrunner.protocol import RUN_TOKEN_HEADER, is_terminal, result_type
 from agentrunner.results import is_answer, kind_name, to_struct
 from agentrunner.runner import Runner
@@ -53,12 +61,21 @@ __all__ = [
     "ProxyCall",
     "RunHandle",
     "RunOutcome",
+    "Upload",
     "check_grammar",
     "make_context",
 ]
 
 _SERVICE = proxy_service_pb2.DESCRIPTOR.services_by_name["ProxyService"]
 PROXY_METHODS: dict[str, Any] = {m.name: m for m in _SERVICE.methods}
+
+
+@dataclass
+class Upload:
+    """One `UploadArtifact` the double received: the header and the assembled body."""
+
+    header: proxy_service_pb2.UploadArtifactHeader
+    data: bytes
 
 
 class GrammarError(AssertionError):
@@ -314,6 +331,7 @@ def default_apis(manifest: manifest_pb2.RunnerManifest | None) -> context_pb2.Co
     apis.event_page = m.EVENT_OPERATION_PAGE in p.events
     apis.artifact_metadata = m.ARTIFACT_OPERATION_METADATA in p.artifacts
     apis.artifact_read = m.ARTIFACT_OPERATION_READ in p.artifacts
+    apis.artifact_write = m.ARTIFACT_OPERATION_WRITE in p.artifacts
     apis.state = bool(p.state)
     apis.storage = bool(p.storage)
     apis.prompt_get = p.prompt
@@ -505,6 +523,8 @@ class HostDouble:
         self.heartbeat_interval = heartbeat_interval
         self.check_token = check_token
         self.calls: list[ProxyCall] = []
+        #: unscripted `UploadArtifact` calls, in order
+        self.uploads: list[Upload] = []
         self.tokens: dict[str, str] = {}
         self._scripts: dict[str, list[Script]] = defaultdict(list)
         self._sessions: dict[str, ControlSession] = {}
@@ -531,6 +551,8 @@ class HostDouble:
             des, ser = req_cls.FromString, resp_cls.SerializeToString
             if name == "Control":
                 handlers[name] = grpc.stream_stream_rpc_method_handler(self._control, des, ser)
+            elif method.client_streaming:
+                handlers[name] = grpc.stream_unary_rpc_method_handler(self._upload(name, resp_cls), des, ser)
             elif method.server_streaming:
                 handlers[name] = grpc.unary_stream_rpc_method_handler(
                     self._streaming(name, resp_cls), des, ser
@@ -629,7 +651,7 @@ class HostDouble:
                 await abort_with(context, RunTokenInvalidError("missing or unknown run token"))
         return call
 
-    async def _answer(self, script: Script, request: pb_message.Message, call: ProxyCall) -> Any:
+    async def _answer(self, script: Script, request: pb_message.Message | Upload, call: ProxyCall) -> Any:
         if callable(script) and not isinstance(script, pb_message.Message):
             script = script(request, call)
             if inspect.isawaitable(script):
@@ -676,6 +698,51 @@ class HostDouble:
                 if isinstance(item, AgentRunnerError):
                     await abort_with(context, item)
                 yield json_format.ParseDict(dict(item), resp_cls()) if isinstance(item, Mapping) else item
+
+        return handler
+
+    def _upload(self, method: str, resp_cls: type[pb_message.Message]) -> Callable[..., Any]:
+        """`UploadArtifact`: the body is assembled, size and sha256 checked like a host would; the
+        script (if any) gets an `Upload`; unscripted uploads are stored in `uploads` and answered with
+        a fresh reference."""
+
+        async def handler(
+            request_iterator: Any, context: grpc.aio.ServicerContext[pb_message.Message, pb_message.Message]
+        ) -> pb_message.Message:
+            parts: list[bytes] = []
+            header = proxy_service_pb2.UploadArtifactHeader()
+            async for item in request_iterator:
+                if item.WhichOneof("part") == "header":
+                    header = item.header
+                else:
+                    parts.append(item.chunk)
+            call = await self._record(method, header, context)
+            upload = Upload(header, b"".join(parts))
+            digest = hashlib.sha256(upload.data).hexdigest()
+            if header.HasField("size_bytes") and header.size_bytes != len(upload.data):
+                await abort_with(context, InvalidArgumentError("size does not match", field="size_bytes"))
+            if header.sha256 and header.sha256 != digest:
+                await abort_with(context, InvalidArgumentError("sha256 does not match", field="sha256"))
+            script = self._next_script(method)
+            if script is not None:
+                try:
+                    answer = await self._answer(script, upload, call)
+                except AgentRunnerError as exc:
+                    answer = exc
+                if isinstance(answer, AgentRunnerError):
+                    await abort_with(context, answer)
+                return (
+                    json_format.ParseDict(dict(answer), resp_cls()) if isinstance(answer, Mapping) else answer
+                )
+            self.uploads.append(upload)
+            ref = common_pb2.ArtifactRef(
+                artifact_id=f"art_{uuid.uuid4().hex[:12]}",
+                name=header.name,
+                mime_type=header.mime_type or "application/octet-stream",
+                size_bytes=len(upload.data),
+                sha256=digest,
+            )
+            return proxy_service_pb2.UploadArtifactResponse(artifact=ref)
 
         return handler
 

@@ -1,5 +1,5 @@
 """`agentrunner-host`: serve, db upgrade, kb ingest, config check, run (streamed reply), interact,
-runners, runs list / show / cancel, migrate-pipeline.
+runners, runs list / show / cancel, artifacts get, migrate-pipeline.
 
 gRPC's C core writes its own log lines to stderr (`I1201 ... ssl_transport_security.cc ...`); the CLI
 silences them unless `GRPC_VERBOSITY` is set, so what a user sees is this program's one-line errors.
@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from agentrunner_host import __version__
-from agentrunner_host.cli import admin, client, runs, security, serve
+from agentrunner_host.cli import admin, artifacts, client, runs, security, serve
 from agentrunner_host.cli.common import host_channel
 from agentrunner_host.cli.render import (
     MessageView,
@@ -35,6 +35,8 @@ kb_app = typer.Typer(help="Built-in knowledge bases.", no_args_is_help=True)
 app.add_typer(kb_app, name="kb")
 config_app = typer.Typer(help="The host configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+artifacts_app = typer.Typer(help="Artifacts (files runners produced, attachments).", no_args_is_help=True)
+app.add_typer(artifacts_app, name="artifacts")
 
 
 def _version(value: bool) -> None:
@@ -59,6 +61,7 @@ admin.register(app, db_app, kb_app, config_app)
 security.register(app, db_app)
 client.register(app)
 runs.register(runs_app)
+artifacts.register(artifacts_app)
 
 
 def main() -> None:

@@ -66,7 +66,8 @@ class ProxyCall:
 
 UnaryHandler = Callable[[ProxyCall, Any], Awaitable[Message]]
 StreamHandler = Callable[[ProxyCall, Any], AsyncIterator[Message]]
-#: RPC method name (e.g. "ListHistory") -> handler. Server-streaming RPCs map to StreamHandler.
+#: RPC method name (e.g. "ListHistory") -> handler. Server-streaming RPCs map to StreamHandler; the
+#: client-streaming `UploadArtifact` is a UnaryHandler called with an async iterator of its requests.
 HandlerTable = Mapping[str, UnaryHandler | StreamHandler]
 
 

@@ -7,9 +7,12 @@ and raises `AgentRunnerError` subclasses; the servicer maps them to statuses and
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
+
+from google.protobuf import json_format
 
 from agentrunner.errors import (
     FailedPreconditionError,
@@ -246,6 +249,41 @@ def fact_handlers(
             call.time_remaining()
             yield pb.DownloadArtifactResponse(data=chunk, offset=offset)
 
+    async def upload_artifact(
+        call: ProxyCall, requests: AsyncIterator[pb.UploadArtifactRequest]
+    ) -> pb.UploadArtifactResponse:
+        """The header first, then the body; stored as an artifact of the run and its conversation."""
+        call.require("write" in call.snapshot.artifacts, "artifact upload", "artifact:upload")
+        first = await anext(aiter(requests), None)
+        if first is None or first.WhichOneof("part") != "header":
+            raise InvalidArgumentError("UploadArtifact starts with its header", field="header")
+        header = first.header
+
+        async def chunks() -> AsyncIterator[bytes]:
+            async for item in requests:
+                if item.WhichOneof("part") != "chunk":
+                    raise InvalidArgumentError("only body chunks follow the header", field="chunk")
+                yield item.chunk
+
+        snap = call.snapshot
+        ref = await stores.artifacts.put_stream(
+            chunks(),
+            cap=snap.artifact_upload_max_bytes or stores.artifacts.limits.max_bytes,
+            size_bytes=header.size_bytes if header.HasField("size_bytes") else None,
+            sha256=header.sha256,
+            source="runner",
+            conversation_id=snap.conversation_id,
+            run_id=snap.run_id,
+            binding_id=snap.binding_id,
+            mime_type=header.mime_type or "application/octet-stream",
+            name=header.name,
+            summary=header.summary,
+            expires_at=header.expires_at.ToDatetime(tzinfo=dt.UTC) if header.HasField("expires_at") else None,
+            metadata=json_format.MessageToDict(header.metadata) if header.HasField("metadata") else None,
+        )
+        call.audit.update(resource=f"artifact:{ref.artifact_id}", bytes=ref.size_bytes, sha256=ref.sha256)
+        return pb.UploadArtifactResponse(artifact=ref)
+
     # -- state -----------------------------------------------------------------------------------
 
     def _state_resource(call: ProxyCall, scope: int, key: str) -> None:
@@ -467,6 +505,7 @@ def fact_handlers(
         "GetArtifactMetadata": get_artifact_metadata,
         "ReadArtifact": read_artifact,
         "DownloadArtifact": download_artifact,
+        "UploadArtifact": upload_artifact,
         "GetState": get_state,
         "SetState": set_state,
         "DeleteState": delete_state,

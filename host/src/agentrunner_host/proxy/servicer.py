@@ -3,7 +3,8 @@
 Every method of the contract is served. A call is authenticated by its run token
 (`x-agentrunner-run-token`), bound to the session's frozen snapshot, clipped to the run deadline, then
 dispatched by method name to the handler table (capability and fact-store families register there).
-Unregistered methods answer NOT_IMPLEMENTED. `Control` is the per-run control stream.
+Unregistered methods answer NOT_IMPLEMENTED. `Control` is the per-run control stream; `UploadArtifact`
+is client-streaming (authenticated before its first message is read).
 """
 
 from __future__ import annotations
@@ -162,6 +163,8 @@ class ProxyServicer:
         return RuntimeFailureError(f"{method} failed inside the host")
 
     async def unary(self, method: str, request: Any, context: _Context) -> Any:
+        """A unary call, or a client-streaming one (`request` is then the async iterator of its messages,
+        read by the handler after the call was authenticated)."""
         try:
             call = await self._begin(method, context)
         except AgentRunnerError as refused:
@@ -318,6 +321,8 @@ class ProxyServicer:
             name = method.name
             if name == "Control":
                 handlers[name] = grpc.stream_stream_rpc_method_handler(self.control, **kwargs)
+            elif method.client_streaming:  # `UploadArtifact`: its "request" is the iterator of messages
+                handlers[name] = grpc.stream_unary_rpc_method_handler(self._bind_unary(name), **kwargs)
             elif method.server_streaming:
                 handlers[name] = grpc.unary_stream_rpc_method_handler(self._bind_stream(name), **kwargs)
             else:

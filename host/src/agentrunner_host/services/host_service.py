@@ -30,10 +30,11 @@ from agentrunner_host.boundary import admit, request_deserializer
 from agentrunner_host.clients import ClientGate, Principal
 from agentrunner_host.context_parity import check_envelope
 from agentrunner_host.delivery.interactions import InteractionService
-from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord
+from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
 from agentrunner_host.registry import RunnerRegistry
 from agentrunner_host.run.service import RunService, Update
 from agentrunner_host.services.wire import UPDATE_STREAMS, serialize_update
+from agentrunner_host.store.artifacts import ArtifactStore
 from agentrunner_host.store.ledger import RunQuery, SqlRunLedger, run_to_proto
 
 log = structlog.get_logger("agentrunner_host.host_service")
@@ -61,6 +62,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         interactions: InteractionService | None = None,
         gate: ClientGate | None = None,
         ledger: SqlRunLedger | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self.runs = runs
         self.registry = registry
@@ -68,6 +70,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         self.ledger = ledger
         #: None: every caller is trusted (in-process use and tests of the run path)
         self.gate = gate
+        self.artifacts = artifacts
 
     # -- admission -------------------------------------------------------------------------------------
     async def _admit(
@@ -263,6 +266,49 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         return host_service_pb2.ListRunsResponse(
             runs=[run_to_proto(r) for r in records], next_page_token=token
         )
+
+    async def DownloadArtifact(
+        self,
+        request: host_service_pb2.HostServiceDownloadArtifactRequest,
+        context: grpc.aio.ServicerContext[
+            host_service_pb2.HostServiceDownloadArtifactRequest,
+            host_service_pb2.HostServiceDownloadArtifactResponse,
+        ],
+    ) -> AsyncIterator[host_service_pb2.HostServiceDownloadArtifactResponse]:
+        """The artifact's reference first, then its body in chunks (a client fetching a file a runner
+        attached to an answer). A client needs the `get` operation and must see the artifact's run (an
+        artifact of no run: a client that sees every run)."""
+        async with _status_on_error(context):
+            principal = await self._admit(context, "DownloadArtifact", "get")
+            request = admit(request)
+            if not request.artifact_id:
+                raise InvalidArgumentError("artifact_id is required", field="artifact_id")
+            if self.artifacts is None:
+                raise RuntimeFailureError("artifacts are not available on this host")
+            row = await self.artifacts.get(request.artifact_id)
+            if row is None or (row.expires_at is not None and row.expires_at <= utcnow()):
+                raise NotFoundError("artifact not found", metadata={"artifactId": request.artifact_id})
+            if principal is not None and self.gate is not None:
+                if row.run_id:
+                    await self._visible_run(context, principal, "DownloadArtifact", row.run_id)
+                elif not (principal.bots == "*" and principal.agents == "*"):
+                    await self.gate.refuse(
+                        context,
+                        principal,
+                        "DownloadArtifact",
+                        f"client {principal.client_id!r} may not read artifact {request.artifact_id!r}",
+                        resource=f"artifact:{request.artifact_id}",
+                    )
+            ref = self.artifacts.to_ref(row)
+            first = True
+            async for offset, chunk in self.artifacts.iter_chunks(row):
+                out = host_service_pb2.HostServiceDownloadArtifactResponse(data=chunk, offset=offset)
+                if first:
+                    out.artifact.CopyFrom(ref)
+                    first = False
+                yield out
+            if first:  # an empty body: the reference alone
+                yield host_service_pb2.HostServiceDownloadArtifactResponse(artifact=ref)
 
     async def ListRunners(
         self,

@@ -51,6 +51,8 @@ from agentrunner_host.store.models import ArtifactBlobRow, ArtifactRow
 class ArtifactLimits:
     #: largest accepted body (incoming attachments, artifact.created content)
     max_bytes: int = 20 * 1024 * 1024
+    #: hard cap of a streamed upload (`UploadArtifact`; each run's grant is also applied)
+    upload_max_bytes: int = 1024 * 1024 * 1024
     #: bodies up to this size are stored in the database
     inline_max_bytes: int = 256 * 1024
     #: hard cap of one ReadArtifact range
@@ -172,10 +174,126 @@ class ArtifactStore:
         in_db = len(data) <= self.limits.inline_max_bytes
         if not in_db:
             await asyncio.to_thread(self._write_file, sha, data)
+        return await self._insert(
+            sha,
+            len(data),
+            data if in_db else None,
+            source=source,
+            conversation_id=conversation_id,
+            run_id=run_id,
+            binding_id=binding_id,
+            mime_type=mime_type,
+            name=name,
+            summary=summary,
+            expires_at=expires_at,
+            metadata=metadata,
+            session=session,
+        )
+
+    async def put_stream(
+        self,
+        chunks: AsyncIterator[bytes],
+        *,
+        cap: int,
+        size_bytes: int | None = None,
+        sha256: str = "",
+        source: str,
+        conversation_id: str = "",
+        run_id: str = "",
+        binding_id: str = "",
+        mime_type: str = "application/octet-stream",
+        name: str = "",
+        summary: str = "",
+        expires_at: dt.datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> common_pb2.ArtifactRef:
+        """A body streamed in chunks (`UploadArtifact`): spooled to a temp file while hashed, refused as
+        soon as it passes `cap` (or a declared `size_bytes` / `sha256` does not match), then stored like
+        `put_bytes` (small bodies in the database, large ones moved into place). Nothing is kept of a
+        refused body."""
+        cap = min(cap, self.limits.upload_max_bytes)
+        if size_bytes is not None and size_bytes > cap:
+            raise PayloadTooLargeError(
+                f"artifact of {size_bytes} bytes exceeds the {cap}-byte cap", metadata={"capBytes": cap}
+            )
+        fields: dict[str, Any] = {
+            "source": source,
+            "conversation_id": conversation_id,
+            "run_id": run_id,
+            "binding_id": binding_id,
+            "mime_type": mime_type,
+            "name": name,
+            "summary": summary,
+            "expires_at": expires_at,
+            "metadata": metadata,
+        }
+        spool = self.directory / ".incoming"
+        await asyncio.to_thread(spool.mkdir, parents=True, exist_ok=True)
+        tmp = spool / f"{new_id('up')}.part"
+        try:
+            size, sha = await self._spool(chunks, tmp, cap)
+            if size_bytes is not None and size != size_bytes:
+                raise InvalidArgumentError(
+                    f"the body has {size} bytes, the header said {size_bytes}", field="size_bytes"
+                )
+            if sha256 and sha256.lower() != sha:
+                raise InvalidArgumentError("the body does not match its sha256", field="sha256")
+            body: bytes | None = None
+            if size <= self.limits.inline_max_bytes:
+                body = await asyncio.to_thread(tmp.read_bytes)
+            else:
+                await asyncio.to_thread(self._move_into_place, tmp, sha, size)
+            return await self._insert(sha, size, body, **fields)
+        finally:
+            await asyncio.to_thread(tmp.unlink, missing_ok=True)
+
+    @staticmethod
+    async def _spool(chunks: AsyncIterator[bytes], tmp: Path, cap: int) -> tuple[int, str]:
+        """Writes the chunks to `tmp` while hashing; raises as soon as they pass `cap`."""
+        digest = hashlib.sha256()
+        size = 0
+        with await asyncio.to_thread(tmp.open, "wb") as fh:
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > cap:
+                    raise PayloadTooLargeError(
+                        f"artifact exceeds the {cap}-byte cap", metadata={"capBytes": cap}
+                    )
+                digest.update(chunk)
+                await asyncio.to_thread(fh.write, chunk)
+        return size, digest.hexdigest()
+
+    def _move_into_place(self, tmp: Path, sha: str, size: int) -> None:
+        path = self._path(sha)
+        if path.exists() and path.stat().st_size == size:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, path)
+
+    async def _insert(
+        self,
+        sha: str,
+        size: int,
+        body: bytes | None,
+        *,
+        source: str,
+        conversation_id: str,
+        run_id: str,
+        binding_id: str,
+        mime_type: str,
+        name: str,
+        summary: str,
+        expires_at: dt.datetime | None,
+        metadata: Mapping[str, Any] | None,
+        session: AsyncSession | None = None,
+    ) -> common_pb2.ArtifactRef:
+        """The blob row (unless the body is already stored) and the artifact row; `body` None means the
+        body is in its file."""
+        in_db = body is not None
         row = ArtifactRow(
             artifact_id=new_id("art"),
             sha256=sha,
-            size_bytes=len(data),
+            size_bytes=size,
             mime_type=mime_type or "application/octet-stream",
             name=name,
             summary=summary,
@@ -193,9 +311,9 @@ class ArtifactStore:
                 insert(ArtifactBlobRow)
                 .values(
                     sha256=sha,
-                    size_bytes=len(data),
+                    size_bytes=size,
                     location="db" if in_db else "file",
-                    body=data if in_db else None,
+                    body=body,
                     created_at=utcnow(),
                 )
                 .on_conflict_do_nothing(index_elements=["sha256"])

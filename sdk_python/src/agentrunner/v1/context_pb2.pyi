@@ -1392,6 +1392,7 @@ class ContextApis(_message.Message):
     RUN_APPEND_RESULT_FIELD_NUMBER: _builtins.int
     RUN_FINALIZE_FIELD_NUMBER: _builtins.int
     REPLY_FIELD_NUMBER: _builtins.int
+    ARTIFACT_WRITE_FIELD_NUMBER: _builtins.int
     history_page: _builtins.bool
     """`ListHistory`."""
     history_search: _builtins.bool
@@ -1426,6 +1427,8 @@ class ContextApis(_message.Message):
     """`FinalizeRunRecord`."""
     reply: _builtins.bool
     """`SendReply`: the current event has a delivery target the runner may answer."""
+    artifact_write: _builtins.bool
+    """`UploadArtifact`."""
     def __init__(
         self,
         *,
@@ -1446,10 +1449,11 @@ class ContextApis(_message.Message):
         run_append_result: _builtins.bool = ...,
         run_finalize: _builtins.bool = ...,
         reply: _builtins.bool = ...,
+        artifact_write: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_metadata", b"artifact_metadata", "artifact_read", b"artifact_read", "event_get", b"event_get", "event_page", b"event_page", "history_page", b"history_page", "history_search", b"history_search", "prompt_get", b"prompt_get", "reply", b"reply", "run_append_result", b"run_append_result", "run_cancel", b"run_cancel", "run_events_page", b"run_events_page", "run_finalize", b"run_finalize", "run_get", b"run_get", "run_list", b"run_list", "state", b"state", "steering_pull", b"steering_pull", "storage", b"storage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_metadata", b"artifact_metadata", "artifact_read", b"artifact_read", "artifact_write", b"artifact_write", "event_get", b"event_get", "event_page", b"event_page", "history_page", b"history_page", "history_search", b"history_search", "prompt_get", b"prompt_get", "reply", b"reply", "run_append_result", b"run_append_result", "run_cancel", b"run_cancel", "run_events_page", b"run_events_page", "run_finalize", b"run_finalize", "run_get", b"run_get", "run_list", b"run_list", "state", b"state", "steering_pull", b"steering_pull", "storage", b"storage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

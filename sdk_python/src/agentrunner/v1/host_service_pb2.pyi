@@ -1117,3 +1117,57 @@ class SubmitInteractionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_update) -> _WhichOneofReturnType_update | None: ...
 
 Global___SubmitInteractionResponse: _TypeAlias = SubmitInteractionResponse  # noqa: Y015
+
+@_typing.final
+class HostServiceDownloadArtifactRequest(_message.Message):
+    """Request of `HostService.DownloadArtifact`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARTIFACT_ID_FIELD_NUMBER: _builtins.int
+    artifact_id: _builtins.str
+    """Artifact id."""
+    def __init__(
+        self,
+        *,
+        artifact_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact_id", b"artifact_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostServiceDownloadArtifactRequest: _TypeAlias = HostServiceDownloadArtifactRequest  # noqa: Y015
+
+@_typing.final
+class HostServiceDownloadArtifactResponse(_message.Message):
+    """One chunk of `HostService.DownloadArtifact`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARTIFACT_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The bytes."""
+    offset: _builtins.int
+    """Offset of `data`."""
+    @_builtins.property
+    def artifact(self) -> _common_pb2.ArtifactRef:
+        """The artifact's reference; set on the first message only."""
+
+    def __init__(
+        self,
+        *,
+        artifact: _common_pb2.ArtifactRef | None = ...,
+        data: _builtins.bytes = ...,
+        offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact", "data", b"data", "offset", b"offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostServiceDownloadArtifactResponse: _TypeAlias = HostServiceDownloadArtifactResponse  # noqa: Y015

@@ -71,6 +71,11 @@ class HostServiceStub:
                 request_serializer=agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionRequest.SerializeToString,
                 response_deserializer=agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionResponse.FromString,
                 _registered_method=True)
+        self.DownloadArtifact = channel.unary_stream(
+                '/agentrunner.v1.HostService/DownloadArtifact',
+                request_serializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactRequest.SerializeToString,
+                response_deserializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactResponse.FromString,
+                _registered_method=True)
 
 
 class HostServiceServicer:
@@ -138,6 +143,15 @@ class HostServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DownloadArtifact(self, request, context):
+        """Streams an artifact's body to a client (for example a file a runner attached to its answer): the
+        first message carries the artifact's reference, every message a chunk in order. An unknown or
+        expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HostServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -175,6 +189,11 @@ def add_HostServiceServicer_to_server(servicer, server):
                     servicer.SubmitInteraction,
                     request_deserializer=agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionRequest.FromString,
                     response_serializer=agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionResponse.SerializeToString,
+            ),
+            'DownloadArtifact': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadArtifact,
+                    request_deserializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactRequest.FromString,
+                    response_serializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -368,6 +387,33 @@ class HostService:
             '/agentrunner.v1.HostService/SubmitInteraction',
             agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionRequest.SerializeToString,
             agentrunner_dot_v1_dot_host__service__pb2.SubmitInteractionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DownloadArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/agentrunner.v1.HostService/DownloadArtifact',
+            agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactRequest.SerializeToString,
+            agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactResponse.FromString,
             options,
             channel_credentials,
             insecure,

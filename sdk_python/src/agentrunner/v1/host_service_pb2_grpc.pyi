@@ -65,6 +65,11 @@ class HostServiceStub:
     a value outside the options is `INVALID_ARGUMENT`; all before the first item. Resubmitting the same
     `event_id` attaches to the run it started.
     """
+    DownloadArtifact: _grpc.UnaryStreamMultiCallable[_host_service_pb2.HostServiceDownloadArtifactRequest, _host_service_pb2.HostServiceDownloadArtifactResponse]
+    """Streams an artifact's body to a client (for example a file a runner attached to its answer): the
+    first message carries the artifact's reference, every message a chunk in order. An unknown or
+    expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
+    """
 
 @_typing.type_check_only
 class HostServiceAsyncStub(HostServiceStub):
@@ -102,6 +107,11 @@ class HostServiceAsyncStub(HostServiceStub):
     answered or cancelled one is `FAILED_PRECONDITION`; an unknown action, a missing required value or
     a value outside the options is `INVALID_ARGUMENT`; all before the first item. Resubmitting the same
     `event_id` attaches to the run it started.
+    """
+    DownloadArtifact: _aio.UnaryStreamMultiCallable[_host_service_pb2.HostServiceDownloadArtifactRequest, _host_service_pb2.HostServiceDownloadArtifactResponse]  # type: ignore[assignment]
+    """Streams an artifact's body to a client (for example a file a runner attached to its answer): the
+    first message carries the artifact's reference, every message a chunk in order. An unknown or
+    expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
     """
 
 class HostServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -179,6 +189,17 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         answered or cancelled one is `FAILED_PRECONDITION`; an unknown action, a missing required value or
         a value outside the options is `INVALID_ARGUMENT`; all before the first item. Resubmitting the same
         `event_id` attaches to the run it started.
+        """
+
+    @_abc_1.abstractmethod
+    def DownloadArtifact(
+        self,
+        request: _host_service_pb2.HostServiceDownloadArtifactRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_host_service_pb2.HostServiceDownloadArtifactResponse], _abc.AsyncIterator[_host_service_pb2.HostServiceDownloadArtifactResponse]]:
+        """Streams an artifact's body to a client (for example a file a runner attached to its answer): the
+        first message carries the artifact's reference, every message a chunk in order. An unknown or
+        expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
         """
 
 def add_HostServiceServicer_to_server(servicer: HostServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -161,6 +161,8 @@ class _ArtifactOperationEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Art
     """`GetArtifactMetadata`."""
     ARTIFACT_OPERATION_READ: _ArtifactOperation.ValueType  # 2
     """`ReadArtifact` and `DownloadArtifact`."""
+    ARTIFACT_OPERATION_WRITE: _ArtifactOperation.ValueType  # 3
+    """`UploadArtifact`."""
 
 class ArtifactOperation(_ArtifactOperation, metaclass=_ArtifactOperationEnumTypeWrapper):
     """Artifact operations a runner may use."""
@@ -171,6 +173,8 @@ ARTIFACT_OPERATION_METADATA: ArtifactOperation.ValueType  # 1
 """`GetArtifactMetadata`."""
 ARTIFACT_OPERATION_READ: ArtifactOperation.ValueType  # 2
 """`ReadArtifact` and `DownloadArtifact`."""
+ARTIFACT_OPERATION_WRITE: ArtifactOperation.ValueType  # 3
+"""`UploadArtifact`."""
 Global___ArtifactOperation: _TypeAlias = ArtifactOperation  # noqa: Y015
 
 class _StorageArea:

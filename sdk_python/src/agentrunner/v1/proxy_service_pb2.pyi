@@ -1379,6 +1379,114 @@ class DownloadArtifactResponse(_message.Message):
 Global___DownloadArtifactResponse: _TypeAlias = DownloadArtifactResponse  # noqa: Y015
 
 @_typing.final
+class UploadArtifactRequest(_message.Message):
+    """One message of `UploadArtifact`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEADER_FIELD_NUMBER: _builtins.int
+    CHUNK_FIELD_NUMBER: _builtins.int
+    chunk: _builtins.bytes
+    """A piece of the body (at most 1 MiB per message), in order."""
+    @_builtins.property
+    def header(self) -> Global___UploadArtifactHeader:
+        """First message: what is uploaded."""
+
+    def __init__(
+        self,
+        *,
+        header: Global___UploadArtifactHeader | None = ...,
+        chunk: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "header", b"header", "part", b"part"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "header", b"header", "part", b"part"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["header", "chunk"]  # noqa: Y015
+    _WhichOneofArgType_part: _TypeAlias = _typing.Literal["part", b"part"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_part) -> _WhichOneofReturnType_part | None: ...
+
+Global___UploadArtifactRequest: _TypeAlias = UploadArtifactRequest  # noqa: Y015
+
+@_typing.final
+class UploadArtifactHeader(_message.Message):
+    """The header of an upload."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MIME_TYPE_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Display name (a file name)."""
+    mime_type: _builtins.str
+    """Media type; `application/octet-stream` when empty."""
+    size_bytes: _builtins.int
+    """Total body size in bytes, when known; the host refuses a different size and, before reading the
+    body, a size over the run's cap.
+    """
+    sha256: _builtins.str
+    """Lower-case hex sha256 of the body, when known; the host refuses a body that does not match."""
+    summary: _builtins.str
+    """Short human-readable summary for prompts."""
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp:
+        """Expiry; unset means the host's retention applies."""
+
+    @_builtins.property
+    def metadata(self) -> _struct_pb2.Struct:
+        """Extension data."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        mime_type: _builtins.str = ...,
+        size_bytes: _builtins.int | None = ...,
+        sha256: _builtins.str = ...,
+        summary: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+        metadata: _struct_pb2.Struct | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_size_bytes", b"_size_bytes", "expires_at", b"expires_at", "metadata", b"metadata", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_size_bytes", b"_size_bytes", "expires_at", b"expires_at", "metadata", b"metadata", "mime_type", b"mime_type", "name", b"name", "sha256", b"sha256", "size_bytes", b"size_bytes", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__size_bytes: _TypeAlias = _typing.Literal["size_bytes"]  # noqa: Y015
+    _WhichOneofArgType__size_bytes: _TypeAlias = _typing.Literal["_size_bytes", b"_size_bytes"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__size_bytes) -> _WhichOneofReturnType__size_bytes | None: ...
+
+Global___UploadArtifactHeader: _TypeAlias = UploadArtifactHeader  # noqa: Y015
+
+@_typing.final
+class UploadArtifactResponse(_message.Message):
+    """Response of `UploadArtifact`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARTIFACT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def artifact(self) -> _common_pb2.ArtifactRef:
+        """The stored artifact (id, size, sha256, expiry); reference it from a message's `artifacts`."""
+
+    def __init__(
+        self,
+        *,
+        artifact: _common_pb2.ArtifactRef | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifact", b"artifact"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UploadArtifactResponse: _TypeAlias = UploadArtifactResponse  # noqa: Y015
+
+@_typing.final
 class GetStateRequest(_message.Message):
     """Request of `GetState`."""
 

@@ -120,6 +120,11 @@ class ProxyServiceStub:
                 request_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.DownloadArtifactRequest.SerializeToString,
                 response_deserializer=agentrunner_dot_v1_dot_proxy__service__pb2.DownloadArtifactResponse.FromString,
                 _registered_method=True)
+        self.UploadArtifact = channel.stream_unary(
+                '/agentrunner.v1.ProxyService/UploadArtifact',
+                request_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.UploadArtifactRequest.SerializeToString,
+                response_deserializer=agentrunner_dot_v1_dot_proxy__service__pb2.UploadArtifactResponse.FromString,
+                _registered_method=True)
         self.GetState = channel.unary_unary(
                 '/agentrunner.v1.ProxyService/GetState',
                 request_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.GetStateRequest.SerializeToString,
@@ -333,6 +338,16 @@ class ProxyServiceServicer:
 
     def DownloadArtifact(self, request, context):
         """Streams an artifact's body in chunks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UploadArtifact(self, request_iterator, context):
+        """Uploads a runner-made artifact in chunks (client streaming): the first message is the header, the
+        rest the body in order. For bodies too big for an `artifact.created` result (the result size cap).
+        Needs `available_apis.artifact_write`; the size is capped by the run's grant, the sha256 checked,
+        the call audited. The artifact belongs to the run and its conversation.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -559,6 +574,11 @@ def add_ProxyServiceServicer_to_server(servicer, server):
                     servicer.DownloadArtifact,
                     request_deserializer=agentrunner_dot_v1_dot_proxy__service__pb2.DownloadArtifactRequest.FromString,
                     response_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.DownloadArtifactResponse.SerializeToString,
+            ),
+            'UploadArtifact': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadArtifact,
+                    request_deserializer=agentrunner_dot_v1_dot_proxy__service__pb2.UploadArtifactRequest.FromString,
+                    response_serializer=agentrunner_dot_v1_dot_proxy__service__pb2.UploadArtifactResponse.SerializeToString,
             ),
             'GetState': grpc.unary_unary_rpc_method_handler(
                     servicer.GetState,
@@ -1094,6 +1114,33 @@ class ProxyService:
             '/agentrunner.v1.ProxyService/DownloadArtifact',
             agentrunner_dot_v1_dot_proxy__service__pb2.DownloadArtifactRequest.SerializeToString,
             agentrunner_dot_v1_dot_proxy__service__pb2.DownloadArtifactResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadArtifact(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/agentrunner.v1.ProxyService/UploadArtifact',
+            agentrunner_dot_v1_dot_proxy__service__pb2.UploadArtifactRequest.SerializeToString,
+            agentrunner_dot_v1_dot_proxy__service__pb2.UploadArtifactResponse.FromString,
             options,
             channel_credentials,
             insecure,

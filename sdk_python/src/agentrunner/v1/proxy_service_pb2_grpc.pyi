@@ -71,6 +71,12 @@ class ProxyServiceStub:
     """Reads a byte range of an artifact (bounded by a hard cap)."""
     DownloadArtifact: _grpc.UnaryStreamMultiCallable[_proxy_service_pb2.DownloadArtifactRequest, _proxy_service_pb2.DownloadArtifactResponse]
     """Streams an artifact's body in chunks."""
+    UploadArtifact: _grpc.StreamUnaryMultiCallable[_proxy_service_pb2.UploadArtifactRequest, _proxy_service_pb2.UploadArtifactResponse]
+    """Uploads a runner-made artifact in chunks (client streaming): the first message is the header, the
+    rest the body in order. For bodies too big for an `artifact.created` result (the result size cap).
+    Needs `available_apis.artifact_write`; the size is capped by the run's grant, the sha256 checked,
+    the call audited. The artifact belongs to the run and its conversation.
+    """
     GetState: _grpc.UnaryUnaryMultiCallable[_proxy_service_pb2.GetStateRequest, _proxy_service_pb2.GetStateResponse]
     """Reads a state key."""
     SetState: _grpc.UnaryUnaryMultiCallable[_proxy_service_pb2.SetStateRequest, _proxy_service_pb2.SetStateResponse]
@@ -163,6 +169,12 @@ class ProxyServiceAsyncStub(ProxyServiceStub):
     """Reads a byte range of an artifact (bounded by a hard cap)."""
     DownloadArtifact: _aio.UnaryStreamMultiCallable[_proxy_service_pb2.DownloadArtifactRequest, _proxy_service_pb2.DownloadArtifactResponse]  # type: ignore[assignment]
     """Streams an artifact's body in chunks."""
+    UploadArtifact: _aio.StreamUnaryMultiCallable[_proxy_service_pb2.UploadArtifactRequest, _proxy_service_pb2.UploadArtifactResponse]  # type: ignore[assignment]
+    """Uploads a runner-made artifact in chunks (client streaming): the first message is the header, the
+    rest the body in order. For bodies too big for an `artifact.created` result (the result size cap).
+    Needs `available_apis.artifact_write`; the size is capped by the run's grant, the sha256 checked,
+    the call audited. The artifact belongs to the run and its conversation.
+    """
     GetState: _aio.UnaryUnaryMultiCallable[_proxy_service_pb2.GetStateRequest, _proxy_service_pb2.GetStateResponse]  # type: ignore[assignment]
     """Reads a state key."""
     SetState: _aio.UnaryUnaryMultiCallable[_proxy_service_pb2.SetStateRequest, _proxy_service_pb2.SetStateResponse]  # type: ignore[assignment]
@@ -348,6 +360,18 @@ class ProxyServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_proxy_service_pb2.DownloadArtifactResponse], _abc.AsyncIterator[_proxy_service_pb2.DownloadArtifactResponse]]:
         """Streams an artifact's body in chunks."""
+
+    @_abc_1.abstractmethod
+    def UploadArtifact(
+        self,
+        request_iterator: _MaybeAsyncIterator[_proxy_service_pb2.UploadArtifactRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_proxy_service_pb2.UploadArtifactResponse, _abc.Awaitable[_proxy_service_pb2.UploadArtifactResponse]]:
+        """Uploads a runner-made artifact in chunks (client streaming): the first message is the header, the
+        rest the body in order. For bodies too big for an `artifact.created` result (the result size cap).
+        Needs `available_apis.artifact_write`; the size is capped by the run's grant, the sha256 checked,
+        the call audited. The artifact belongs to the run and its conversation.
+        """
 
     @_abc_1.abstractmethod
     def GetState(

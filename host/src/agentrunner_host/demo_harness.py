@@ -1,0 +1,249 @@
+"""`make demo-claude` / `make demo-codex`: a code-agent harness runner through the host, against the real CLI when it is on
+PATH and the bundled fake otherwise (saying which).
+
+The harness runner runs as its own process (SDK CLI), the host on a fresh SQLite database in a temporary
+directory, and a short conversation goes through `HostService.Run`: streamed text, commentary shown as
+progress, a harness tool call, a LangBot host tool called by the harness through the per-run MCP
+bridge, and a turn that resumes the conversation's harness session. Exits 0 when every turn ended as
+expected (with the fake, every check is strict; with a real CLI, content checks are only notes).
+
+    python -m agentrunner_host.demo_harness claude
+    python -m agentrunner_host.demo_harness codex
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from agentrunner.v1 import common_pb2
+from agentrunner_host.cli import run_request
+from agentrunner_host.config import load_config
+from agentrunner_host.demo import _render, start_runner
+from agentrunner_host.observability import configure_logging
+from agentrunner_host.server import HostApp
+
+CONVERSATION = "demo-harness"
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    text: str
+    #: the answer must contain this (strict with the fake, a note with the real CLI)
+    expect: str = ""
+    expect_tool: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Harness:
+    label: str
+    command: str
+    runner_target: str
+    runner_id: str
+    fake_module: str
+    fake_turns: tuple[Turn, ...]
+    real_turns: tuple[Turn, ...]
+    #: environment of the fake (relative to the demo directory) the runner must pass through
+    fake_env: tuple[tuple[str, str], ...] = ()
+    runner_config: tuple[tuple[str, Any], ...] = ()
+    #: config keys of the fake only, as paths relative to the demo directory
+    fake_config: tuple[tuple[str, str], ...] = ()
+
+
+_TIME_CALL = (
+    'mcp langbot langbot_call_tool {"tool_name": "current_time", "arguments": {"timezone": "Asia/Tokyo"}}'
+)
+HARNESSES: dict[str, Harness] = {
+    "claude": Harness(
+        label="Claude Code",
+        command="claude",
+        runner_target="agentrunner_runners.claude_code:ClaudeCodeRunner",
+        runner_id="plugin:langbot/claude-code-agent/default",
+        fake_module="agentrunner_runners.testing.fake_claude",
+        fake_turns=(
+            Turn("Hello from the AgentRunner demo!", expect="(turn 1)"),
+            Turn("tools: what is in this workspace?", expect="README.md", expect_tool="Bash"),
+            Turn(_TIME_CALL, expect="+09:00", expect_tool="current_time"),
+            Turn("Do you still know this conversation?", expect="(turn 4)"),
+        ),
+        real_turns=(
+            Turn(
+                "In one short sentence: what does LANGBOT_CONTEXT.md in your working directory say you are doing?"
+            ),
+            Turn(
+                "Call the langbot_call_tool MCP tool with tool_name current_time and arguments "
+                '{"timezone": "Asia/Tokyo"}, then tell me the time in Tokyo in one sentence.',
+                expect="Tokyo",
+                expect_tool="current_time",
+            ),
+            Turn("What was my first question? One sentence.", expect="LANGBOT_CONTEXT"),
+        ),
+        fake_env=(("FAKE_CLAUDE_HOME", "fake-claude-home"),),
+        runner_config=(("max-turns", 4),),
+    ),
+    "codex": Harness(
+        label="Codex",
+        command="codex",
+        runner_target="agentrunner_runners.codex:CodexRunner",
+        runner_id="plugin:langbot/codex-agent/default",
+        fake_module="agentrunner_runners.testing.fake_codex",
+        fake_turns=(
+            Turn("Hello from the AgentRunner demo!", expect="(turn 1)"),
+            Turn("tools: what is in this workspace?", expect="README.md", expect_tool="shell"),
+            Turn(_TIME_CALL, expect="+09:00", expect_tool="current_time"),
+            Turn("Do you still know this conversation?", expect="(turn 4)"),
+        ),
+        real_turns=(
+            Turn(
+                "In one short sentence: what does LANGBOT_CONTEXT.md in your working directory say you are doing?"
+            ),
+            Turn(
+                "Call the langbot_call_tool tool of the langbot MCP server with tool_name current_time and "
+                'arguments {"timezone": "Asia/Tokyo"}, then tell me the time in Tokyo in one sentence.',
+                expect="Tokyo",
+                expect_tool="current_time",
+            ),
+            Turn("What was my first question? One sentence.", expect="LANGBOT_CONTEXT"),
+        ),
+        fake_config=(("codex-home", "fake-codex-home"),),
+    ),
+}
+
+
+def fake_shim(directory: Path, name: str, module: str) -> Path:
+    """An executable `name` that runs the fake CLI with this interpreter."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(f"#!{sys.executable}\nimport runpy\nrunpy.run_module({module!r}, run_name='__main__')\n")
+    path.chmod(0o755)
+    return path
+
+
+def host_config(
+    workdir: Path, harness: Harness, address: str, command: str, extra: dict[str, Any] | None = None
+) -> Path:
+    agent = {
+        "id": "harness",
+        "runner_id": harness.runner_id,
+        "runner_config": {
+            "command": command,
+            "workspace": str(workdir / "workspaces"),
+            **dict(harness.runner_config),
+            **(extra or {}),
+        },
+        "resource_policy": {"tools": ["current_time"]},
+        "timeout_seconds": 300,
+    }
+    path = workdir / "host.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "listen": {"address": "127.0.0.1:0"},
+                "database": {
+                    "url": f"sqlite+aiosqlite:///{workdir / 'agentrunner.db'}",
+                    "artifact_dir": str(workdir / "artifacts"),
+                },
+                "runners": [{"id": "harness", "address": address}],
+                "agents": [agent],
+                "bindings": [{"id": "all", "event": "message.*", "target": {"agent": "harness"}}],
+            }
+        )
+    )
+    return path
+
+
+async def conversation(console: Console, address: str, turns: tuple[Turn, ...], strict: bool) -> bool:
+    ok = True
+    for i, turn in enumerate(turns, 1):
+        console.print(f"[cyan]you[/cyan] > {turn.text}", soft_wrap=True)
+        reply = await _render(
+            address, run_request(turn.text, "", f"demo-harness-{i}", CONVERSATION, "demo-bot", True), console
+        )
+        status = common_pb2.RunStatus.Name(reply.finished.status).removeprefix("RUN_STATUS_").lower()
+        session = reply.metadata.get("session_id", "")
+        console.print(f"[dim]   ({status}{'; session ' + session if session else ''})[/dim]", soft_wrap=True)
+        problems = (
+            []
+            if reply.finished.status == common_pb2.RUN_STATUS_COMPLETED
+            else [f"the run ended {status} ({reply.finished.reason})"]
+        )
+        soft = []
+        if turn.expect and turn.expect not in reply.text:
+            soft.append(f"the answer does not mention {turn.expect!r}")
+        if turn.expect_tool and turn.expect_tool not in reply.tools:
+            soft.append(f"no {turn.expect_tool} tool call was seen")
+        if strict:
+            problems += soft
+        else:
+            for note in soft:
+                console.print(f"[yellow]   note: {note} (a real harness may answer differently)[/yellow]")
+        for problem in problems:
+            console.print(f"[red]   {problem}[/red]")
+        ok = ok and not problems
+        console.print()
+    return ok
+
+
+async def main(name: str) -> int:
+    configure_logging("WARNING")
+    console = Console()
+    harness = HARNESSES[name]
+    with tempfile.TemporaryDirectory(prefix=f"agentrunner-demo-{name}-") as tmp:
+        workdir = Path(tmp)
+        real = shutil.which(harness.command)
+        env = {"AGENTRUNNER_HARNESS_ROOTS": str(workdir / "workspaces")}
+        extra: dict[str, Any] = {}
+        if real:
+            command = real
+            console.print(f"[bold]{harness.label}[/bold]: using the real `{harness.command}` at {real}")
+        else:
+            command = str(fake_shim(workdir / "bin", harness.command, harness.fake_module))
+            console.print(
+                f"[bold]{harness.label}[/bold]: no `{harness.command}` on PATH, so this demo uses the bundled fake "
+                f"CLI ({harness.fake_module}); install {harness.label} to see the same runner drive the real one"
+            )
+            for key, rel in harness.fake_env:
+                env[key] = str(workdir / rel)
+            for key, rel in harness.fake_config:
+                (workdir / rel).mkdir(parents=True, exist_ok=True)
+                extra[key] = str(workdir / rel)
+            env["AGENTRUNNER_HARNESS_ENV_PASSTHROUGH"] = ",".join(k for k, _ in harness.fake_env)
+        proc, address = await start_runner(harness.runner_target, env)
+        ok = False
+        try:
+            config = load_config(host_config(workdir, harness, address, command, extra))
+            host = await HostApp.open(config, auto_upgrade=True)
+            try:
+                port = await host.start()
+                console.print(
+                    f"[bold]host[/bold] 127.0.0.1:{port}  [bold]runner[/bold] {harness.runner_id} at {address}\n"
+                )
+                turns = harness.real_turns if real else harness.fake_turns
+                ok = await conversation(console, f"127.0.0.1:{port}", turns, strict=not real)
+            finally:
+                await host.stop(1.0)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            await proc.wait()
+    console.print(
+        "[bold green]demo finished[/bold green]" if ok else "[bold red]demo had unexpected results[/bold red]"
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    choice = sys.argv[1] if len(sys.argv) > 1 else "claude"
+    if choice not in HARNESSES:
+        print(f"usage: python -m agentrunner_host.demo_harness {{{','.join(HARNESSES)}}}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(asyncio.run(main(choice)))

@@ -1,0 +1,322 @@
+"""The official claude-code runner (`plugin:langbot/claude-code-agent/default`).
+
+One `ClaudeCodeRun` per run, in stages: `prepare` (input check, workspace, attachments, MCP bridge,
+context files), then one `turn` per message (the first, then steering follow-ups, through the SDK's
+`steered_turns`), each `turn` = session choice → `attempt` (the Claude Code process, its stream-json
+translated as it arrives) → `conclude` (the answer once, with the outbox files, or the mapped failure).
+Everything started for the run (process group, MCP bridge, MCP config file) is stopped or removed when
+the run ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+
+from agentrunner import results
+from agentrunner.context import RunContext
+from agentrunner.failures import FailureKind, RunnerFailure
+from agentrunner.harness import (
+    HarnessProcess,
+    McpBridge,
+    ProcessSpec,
+    Redactor,
+    Workspace,
+    context_document,
+    directory_name,
+    export_outbox,
+    harness_env,
+)
+from agentrunner.harness.projection import CONTEXT_JSON, CONTEXT_MD, context_markdown
+from agentrunner.harness.run import prepare_workspace, turn_deadline
+from agentrunner.harness.turns import HarnessRun, HarnessRunner, harness_failure, json_records, wait_exit
+from agentrunner.harness.workspace import WORKING_DIRECTORY_KEY
+from agentrunner.v1 import result_pb2
+from agentrunner_runners.claude_code import invocation
+from agentrunner_runners.claude_code.config import ClaudeCodeConfig
+from agentrunner_runners.claude_code.stream import ClaudeStream
+
+log = structlog.get_logger("agentrunner_runners.claude_code")
+
+SESSION_KEY = "external.claude_code_session_id"
+SKILLS_DIR = ".claude/skills"
+_RESUME_REJECTED = re.compile(
+    r"no conversation found|session .*not found|invalid session|unknown session", re.I
+)
+_RATE = re.compile(r"\b(429|529)\b|overloaded|rate.?limit", re.I)
+_AUTH = re.compile(r"\b(401|403)\b|invalid api key|authentication|not logged in|/login|unauthorized", re.I)
+
+
+_failed = functools.partial(harness_failure, "claude_code")
+
+
+class ClaudeCodeRun(HarnessRun):
+    prefix = "claude_code"
+    label = "Claude Code"
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self.config: ClaudeCodeConfig = ctx.config
+        self.remote = self.config.location == "remote-ssh"
+        self.redactor = Redactor([ctx.api.run_token])
+        self.redactor.add_env(self.config.env)
+        self.workspace: Workspace | None = None
+        self.remote_dir = ""
+        self.bridge: McpBridge | None = None
+        self.files: dict[str, bytes] = {}  # remote: what the bundle writes
+        self.session_id = (
+            str(ctx.state.conversation.get(SESSION_KEY) or "") if self.config.reuse_session else ""
+        )
+        self.fallback_used = False
+        self.started = time.monotonic()
+
+    # -- stages ---------------------------------------------------------------------------------------
+
+    async def prepare(self, stack: contextlib.AsyncExitStack) -> list[result_pb2.RunResult]:
+        """Workspace, attachments, MCP bridge and context files; returns results to emit first."""
+        ctx, config = self.ctx, self.config
+        for server in config.mcp_servers.values():
+            for value in (server.get("headers") or {}).values():
+                self.redactor.add(str(value))
+            self.redactor.add_env({str(k): str(v) for k, v in (server.get("env") or {}).items()})
+        stack.callback(self._remove_mcp_config)
+        if not self.remote:
+            prepared = await prepare_workspace(
+                ctx,
+                stack,
+                root=config.workspace,
+                harness="claude-code",
+                redactor=self.redactor,
+                enable_mcp=config.enable_langbot_mcp,
+                state_keys=[SESSION_KEY],
+                skills_dir=SKILLS_DIR,
+            )
+            self.workspace, self.bridge = prepared.workspace, prepared.bridge
+            return prepared.results
+        # remote-ssh: the workspace is on the other machine; its files travel in the stdin bundle
+        stored = str(ctx.state.conversation.get(WORKING_DIRECTORY_KEY) or "")
+        self.remote_dir = invocation.remote_directory(
+            config, directory_name(ctx.conversation.conversation_id, ctx.run_id)
+        )
+        document = context_document(
+            ctx, self.remote_dir, state_keys=[SESSION_KEY, WORKING_DIRECTORY_KEY], harness="claude-code"
+        )
+        self.files[CONTEXT_JSON] = json.dumps(document, ensure_ascii=False, indent=2).encode()
+        self.files[CONTEXT_MD] = context_markdown(document).encode()
+        if ctx.conversation.conversation_id and stored != self.remote_dir:
+            return [results.state("conversation", WORKING_DIRECTORY_KEY, self.remote_dir)]
+        return []
+
+    # -- one turn -------------------------------------------------------------------------------------
+
+    async def run_turn(self, prompt: str, index: int) -> AsyncIterator[result_pb2.RunResult]:
+        """One Claude Code turn (a `RunnerFailure` ends it with its `run.failed`)."""
+        resume = bool(self.session_id)
+        if not resume:
+            self.session_id = str(uuid.uuid4())
+            if self.config.reuse_session:
+                yield results.state("conversation", SESSION_KEY, self.session_id)
+        stream = ClaudeStream(streaming=self.config.streaming)
+        try:
+            async for result in self.attempt(prompt, invocation.Session(self.session_id, resume), stream):
+                yield result
+        except _ResumeRejected:
+            log.warning("claude_code.resume_rejected", session_id=self.session_id)
+            await self.ctx.log(
+                f"Claude Code could not resume session {self.session_id}; starting a new one", "warning"
+            )
+            self.session_id = str(uuid.uuid4())
+            if self.config.reuse_session:
+                yield results.state("conversation", SESSION_KEY, self.session_id)
+            stream = ClaudeStream(streaming=self.config.streaming)
+            async for result in self.attempt(prompt, invocation.Session(self.session_id, False), stream):
+                yield result
+        reported = stream.session_id
+        if reported and reported != self.session_id:
+            self.session_id = reported
+            if self.config.reuse_session:
+                yield results.state("conversation", SESSION_KEY, reported)
+        for result in await self.conclude(stream):
+            yield result
+
+    def _deadline(self) -> float:
+        return turn_deadline(self.ctx, self.started + self.config.timeout)
+
+    async def attempt(
+        self, prompt: str, session: invocation.Session, stream: ClaudeStream
+    ) -> AsyncIterator[result_pb2.RunResult]:
+        """Runs Claude Code once and yields its translated results; records the outcome in `stream`."""
+        spec = self._spec(prompt, session)
+        async with HarnessProcess(spec, redactor=self.redactor, prefix="claude_code") as proc:
+            deadline = self._deadline()
+            lines = json_records(
+                proc,
+                self.ctx,
+                deadline=deadline,
+                prefix="claude_code",
+                label="Claude Code",
+                budget=self.config.timeout,
+            )
+            async for line in lines:
+                for result in stream.feed(line):
+                    yield result
+            code = await wait_exit(proc, deadline=deadline, prefix="claude_code", label="Claude Code")
+            stderr = proc.stderr_excerpt()
+        if stream.result is None and code != 0:
+            if (
+                session.resume
+                and not self.fallback_used
+                and not stream.saw_output
+                and _RESUME_REJECTED.search(stderr)
+            ):
+                self.fallback_used = True
+                raise _ResumeRejected()
+            raise _failed(
+                "process_failed",
+                f"Claude Code exited with status {code}" + (f": {stderr}" if stderr else ""),
+                FailureKind.PROCESS_FAILED,
+                exit_code=code,
+            )
+        if stream.result is None:
+            raise _failed(
+                "no_result",
+                "Claude Code ended without its result line",
+                FailureKind.NO_RESULT,
+                exit_code=code,
+            )
+
+    def _spec(self, prompt: str, session: invocation.Session) -> ProcessSpec:
+        config = self.config
+        langbot = self._langbot_server()
+        document = invocation.mcp_config(config.mcp_servers, langbot)
+        mcp_name = f".langbot/mcp-{self.ctx.run_id}.json"
+        if self.remote:
+            files = dict(self.files)
+            if document is not None:
+                files[mcp_name] = invocation.dumps(document)
+            argv = invocation.claude_args(
+                config,
+                session,
+                mcp_config_path=mcp_name if document else None,
+                langbot_mcp=langbot is not None,
+            )
+            script = invocation.remote_script(self.remote_dir, argv, cleanup=[mcp_name] if document else [])
+            env_extra = harness_env(config.env, allow=invocation.CLAUDE_ENV_ALLOW)
+            remote_env = {
+                k: v for k, v in env_extra.items() if k in config.env or k in invocation.CLAUDE_ENV_ALLOW
+            }
+            self.redactor.add_env(remote_env)
+            bundle = invocation.remote_bundle(files, remote_env, private=[mcp_name])
+            return ProcessSpec(
+                argv=invocation.ssh_args(config, script),
+                cwd=_home(),
+                env=harness_env({}),
+                stdin=bundle + prompt.encode(),
+            )
+        assert self.workspace is not None
+        path = None
+        if document is not None:
+            path = str(self.workspace.write_text(mcp_name, json.dumps(document), mode=0o600))
+        argv = invocation.claude_args(config, session, mcp_config_path=path, langbot_mcp=langbot is not None)
+        env = harness_env(config.env, allow=invocation.CLAUDE_ENV_ALLOW)
+        self.redactor.add_env(env)
+        return ProcessSpec(argv=argv, cwd=self.workspace.directory, env=env, stdin=prompt.encode())
+
+    def _langbot_server(self) -> dict[str, Any] | None:
+        if self.bridge is None or self.remote:
+            return None  # over ssh the loopback bridge is not reachable (see README)
+        if self.config.mcp_bridge_transport == "stdio":
+            return self.bridge.stdio_server_config()
+        return self.bridge.http_server_config()
+
+    def _remove_mcp_config(self) -> None:
+        if self.workspace is not None:
+            self.workspace.path(f".langbot/mcp-{self.ctx.run_id}.json").unlink(missing_ok=True)
+
+    # -- the outcome ----------------------------------------------------------------------------------
+
+    async def conclude(self, stream: ClaudeStream) -> list[result_pb2.RunResult]:
+        """The answer (once, with the outbox files) and the turn's `run.completed`, or its failure."""
+        result = stream.result or {}
+        usage = stream.usage()
+        metadata = (
+            {"session_id": self.session_id, "model": stream.model}
+            if stream.model
+            else {"session_id": self.session_id}
+        )
+        raw = result.get("result")
+        text = raw if isinstance(raw, str) else ""
+        subtype = str(result.get("subtype") or "")
+        if subtype == "error_max_turns":
+            raise self._with_usage(
+                _failed(
+                    "max_turns",
+                    f"Claude Code stopped at its turn limit ({self.config.max_turns})",
+                    FailureKind.MAX_TURNS,
+                ),
+                usage,
+            )
+        if result.get("is_error") or subtype.startswith("error"):
+            message = self.redactor(
+                text or "; ".join(str(e) for e in result.get("errors") or []) or subtype or "error"
+            )
+            raise self._with_usage(_classify(message, subtype), usage)
+        if not text.strip():
+            raise self._with_usage(
+                _failed(
+                    "empty_response", "Claude Code finished without an answer", FailureKind.EMPTY_RESPONSE
+                ),
+                usage,
+            )
+        artifacts = await export_outbox(self.ctx, self.workspace) if self.workspace is not None else []
+        answer = results.message(text, message_id=stream.answer_message_id(text), artifacts=artifacts)
+        done = results.completed(usage=usage, metadata=metadata)
+        return [answer, done]
+
+    @staticmethod
+    def _with_usage(failure: RunnerFailure, usage: Any) -> RunnerFailure:
+        failure.usage = usage
+        return failure
+
+
+def _classify(message: str, subtype: str) -> RunnerFailure:
+    excerpt = message[:1000]
+    if _AUTH.search(message):
+        return _failed("auth_error", f"Claude Code could not authenticate: {excerpt}", FailureKind.AUTH_ERROR)
+    if _RATE.search(message):
+        return _failed(
+            "api_error",
+            f"the model API is overloaded or rate limiting: {excerpt}",
+            FailureKind.RATE_LIMITED,
+            retryable=True,
+        )
+    if subtype == "error_during_execution":
+        return _failed(
+            "execution_error", f"Claude Code failed during execution: {excerpt}", FailureKind.TURN_FAILED
+        )
+    return _failed("api_error", f"Claude Code reported an error: {excerpt}", FailureKind.API_ERROR)
+
+
+class _ResumeRejected(Exception):
+    """Claude Code refused `--resume` for the stored session."""
+
+
+def _home() -> Any:
+    from pathlib import Path
+
+    return Path.home()
+
+
+class ClaudeCodeRunner(HarnessRunner):
+    """Runs Claude Code in print mode for each message; see README.md."""
+
+    config_model = ClaudeCodeConfig
+    run_class = ClaudeCodeRun

@@ -1,0 +1,77 @@
+"""The codex runner's config (`ctx.config`), validated after the SDK's schema check.
+
+Keys keep the public codex-agent names where it has them (`command`, `args-json`, `env-json`,
+`workspace`, `timeout`, `reuse-session`, `mcp-servers-json`) so `migrate-pipeline` copies them; JSON
+keys take a JSON text or the native value.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agentrunner.config import JsonConfig
+from agentrunner.harness.turns import env_names, mcp_servers
+
+SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
+APPROVAL_POLICIES = ("never", "on-request", "on-failure", "untrusted")
+_CONFIG_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+class CodexConfig(BaseModel):
+    """Validated config."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    command: str = Field("codex", min_length=1)
+    transport: Literal["exec"] = "exec"
+    args: JsonConfig[list[str]] = Field(default_factory=list, alias="args-json")
+    env: JsonConfig[dict[str, str]] = Field(default_factory=dict, alias="env-json")
+    workspace: str = ""
+    timeout: float = Field(300, gt=0, le=86400)
+    reuse_session: bool = Field(True, alias="reuse-session")
+    model: str = ""
+    profile: str = ""
+    sandbox: Literal["read-only", "workspace-write", "danger-full-access"] = "workspace-write"
+    approval_policy: Literal["never", "on-request", "on-failure", "untrusted"] = Field(
+        "never", alias="approval-policy"
+    )
+    config_overrides: JsonConfig[dict[str, Any]] = Field(default_factory=dict, alias="config-overrides-json")
+    skip_git_repo_check: bool = Field(True, alias="skip-git-repo-check")
+    codex_home: str = Field("", alias="codex-home")
+    mcp_servers: JsonConfig[dict[str, dict[str, Any]]] = Field(default_factory=dict, alias="mcp-servers-json")
+    enable_langbot_mcp: bool = Field(True, alias="enable-langbot-mcp")
+    mcp_bridge_transport: Literal["auto", "http", "stdio"] = Field("auto", alias="mcp-bridge-transport")
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _servers(cls, value: Any) -> dict[str, dict[str, Any]]:
+        return mcp_servers(value)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        return env_names(value)
+
+    @field_validator("config_overrides")
+    @classmethod
+    def _overrides(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, item in value.items():
+            if not _CONFIG_KEY.match(key):
+                raise ValueError(f"{key!r} is not a codex config key")
+            if key == "approval_policy" or key == "sandbox_mode" or key.startswith("mcp_servers"):
+                raise ValueError(
+                    f"{key!r} has its own config key (approval-policy, sandbox, mcp-servers-json)"
+                )
+            if not isinstance(item, str | int | float | bool | list | dict):
+                raise ValueError(f"{key!r}: the value must be a string, number, boolean, list or table")
+        return value
+
+    @field_validator("model", "profile")
+    @classmethod
+    def _no_flag(cls, value: str) -> str:
+        if value.startswith("-"):
+            raise ValueError("cannot start with '-'")
+        return value

@@ -1,0 +1,289 @@
+"""The official codex runner (`plugin:langbot/codex-agent/default`), `codex exec --json` transport.
+
+One `CodexRun` per run (the SDK's `HarnessRun`): `prepare` (workspace, attachments, MCP bridge,
+context files, the per-run `CODEX_HOME`), then one turn per message (the first, then steering
+follow-ups), each turn = take the conversation's lock → read the thread id and usage total again →
+`attempt` (the Codex process, its JSONL translated as it arrives) → `conclude` (the answer once, with
+the outbox files, this turn's usage; or the mapped failure). Everything started for the run is stopped
+or removed when the run ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from agentrunner import results
+from agentrunner.context import RunContext
+from agentrunner.errors import AgentRunnerError
+from agentrunner.failures import FailureKind, RunnerFailure
+from agentrunner.harness import (
+    HarnessProcess,
+    McpBridge,
+    ProcessSpec,
+    Redactor,
+    Workspace,
+    export_outbox,
+    harness_env,
+    session_lock,
+)
+from agentrunner.harness.run import prepare_workspace, turn_deadline
+from agentrunner.harness.turns import (
+    LANGBOT_SERVER,
+    HarnessRun,
+    HarnessRunner,
+    failure_result,
+    harness_failure,
+    json_records,
+    wait_exit,
+)
+from agentrunner.v1 import result_pb2
+from agentrunner_runners.codex import invocation
+from agentrunner_runners.codex.config import CodexConfig
+from agentrunner_runners.codex.exec_stream import CodexExecStream, Usage, parse_usage_state
+
+log = structlog.get_logger("agentrunner_runners.codex")
+
+SESSION_KEY = "external.codex_session_id"
+USAGE_KEY = "external.codex_usage_total"
+#: skills are kept in the workspace; the per-run CODEX_HOME links `skills/` to it
+SKILLS_DIR = ".codex/skills"
+_RESUME_REJECTED = re.compile(
+    r"no (saved )?(session|rollout|conversation|thread)|(session|thread|rollout|conversation)\b.*not found",
+    re.I,
+)
+_RATE = re.compile(r"\b429\b|rate.?limit|too many requests|usage limit|overloaded|quota", re.I)
+_AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|invalid api key|not logged in|codex login", re.I)
+
+
+_failed = functools.partial(harness_failure, "codex")
+
+
+class _ResumeRejected(Exception):
+    """Codex refused to resume the stored thread."""
+
+
+class CodexRun(HarnessRun):
+    prefix = "codex"
+    label = "Codex"
+
+    def __init__(self, ctx: RunContext) -> None:
+        super().__init__(ctx)
+        self.config: CodexConfig = ctx.config
+        self.redactor = Redactor([ctx.api.run_token])
+        self.redactor.add_env(self.config.env)
+        self.workspace: Workspace | None = None
+        self.bridge: McpBridge | None = None
+        self.home: Path | None = None
+        self.thread_id = ""
+        self.total: tuple[str, Usage] | None = None
+        self.started = time.monotonic()
+
+    # -- stages ---------------------------------------------------------------------------------------
+
+    async def prepare(self, stack: contextlib.AsyncExitStack) -> list[result_pb2.RunResult]:
+        ctx, config = self.ctx, self.config
+        for server in config.mcp_servers.values():
+            for value in (server.get("headers") or {}).values():
+                self.redactor.add(str(value))
+            self.redactor.add_env({str(k): str(v) for k, v in (server.get("env") or {}).items()})
+        home_name = f".langbot/codex-home-{ctx.run_id}"
+        prepared = await prepare_workspace(
+            ctx,
+            stack,
+            root=config.workspace,
+            harness="codex",
+            redactor=self.redactor,
+            enable_mcp=config.enable_langbot_mcp,
+            state_keys=[SESSION_KEY],
+            skills_dir=SKILLS_DIR,
+        )
+        self.workspace, self.bridge = prepared.workspace, prepared.bridge
+        target = self.workspace.path(home_name)
+        stack.callback(invocation.remove_home, target)
+        try:
+            self.home = invocation.make_home(
+                target,
+                invocation.source_home(config),
+                self._servers(),
+                skills=self.workspace.path(SKILLS_DIR),
+            )
+        except (invocation.HomeConflict, OSError) as exc:
+            raise _failed(
+                "config_invalid",
+                self.redactor(f"the codex home cannot be prepared: {exc}"),
+                FailureKind.CONFIG_INVALID,
+            ) from None
+        return prepared.results
+
+    def _servers(self) -> dict[str, dict[str, Any]]:
+        servers = dict(self.config.mcp_servers)
+        if self.bridge is not None:
+            if self.config.mcp_bridge_transport == "http":
+                servers[LANGBOT_SERVER] = {
+                    "url": self.bridge.url,
+                    "bearer_token_env_var": invocation.MCP_TOKEN_ENV,
+                }
+            else:  # auto: stdio, which every codex version supports
+                servers[LANGBOT_SERVER] = self.bridge.stdio_server_config()
+        return servers
+
+    # -- one turn -------------------------------------------------------------------------------------
+
+    async def run_turn(self, prompt: str, index: int) -> AsyncIterator[result_pb2.RunResult]:
+        assert self.home is not None
+        key = f"codex:{self.ctx.conversation.conversation_id or self.ctx.run_id}"
+        async with session_lock(key):
+            await self._refresh()
+            stream = CodexExecStream()
+            try:
+                async for result in self.attempt(prompt, self.thread_id, stream):
+                    yield result
+            except _ResumeRejected:
+                log.warning("codex.resume_rejected", thread_id=self.thread_id)
+                await self.ctx.log(
+                    f"Codex could not resume thread {self.thread_id}; starting a new one", "warning"
+                )
+                self.thread_id = ""
+                stream = CodexExecStream()
+                async for result in self.attempt(prompt, "", stream):
+                    yield result
+            for result in await self.conclude(stream):
+                yield result
+
+    async def _refresh(self) -> None:
+        """The conversation's thread id and usage total: from the run's snapshot, read again from the
+        host when it can be (a run that waited for the lock sees what the previous run stored)."""
+        state = self.ctx.state.conversation
+        thread, total = state.get(SESSION_KEY), state.get(USAGE_KEY)
+        if self.ctx.api.available and self.ctx.conversation.conversation_id:
+            try:
+                thread = await self.ctx.api.get_state("conversation", SESSION_KEY) or thread
+                total = await self.ctx.api.get_state("conversation", USAGE_KEY) or total
+            except AgentRunnerError as exc:
+                log.info("codex.state_read_failed", reason=exc.reason)
+        if not self.config.reuse_session:
+            thread = ""
+        if not self.thread_id:
+            self.thread_id = str(thread or "")
+        self.total = parse_usage_state(total)
+
+    def _deadline(self) -> float:
+        return turn_deadline(self.ctx, self.started + self.config.timeout)
+
+    async def attempt(
+        self, prompt: str, thread_id: str, stream: CodexExecStream
+    ) -> AsyncIterator[result_pb2.RunResult]:
+        """Runs `codex exec` once and yields its translated results; records the outcome in `stream`."""
+        assert self.workspace is not None and self.home is not None
+        argv = invocation.codex_args(self.config, self.workspace.directory, thread_id)
+        extra = {**self.config.env, "CODEX_HOME": str(self.home)}
+        if self.bridge is not None and self.config.mcp_bridge_transport == "http":
+            extra[invocation.MCP_TOKEN_ENV] = self.bridge.token
+        env = harness_env(extra, allow=invocation.CODEX_ENV_ALLOW)
+        self.redactor.add_env({k: v for k, v in env.items() if k in invocation.CODEX_ENV_ALLOW})
+        spec = ProcessSpec(argv=argv, cwd=self.workspace.directory, env=env, stdin=prompt.encode())
+        deadline = self._deadline()
+        async with HarnessProcess(spec, redactor=self.redactor, prefix="codex") as proc:
+            events = json_records(
+                proc, self.ctx, deadline=deadline, prefix="codex", label="Codex", budget=self.config.timeout
+            )
+            async for event in events:
+                for result in stream.feed(event):
+                    yield result
+                if stream.thread_id and stream.thread_id != self.thread_id:
+                    if self.thread_id:
+                        log.info("codex.new_thread", stored=self.thread_id, reported=stream.thread_id)
+                    self.thread_id = stream.thread_id
+                    if self.config.reuse_session:
+                        yield results.state("conversation", SESSION_KEY, stream.thread_id)
+            code = await wait_exit(proc, deadline=deadline, prefix="codex", label="Codex")
+            stderr = proc.stderr_excerpt()
+        if stream.completed or stream.failed is not None:
+            return
+        if code != 0:
+            if thread_id and not stream.thread_id and _RESUME_REJECTED.search(stderr):
+                raise _ResumeRejected()
+            detail = stream.error or stderr
+            raise self._classify(
+                f"Codex exited with status {code}" + (f": {detail}" if detail else ""),
+                _failed(
+                    "process_failed",
+                    f"Codex exited with status {code}" + (f": {detail}" if detail else ""),
+                    FailureKind.PROCESS_FAILED,
+                    exit_code=code,
+                ),
+            )
+        if stream.error is not None:
+            raise self._classify(
+                stream.error,
+                _failed(
+                    "stream_error", f"Codex reported an error: {stream.error}", FailureKind.STREAM_ERROR_EVENT
+                ),
+            )
+        raise _failed(
+            "no_result", "Codex ended without completing its turn", FailureKind.NO_RESULT, exit_code=code
+        )
+
+    def _classify(self, message: str, default: RunnerFailure) -> RunnerFailure:
+        text = self.redactor(message)[:1000]
+        if _AUTH.search(text):
+            return _failed("auth_error", f"Codex could not authenticate: {text}", FailureKind.AUTH_ERROR)
+        if _RATE.search(text):
+            return _failed(
+                "rate_limited",
+                f"the model API is rate limiting: {text}",
+                FailureKind.RATE_LIMITED,
+                retryable=True,
+            )
+        default.message = self.redactor(default.message)
+        return default
+
+    # -- the outcome ----------------------------------------------------------------------------------
+
+    def _turn_usage(self, stream: CodexExecStream) -> tuple[Any, list[result_pb2.RunResult]]:
+        """This turn's usage (the reported total minus the stored one on the same thread) and the
+        `state.updated` of the new total."""
+        if stream.usage is None:
+            return None, []
+        reported, turn = stream.usage, stream.usage
+        if self.total is not None and self.total[0] == self.thread_id and reported.covers(self.total[1]):
+            turn = reported.minus(self.total[1])
+        self.total = (self.thread_id, reported)
+        stored = results.state("conversation", USAGE_KEY, {"thread_id": self.thread_id, **reported.as_dict()})
+        return turn.to_proto(), [stored]
+
+    async def conclude(self, stream: CodexExecStream) -> list[result_pb2.RunResult]:
+        usage, out = self._turn_usage(stream)
+        metadata = {"thread_id": self.thread_id, "session_id": self.thread_id}
+        if stream.failed is not None:
+            failure = self._classify(
+                stream.failed,
+                _failed("turn_failed", f"the Codex turn failed: {stream.failed}", FailureKind.TURN_FAILED),
+            )
+            failure.usage = usage
+            return [*out, failure_result(failure)]
+        answer = stream.answer
+        if answer is None:
+            failure = _failed(
+                "empty_response", "Codex finished without an answer", FailureKind.EMPTY_RESPONSE
+            )
+            failure.usage = usage
+            return [*out, failure_result(failure)]
+        artifacts = await export_outbox(self.ctx, self.workspace) if self.workspace is not None else []
+        message = results.message(answer[1], message_id=answer[0], artifacts=artifacts)
+        return [*out, message, results.completed(usage=usage, metadata=metadata)]
+
+
+class CodexRunner(HarnessRunner):
+    """Runs `codex exec --json` for each message; see README.md."""
+
+    config_model = CodexConfig
+    run_class = CodexRun

@@ -1,0 +1,77 @@
+"""`agentrunner.harness`: what every runner that drives an external code-agent harness needs once.
+
+- `workspace`: a confined working directory per conversation under an allowed root, with retention;
+- `process`: the harness as a child process the run owns (process group, explicit environment, prompt
+  on stdin, `\\n`-only records up to 16 MiB, bounded redacted stderr, SIGTERM → SIGKILL, no orphans);
+- `redact`: secrets masked before anything reaches a result or a log;
+- `projection`: `agent-context.json`, `LANGBOT_CONTEXT.md` and read-only skills in the workspace;
+- `files`: input attachments into `inputs/`, `outbox/` files out as artifacts (`UploadArtifact`);
+- `external_tools` + `mcp_bridge`: the per-run LangBot MCP bridge (streamable HTTP and stdio);
+- `steering`: follow-up messages as resumed turns, one terminal result;
+- `run`: the shared preparation of a local harness run, turn deadlines, the per-session turn lock.
+
+Requires the SDK's `harness` extra (`mcp`, `uvicorn`): `pip install langbot-agentrunner-sdk[harness]`.
+"""
+
+from agentrunner.harness.external_tools import ExternalTool, ExternalTools, ToolCallFailed
+from agentrunner.harness.files import export_outbox, import_attachments, safe_name
+from agentrunner.harness.mcp_bridge import McpBridge
+from agentrunner.harness.process import (
+    HarnessCancelled,
+    HarnessProcess,
+    HarnessTimeout,
+    ProcessSpec,
+    Records,
+    harness_env,
+    kill_all,
+)
+from agentrunner.harness.projection import context_document, write_context, write_skills
+from agentrunner.harness.redact import Redactor
+from agentrunner.harness.run import Prepared, prepare_workspace, session_lock, turn_deadline
+from agentrunner.harness.steering import steered_turns
+from agentrunner.harness.workspace import (
+    PathEscape,
+    RetentionPolicy,
+    Workspace,
+    allowed_roots,
+    check_root,
+    directory_name,
+    open_beneath,
+    open_workspace,
+    sweep,
+)
+
+__all__ = [
+    "ExternalTool",
+    "ExternalTools",
+    "HarnessCancelled",
+    "HarnessProcess",
+    "HarnessTimeout",
+    "McpBridge",
+    "PathEscape",
+    "Prepared",
+    "ProcessSpec",
+    "Records",
+    "Redactor",
+    "RetentionPolicy",
+    "ToolCallFailed",
+    "Workspace",
+    "allowed_roots",
+    "check_root",
+    "context_document",
+    "directory_name",
+    "export_outbox",
+    "harness_env",
+    "import_attachments",
+    "kill_all",
+    "open_beneath",
+    "open_workspace",
+    "prepare_workspace",
+    "safe_name",
+    "session_lock",
+    "steered_turns",
+    "sweep",
+    "turn_deadline",
+    "write_context",
+    "write_skills",
+]

@@ -1,0 +1,92 @@
+"""Redaction of secrets from harness output before it reaches a result, a log or an error.
+
+Two layers: the exact values the runner knows are secret (the run token, the MCP bridge token, secret
+config values, secret-looking environment values it passed to the harness), and patterns of common
+credential shapes (API keys, bearer tokens, `key=value` assignments of secret-named keys, private key
+blocks) for secrets it does not know.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from agentrunner.protocol import is_sensitive_variable
+
+MASK = "[REDACTED]"
+#: values shorter than this are not redacted by value (too many false positives); patterns still apply
+MIN_SECRET_LENGTH = 6
+
+_PATTERNS = [
+    # Authorization headers and bearer tokens
+    re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),
+    # provider key shapes: OpenAI / Anthropic (sk-, sk-ant-), GitHub, Slack, AWS, Google
+    re.compile(r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{16,}"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
+    re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"),
+    # JSON Web Tokens
+    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    # PEM private keys
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
+]
+#: `key=value` / `"key": "value"` / `Key: value`; the value is masked when the key names a secret
+#: (`_SECRET_KEY`). Matches start only at a token boundary and keys are at most 64 characters, so the
+#: scan stays linear on long runs of key-like text.
+_ASSIGNMENT = re.compile(
+    r"""(?x)
+    (?<![A-Za-z0-9_.-])
+    (?P<key>["']?[A-Za-z0-9_.-]{1,64}["']?)
+    (?P<sep>\s*[:=]\s*)
+    (?P<value>"[^"\n]{4,}"|'[^'\n]{4,}'|[^\s,;"'&]{4,})
+    """
+)
+_SECRET_KEY = re.compile(r"(?i)api[_-]?key|token(?!s)|secret|password|passwd|credential|authorization")
+
+
+class Redactor:
+    """Masks known secret values and credential-shaped text. Add values as they become known."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._values: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self.add(*secrets)
+
+    def add(self, *values: str | None) -> None:
+        """Adds exact secret values (short or empty ones are ignored)."""
+        new = {v for v in values if v and len(v) >= MIN_SECRET_LENGTH} - self._values
+        if new:
+            self._values |= new
+            ordered = sorted(self._values, key=len, reverse=True)
+            self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
+
+    def add_env(self, env: Mapping[str, str]) -> None:
+        """Adds the values of secret-named variables (`*_API_KEY`, `*TOKEN*`, `*PASSWORD*`, ...)."""
+        self.add(*(value for key, value in env.items() if is_sensitive_variable(key)))
+
+    def __call__(self, text: str) -> str:
+        if not text:
+            return text
+        if self._pattern is not None:
+            text = self._pattern.sub(MASK, text)
+        for pattern in _PATTERNS:
+            text = pattern.sub(_mask_match, text)
+        return _ASSIGNMENT.sub(_mask_assignment, text)
+
+
+def _mask_match(match: re.Match[str]) -> str:
+    word = match.group(0).split(None, 1)
+    if len(word) == 2 and word[0].lower() in ("bearer", "basic"):
+        return f"{word[0]} {MASK}"
+    return MASK
+
+
+def _mask_assignment(match: re.Match[str]) -> str:
+    if not _SECRET_KEY.search(match.group("key")):
+        return match.group(0)
+    value = match.group("value")
+    if MASK in value or value.strip("\"'").lower() in ("bearer", "basic"):
+        return match.group(0)
+    quote = value[0] if value[0] in "\"'" else ""
+    return f"{match.group('key')}{match.group('sep')}{quote}{MASK}{quote}"
