@@ -35,11 +35,11 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.sql.elements import ClauseElement
 
+from agentrunner_host.store import sqlite_vec
 from agentrunner_host.store.errors import store_error
 from agentrunner_host.store.sqlite import connection as sqlite_connection
 from agentrunner_host.store.sqlite.checkpoint import WAL_CHECKPOINT_SECONDS, Checkpointer
 from agentrunner_host.store.sqlite.writer import SqliteWriter
-from agentrunner_host.store import sqlite_vec
 
 DEFAULT_URL = "sqlite+aiosqlite:///var/agentrunner-host.db"
 
