@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from agentrunner.v1 import proxy_service_pb2 as pb
 from agentrunner_host.capabilities import kb_vectors
 from agentrunner_host.capabilities.knowledge import KnowledgeBaseConfig, KnowledgeService, fuse
-from agentrunner_host.store import db as store_db
+from agentrunner_host.store import migrate as store_db
 from agentrunner_host.store import sqlite_vec
 from tests.capabilities.conftest import CORPUS, make_proxy, make_snapshot
 from tests.capabilities.test_cap_knowledge import KB_GRANT, assert_ranking
@@ -220,10 +220,10 @@ async def test_sqlite_vec_registration_failure_is_logged_once_and_the_database_s
 ) -> None:
     script = (
         "import sqlite_vec; sqlite_vec.loadable_path = lambda: '/nonexistent/vec0'\n"
-        "from agentrunner_host.store import sqlite_vec as sv, db\n"
+        "from agentrunner_host.store import sqlite_vec as sv, db, migrate\n"
         "import asyncio, sqlalchemy as sa\n"
         f"url = 'sqlite:///{tmp_path / 'x.db'}'\n"
-        "db.upgrade(url)\n"
+        "migrate.upgrade(url)\n"
         "async def main():\n"
         "    d = db.Database(url)\n"
         "    async with d.engine.connect() as c:\n"
