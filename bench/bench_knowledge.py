@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentrunner_host.capabilities.knowledge import KnowledgeBaseConfig, KnowledgeService
-from agentrunner_host.store.db import Database, upgrade
+from agentrunner_host.store.db import Database
+from agentrunner_host.store.migrate import upgrade
 
 DIM = 256
 VOCABULARY = [f"w{i}" for i in range(3000)]
