@@ -41,3 +41,18 @@ def test_long_runs_of_key_like_text_do_not_stall_redaction() -> None:
     redact = Redactor(["abc123secret"])
     for text in ("x" * 300_000, "token" * 60_000, "a=b " * 80_000, "api" * 100_000 + " api_key=leak-value"):
         assert "leak-value" not in redact(text)
+
+
+def test_mcp_server_secrets_are_masked_for_either_header_spelling_and_secret_env() -> None:
+    redact = Redactor()
+    redact.add_mcp_servers(
+        {
+            "claude-style": {"url": "https://mcp.example/a", "headers": {"X-Key": "hdr-secret-one"}},
+            "codex-style": {"url": "https://mcp.example/b", "http_headers": {"X-Key": "hdr-secret-two"}},
+            "stdio": {"command": "srv", "env": {"SERVICE_API_KEY": "env-secret-three", "LANG": "C.UTF-8"}},
+        }
+    )
+    out = redact("hdr-secret-one hdr-secret-two env-secret-three C.UTF-8")
+    assert "secret" not in out
+    assert out.count(MASK) == 3
+    assert "C.UTF-8" in out

@@ -83,10 +83,7 @@ class ClaudeCodeRun(HarnessRun):
     async def prepare(self, stack: contextlib.AsyncExitStack) -> list[result_pb2.RunResult]:
         """Workspace, attachments, MCP bridge and context files; returns results to emit first."""
         ctx, config = self.ctx, self.config
-        for server in config.mcp_servers.values():
-            for value in (server.get("headers") or {}).values():
-                self.redactor.add(str(value))
-            self.redactor.add_env({str(k): str(v) for k, v in (server.get("env") or {}).items()})
+        self.redactor.add_mcp_servers(config.mcp_servers)
         stack.callback(self._remove_mcp_config)
         if not self.remote:
             prepared = await prepare_workspace(

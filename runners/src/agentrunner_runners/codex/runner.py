@@ -90,10 +90,7 @@ class CodexRun(HarnessRun):
 
     async def prepare(self, stack: contextlib.AsyncExitStack) -> list[result_pb2.RunResult]:
         ctx, config = self.ctx, self.config
-        for server in config.mcp_servers.values():
-            for value in (server.get("headers") or {}).values():
-                self.redactor.add(str(value))
-            self.redactor.add_env({str(k): str(v) for k, v in (server.get("env") or {}).items()})
+        self.redactor.add_mcp_servers(config.mcp_servers)
         home_name = f".langbot/codex-home-{ctx.run_id}"
         prepared = await prepare_workspace(
             ctx,

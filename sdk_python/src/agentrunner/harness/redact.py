@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from agentrunner.protocol import is_sensitive_variable
 
@@ -64,6 +65,14 @@ class Redactor:
     def add_env(self, env: Mapping[str, str]) -> None:
         """Adds the values of secret-named variables (`*_API_KEY`, `*TOKEN*`, `*PASSWORD*`, ...)."""
         self.add(*(value for key, value in env.items() if is_sensitive_variable(key)))
+
+    def add_mcp_servers(self, servers: Mapping[str, Mapping[str, Any]]) -> None:
+        """Adds the secrets of MCP server entries: every header value (`headers`, or Codex's
+        `http_headers`) and the secret-named `env` values."""
+        for server in servers.values():
+            for key in ("headers", "http_headers"):
+                self.add(*(str(value) for value in (server.get(key) or {}).values()))
+            self.add_env({str(k): str(v) for k, v in (server.get("env") or {}).items()})
 
     def __call__(self, text: str) -> str:
         if not text:
