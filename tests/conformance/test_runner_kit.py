@@ -104,6 +104,34 @@ class LateCaller(BrokenRunner):
         asyncio.get_running_loop().create_task(late())
 
 
+class LingeringControl(BrokenRunner):
+    """Correct grammar and a Control stream, which it closes `linger` s after its terminal result."""
+
+    def __init__(self, linger: float) -> None:
+        self.linger = linger
+
+    async def Run(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        run_id = request.context.run_id
+        channel = grpc.aio.insecure_channel(request.host_api_endpoint)
+        call = proxy_service_pb2_grpc.ProxyServiceStub(channel).Control(
+            metadata=[("x-agentrunner-run-token", request.run_token)]
+        )
+        hello = proxy_service_pb2.ControlHello(run_id=run_id, run_token=request.run_token)
+        await call.write(proxy_service_pb2.ControlRequest(hello=hello))
+        await call.read()  # the welcome
+        result = completed("done")
+        result.run_id, result.sequence = run_id, 1
+        result.timestamp.GetCurrentTime()
+        yield runner_service_pb2.RunResponse(result=result)
+
+        async def close_later() -> None:
+            await asyncio.sleep(self.linger)
+            await call.done_writing()
+            await channel.close()
+
+        asyncio.get_running_loop().create_task(close_later())
+
+
 async def _serve(servicer: runner_service_pb2_grpc.RunnerServiceServicer) -> tuple[grpc.aio.Server, str]:
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     runner_service_pb2_grpc.add_RunnerServiceServicer_to_server(servicer, server)
@@ -159,6 +187,17 @@ async def test_a_call_after_the_terminal_result_is_caught() -> None:
     got = statuses(report)
     assert got["stream.grammar"] is Status.PASS
     assert got["proxy.after_end"] is Status.FAIL, report.results
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("linger", "status"), [(1.2, Status.PASS), (3.5, Status.FAIL)])
+async def test_a_control_stream_left_open_after_the_run_is_caught(linger: float, status: Status) -> None:
+    server, address = await _serve(LingeringControl(linger))
+    try:
+        report = await check_runner(address, timeout=8)
+    finally:
+        await server.stop(0)
+    assert statuses(report)["control.closed"] is status, report.results
 
 
 def test_the_cli_exits_2_when_nothing_listens(tmp_path: Any) -> None:

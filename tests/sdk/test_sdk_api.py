@@ -317,7 +317,7 @@ async def test_wrong_run_token_is_rejected_by_the_host_double(host: HostDouble) 
         await api.get_prompt()
 
 
-def test_retry_info_travels_with_the_error() -> None:
+async def test_retry_info_travels_with_the_error() -> None:
     from google.rpc import error_details_pb2
 
     status = RateLimitedError("slow down", retry_delay=1.5).to_status()

@@ -264,8 +264,11 @@ async def _cancel(kit: RunnerKit, started: Started, session: ControlSession) -> 
         f"ControlHeartbeat at the welcome's heartbeat_interval ({HEARTBEAT}s)",
         [] if beats >= expected else [f"{beats} heartbeats in {duration:.1f}s"],
     )
-    closed = session.closed_at
     ref = sc.ended_at or time.monotonic()
+    # The runner closes its stream after its terminal result: give it the 2 s the check allows.
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(session.closed.wait(), timeout=max(0.0, ref + 2.0 - time.monotonic()))
+    closed = session.closed_at
     r.add(
         "control.closed",
         "the Control stream is closed when the run ends",
