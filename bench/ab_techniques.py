@@ -3,6 +3,8 @@
     uv run python bench/ab_techniques.py TECHNIQUE [--pairs N] [--seconds S]
 
 TECHNIQUE is one of `VARIANTS` (or `aa`: the host against an identical copy of itself, to calibrate).
+With `--tree COMMIT`, variant B is `host/src` as it was at COMMIT (`git archive`) with TECHNIQUE's
+workload and no patch: the current host against an earlier one, to find which change made a run dearer.
 Variant B is a copy of `host/src` in a temp dir with the technique switched off by a textual patch of
 the current sources (the script refuses to run if a patch no longer applies). Both hosts run at once,
 on their own SQLite databases, against the same bench runner; the client measures them in windows of
@@ -60,8 +62,14 @@ def _start(
     return proc, line.split()[1]
 
 
-def _variant(tmp: pathlib.Path, technique: str) -> pathlib.Path:
-    """A copy of the host package with `technique` switched off; its PYTHONPATH entry."""
+def _variant(tmp: pathlib.Path, technique: str, tree: str | None = None) -> pathlib.Path:
+    """A copy of the host package with `technique` switched off (or as it was at `tree`); its PYTHONPATH entry."""
+    if tree is not None:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", tree, "host/src"], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive, check=True)
+        return tmp / "host" / "src"
     src = ROOT / "host" / "src"
     dest = tmp / "variant"
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__"))
@@ -166,6 +174,7 @@ def main() -> int:
     parser.add_argument("technique", choices=sorted(VARIANTS))
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--tree", help="variant B: host/src at this commit instead of a patch")
     args = parser.parse_args()
     _, _, _, text, workers = VARIANTS[args.technique]
     procs: list[subprocess.Popen[str]] = []
@@ -190,7 +199,7 @@ def main() -> int:
             procs.append(runner)
             host_a, addr_a = _host(tmp, "a", runner_addr, str(ROOT / "host" / "src"))
             procs.append(host_a)
-            host_b, addr_b = _host(tmp, "b", runner_addr, str(_variant(tmp, args.technique)))
+            host_b, addr_b = _host(tmp, "b", runner_addr, str(_variant(tmp, args.technique, args.tree)))
             procs.append(host_b)
             ratios = asyncio.run(
                 _measure(
@@ -210,10 +219,11 @@ def main() -> int:
                     proc.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+    what = f"{args.technique} at {args.tree}" if args.tree else args.technique
     for i, label in enumerate(("runs/s", "host CPU s/run")):
         values = [r[i] for r in ratios]
         print(
-            f"{args.technique} B/A {label}: median x{statistics.median(values):.3f} range x{min(values):.3f}-x{max(values):.3f} ({len(values)} pairs)"
+            f"{what} B/A {label}: median x{statistics.median(values):.3f} range x{min(values):.3f}-x{max(values):.3f} ({len(values)} pairs)"
         )
     return 0
 
