@@ -18,6 +18,7 @@ import pytest
 
 from agentrunner.results import is_answer
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
+from agentrunner_host.cli import full_interaction_support
 from agentrunner_runners.testing import install_fake
 from agentrunner_runners.testing.fake_codex import MCP_PREFIX
 from tests.integration.conftest import Proc, audit_outcomes, cli, run_request, start_host, write_config
@@ -64,9 +65,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         db_file = tmp / "host.db"
         base = {"command": str(codex), "workspace": str(root), "codex-home": str(home)}
 
-        def agent(agent_id: str, steering: bool = True, **extra: Any) -> dict[str, Any]:
+        def agent(
+            agent_id: str, steering: bool = True, events: tuple[str, ...] = (), **extra: Any
+        ) -> dict[str, Any]:
             return {
                 "id": agent_id,
+                "event_types": ["message.received", *events],
                 "runner_id": CODEX_ID,
                 "runner_config": {**base, **extra},
                 "resource_policy": {"tools": ["current_time"], "steering": steering},
@@ -86,6 +90,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                     agent("codex"),
                     agent("codex-http", **{"mcp-bridge-transport": "http"}),
                     agent("codex-no-steering", steering=False),
+                    agent(
+                        "codex-ask",
+                        events=("interaction.submitted",),
+                        approvals="ask",
+                        **{"approval-timeout": 60},
+                    ),
                 ],
                 "bindings": [
                     {
@@ -99,6 +109,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                         "scope": {"type": "conversation", "id": "http-conv"},
                         "event": "message.*",
                         "target": {"agent": "codex-http"},
+                    },
+                    {
+                        "id": "ask",
+                        "scope": {"type": "conversation", "id": "ask-conv"},
+                        "event": "*",
+                        "target": {"agent": "codex-ask"},
                     },
                     {"id": "codex", "event": "message.*", "target": {"agent": "codex"}},
                 ],
@@ -126,6 +142,9 @@ def answer(updates: list[Any]) -> common_pb2.AssistantMessage:
 
 
 def _thread(call: dict[str, Any]) -> str | None:
+    """The thread a codex process resumed (app-server: `thread/resume`; exec: `resume <id>`)."""
+    if "resumed" in call:
+        return call["resumed"]
     argv = call["argv"]
     return argv[-1] if "resume" in argv else None
 
@@ -229,3 +248,38 @@ async def test_an_outbox_file_becomes_an_artifact_the_client_downloads(stack: St
     )
     assert done.returncode == 0, done.stderr
     assert target.read_text() == "codex report\n" * 1000
+
+
+async def test_approvals_round_trip_through_the_hosts_interaction_api(stack: Stack) -> None:
+    """`approvals: ask`: each approval Codex requests reaches the client as an interaction; the client's
+    `SubmitInteraction` answer is routed into the open run (steering) and becomes Codex's decision."""
+    request = run_request("approve", conversation_id="ask-conv")
+    request.event.delivery.interactions.CopyFrom(full_interaction_support())
+    choices = iter(["confirm", "cancel", "confirm"])
+    answered: list[asyncio.Task[list[Any]]] = []
+    async with grpc.aio.insecure_channel(stack.address) as channel:
+        stub = host_service_pb2_grpc.HostServiceStub(channel)
+
+        async def submit(interaction_id: str, action_id: str) -> list[Any]:
+            answer_request = host_service_pb2.SubmitInteractionRequest(
+                interaction_id=interaction_id, action_id=action_id
+            )
+            return [u async for u in stub.SubmitInteraction(answer_request, timeout=120)]
+
+        updates = []
+        async for update in stub.Run(request, timeout=120):
+            updates.append(update)
+            if update.HasField("interaction"):
+                asked = update.interaction.request
+                assert asked.title.startswith("Codex asks to")
+                answered.append(asyncio.create_task(submit(asked.interaction_id, next(choices))))
+        followed = await asyncio.gather(*answered)
+    assert len(answered) == 3
+    assert answer(updates).content == "decisions: command=accept, inside=decline, outside=accept"
+    assert updates[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED
+    run_id = updates[0].accepted.run_id
+    for stream in followed:  # each answer attached to the open run instead of starting another
+        assert (
+            stream[0].accepted.run_id == run_id
+            and stream[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED
+        )

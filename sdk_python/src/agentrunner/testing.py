@@ -844,6 +844,25 @@ class HostDouble:
         )
         return await self._push(run_id, proxy_service_pb2.ControlResponse(steering=item), wait_ack=5.0)
 
+    async def answer_interaction(
+        self, run_id: str, interaction_id: str, action_id: str, values: Mapping[str, Any] | None = None
+    ) -> str:
+        """Delivers an interaction's answer into the open run the way the host routes a
+        `SubmitInteraction` for a steerable run: steering input carrying `RunInput.interaction`."""
+        now = timestamp_pb2.Timestamp()
+        now.GetCurrentTime()
+        submission = common_pb2.InteractionSubmission(
+            interaction_id=interaction_id, action_id=action_id, request_run_id=run_id, submitted_at=now
+        )
+        if values:
+            submission.values.update(dict(values))
+        item = proxy_service_pb2.SteeringInput(
+            steering_id=f"steer_{uuid.uuid4().hex[:10]}",
+            input=context_pb2.RunInput(interaction=submission),
+            receive_time=now,
+        )
+        return await self._push(run_id, proxy_service_pb2.ControlResponse(steering=item), wait_ack=5.0)
+
     # -- running ------------------------------------------------------------------------------
 
     async def _address(self, runner: Runner | type[Runner] | str) -> str:

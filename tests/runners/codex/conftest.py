@@ -23,6 +23,7 @@ class Fake:
     root: Path
     log: Path
     home: Path
+    transport: str = "app-server"
 
     def invocations(self) -> list[dict[str, Any]]:
         if not self.log.exists():
@@ -35,6 +36,7 @@ class Fake:
             "workspace": str(self.root),
             "codex-home": str(self.home),
             "enable-langbot-mcp": False,
+            "transport": self.transport,
             **extra,
         }
 

@@ -20,6 +20,11 @@ from tests.runners.codex.conftest import Fake, run
 pytestmark = pytest.mark.asyncio
 
 
+@pytest.fixture(autouse=True)
+def _exec(fake: Fake) -> None:
+    fake.transport = "exec"
+
+
 def _details(out) -> dict:
     return json_format.MessageToDict(out.failure.details)
 

@@ -54,6 +54,9 @@ def steering_item(event: host_service_pb2.EventEnvelope) -> proxy_service_pb2.St
     item.event.source = event.source or "api"
     item.input.text = event.input.text
     item.input.contents.extend(event.input.contents)
+    if event.platform_event.HasField("interaction_submitted"):
+        # an answer to a question the open run asked (a harness waiting in its turn reads it here)
+        item.input.interaction.CopyFrom(event.platform_event.interaction_submitted.submission)
     if event.HasField("actor"):
         item.actor.CopyFrom(event.actor)
     item.receive_time.GetCurrentTime()

@@ -17,6 +17,8 @@ from agentrunner.harness.turns import env_names, mcp_servers
 
 SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
 APPROVAL_POLICIES = ("never", "on-request", "on-failure", "untrusted")
+#: how the runner answers Codex's approval requests (app-server transport); README "Approvals"
+APPROVAL_ANSWERS = ("workspace", "decline", "ask", "accept")
 _CONFIG_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -26,7 +28,7 @@ class CodexConfig(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     command: str = Field("codex", min_length=1)
-    transport: Literal["exec"] = "exec"
+    transport: Literal["app-server", "exec"] = "app-server"
     args: JsonConfig[list[str]] = Field(default_factory=list, alias="args-json")
     env: JsonConfig[dict[str, str]] = Field(default_factory=dict, alias="env-json")
     workspace: str = ""
@@ -35,15 +37,25 @@ class CodexConfig(BaseModel):
     model: str = ""
     profile: str = ""
     sandbox: Literal["read-only", "workspace-write", "danger-full-access"] = "workspace-write"
-    approval_policy: Literal["never", "on-request", "on-failure", "untrusted"] = Field(
-        "never", alias="approval-policy"
+    #: when Codex asks; empty = `on-request` with app-server (the runner answers), `never` with exec
+    approval_policy: Literal["", "never", "on-request", "on-failure", "untrusted"] = Field(
+        "", alias="approval-policy"
     )
+    #: how the runner answers what Codex asks (app-server only; exec declines everything)
+    approvals: Literal["workspace", "decline", "ask", "accept"] = "workspace"
+    approval_timeout: float = Field(300, gt=0, le=86400, alias="approval-timeout")
+    rpc_timeout: float = Field(30, gt=0, le=3600, alias="rpc-timeout")
     config_overrides: JsonConfig[dict[str, Any]] = Field(default_factory=dict, alias="config-overrides-json")
     skip_git_repo_check: bool = Field(True, alias="skip-git-repo-check")
     codex_home: str = Field("", alias="codex-home")
     mcp_servers: JsonConfig[dict[str, dict[str, Any]]] = Field(default_factory=dict, alias="mcp-servers-json")
     enable_langbot_mcp: bool = Field(True, alias="enable-langbot-mcp")
     mcp_bridge_transport: Literal["auto", "http", "stdio"] = Field("auto", alias="mcp-bridge-transport")
+
+    @property
+    def effective_approval_policy(self) -> str:
+        """The policy sent to Codex (the transport's default when the config leaves it empty)."""
+        return self.approval_policy or ("on-request" if self.transport == "app-server" else "never")
 
     @field_validator("mcp_servers", mode="before")
     @classmethod

@@ -243,9 +243,12 @@ def _tool_outcome(itype: str, item: dict[str, Any]) -> tuple[dict[str, Any], str
         content = result.get("content") if isinstance(result, dict) else None
         blocks = content if isinstance(content, list) else []
         text = "\n".join(str(c.get("text", "")) for c in blocks if isinstance(c, dict))
-        return ({"text": text[:_PREVIEW]} if text else {}), ("tool call failed" if status == "failed" else "")
+        return ({"text": text[:_PREVIEW]} if text else {}), (
+            f"tool call {status}" if status in ("failed", "declined") else ""
+        )
     if itype == "file_change":
-        return {"status": status}, ("the patch did not apply" if status == "failed" else "")
+        failed = {"failed": "the patch did not apply", "declined": "the change was declined"}
+        return {"status": status}, failed.get(status, "")
     return {}, ""
 
 

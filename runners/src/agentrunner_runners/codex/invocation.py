@@ -44,13 +44,36 @@ def codex_args(config: CodexConfig, workspace: Path, thread_id: str) -> list[str
     argv += ["--sandbox", config.sandbox, "--cd", str(workspace)]
     if config.skip_git_repo_check:
         argv.append("--skip-git-repo-check")
-    argv += ["-c", f"approval_policy={toml_value(config.approval_policy)}"]
+    argv += ["-c", f"approval_policy={toml_value(config.effective_approval_policy)}"]
     for key, value in config.config_overrides.items():
         argv += ["-c", f"{key}={toml_value(value)}"]
     argv += list(config.args)
     if thread_id:
         argv += ["resume", thread_id]
     return argv
+
+
+def app_server_args(config: CodexConfig) -> list[str]:
+    """The app-server's argv: `<command> app-server --listen stdio:// <args-json...>` (per-thread
+    settings go in `thread/start` / `thread/resume`, not in argv)."""
+    return [config.command, "app-server", "--listen", "stdio://", *config.args]
+
+
+def thread_params(config: CodexConfig, workspace: Path) -> dict[str, Any]:
+    """The settings `thread/start` and `thread/resume` share (v2 wire names; unset ones omitted so
+    Codex falls back to the user's config)."""
+    params: dict[str, Any] = {
+        "cwd": str(workspace),
+        "approvalPolicy": config.effective_approval_policy,
+        "sandbox": config.sandbox,
+    }
+    if config.model:
+        params["model"] = config.model
+    if config.profile:
+        params["profile"] = config.profile
+    if config.config_overrides:
+        params["config"] = dict(config.config_overrides)
+    return params
 
 
 # -- TOML -------------------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
-"""The official codex runner (`plugin:langbot/codex-agent/default`), `codex exec --json` transport.
+"""The official codex runner (`plugin:langbot/codex-agent/default`).
 
 One `CodexRun` per run (the SDK's `HarnessRun`): `prepare` (workspace, attachments, MCP bridge,
 context files, the per-run `CODEX_HOME`), then one turn per message (the first, then steering
 follow-ups), each turn = take the conversation's lock → read the thread id and usage total again →
-`attempt` (the Codex process, its JSONL translated as it arrives) → `conclude` (the answer once, with
+the transport's attempt (`app-server`: `AppServerTurn`, JSON-RPC over stdio; `exec`: `attempt`, one
+`codex exec --json` process, its JSONL translated as it arrives) → `conclude` (the answer once, with
 the outbox files, this turn's usage; or the mapped failure). Everything started for the run is stopped
 or removed when the run ends, however it ends.
 """
@@ -46,6 +47,8 @@ from agentrunner.harness.turns import (
 )
 from agentrunner.v1 import result_pb2
 from agentrunner_runners.codex import invocation
+from agentrunner_runners.codex.app_server import AppServerTurn
+from agentrunner_runners.codex.app_stream import CodexAppStream
 from agentrunner_runners.codex.config import CodexConfig
 from agentrunner_runners.codex.exec_stream import CodexExecStream, Usage, parse_usage_state
 
@@ -59,7 +62,7 @@ _RESUME_REJECTED = re.compile(
     r"no (saved )?(session|rollout|conversation|thread)|(session|thread|rollout|conversation)\b.*not found",
     re.I,
 )
-_RATE = re.compile(r"\b429\b|rate.?limit|too many requests|usage limit|overloaded|quota", re.I)
+_RATE = re.compile(r"\b429\b|rate.?limit|too.?many.?requests|usage.?limit|overloaded|quota", re.I)
 _AUTH = re.compile(r"\b(401|403)\b|unauthori[sz]ed|invalid api key|not logged in|codex login", re.I)
 
 
@@ -73,6 +76,7 @@ class _ResumeRejected(Exception):
 class CodexRun(HarnessRun):
     prefix = "codex"
     label = "Codex"
+    session_key = SESSION_KEY
 
     def __init__(self, ctx: RunContext) -> None:
         super().__init__(ctx)
@@ -139,6 +143,13 @@ class CodexRun(HarnessRun):
         key = f"codex:{self.ctx.conversation.conversation_id or self.ctx.run_id}"
         async with session_lock(key):
             await self._refresh()
+            if self.config.transport == "app-server":
+                app = CodexAppStream()
+                async for result in AppServerTurn(self, prompt, app).results():
+                    yield result
+                for result in await self.conclude(app):
+                    yield result
+                return
             stream = CodexExecStream()
             try:
                 async for result in self.attempt(prompt, self.thread_id, stream):
@@ -172,8 +183,19 @@ class CodexRun(HarnessRun):
             self.thread_id = str(thread or "")
         self.total = parse_usage_state(total)
 
-    def _deadline(self) -> float:
+    def deadline(self) -> float:
         return turn_deadline(self.ctx, self.started + self.config.timeout)
+
+    def codex_env(self) -> dict[str, str]:
+        """Codex's environment: the toolkit's allowlist, Codex's own variables, `env-json`, the private
+        `CODEX_HOME` (and the bridge token for the HTTP bridge); their values are redacted."""
+        assert self.home is not None
+        extra = {**self.config.env, "CODEX_HOME": str(self.home)}
+        if self.bridge is not None and self.config.mcp_bridge_transport == "http":
+            extra[invocation.MCP_TOKEN_ENV] = self.bridge.token
+        env = harness_env(extra, allow=invocation.CODEX_ENV_ALLOW)
+        self.redactor.add_env({k: v for k, v in env.items() if k in invocation.CODEX_ENV_ALLOW})
+        return env
 
     async def attempt(
         self, prompt: str, thread_id: str, stream: CodexExecStream
@@ -181,13 +203,10 @@ class CodexRun(HarnessRun):
         """Runs `codex exec` once and yields its translated results; records the outcome in `stream`."""
         assert self.workspace is not None and self.home is not None
         argv = invocation.codex_args(self.config, self.workspace.directory, thread_id)
-        extra = {**self.config.env, "CODEX_HOME": str(self.home)}
-        if self.bridge is not None and self.config.mcp_bridge_transport == "http":
-            extra[invocation.MCP_TOKEN_ENV] = self.bridge.token
-        env = harness_env(extra, allow=invocation.CODEX_ENV_ALLOW)
-        self.redactor.add_env({k: v for k, v in env.items() if k in invocation.CODEX_ENV_ALLOW})
-        spec = ProcessSpec(argv=argv, cwd=self.workspace.directory, env=env, stdin=prompt.encode())
-        deadline = self._deadline()
+        spec = ProcessSpec(
+            argv=argv, cwd=self.workspace.directory, env=self.codex_env(), stdin=prompt.encode()
+        )
+        deadline = self.deadline()
         async with HarnessProcess(spec, redactor=self.redactor, prefix="codex") as proc:
             events = json_records(
                 proc, self.ctx, deadline=deadline, prefix="codex", label="Codex", budget=self.config.timeout
@@ -209,7 +228,7 @@ class CodexRun(HarnessRun):
             if thread_id and not stream.thread_id and _RESUME_REJECTED.search(stderr):
                 raise _ResumeRejected()
             detail = stream.error or stderr
-            raise self._classify(
+            raise self.classify(
                 f"Codex exited with status {code}" + (f": {detail}" if detail else ""),
                 _failed(
                     "process_failed",
@@ -219,7 +238,7 @@ class CodexRun(HarnessRun):
                 ),
             )
         if stream.error is not None:
-            raise self._classify(
+            raise self.classify(
                 stream.error,
                 _failed(
                     "stream_error", f"Codex reported an error: {stream.error}", FailureKind.STREAM_ERROR_EVENT
@@ -229,7 +248,8 @@ class CodexRun(HarnessRun):
             "no_result", "Codex ended without completing its turn", FailureKind.NO_RESULT, exit_code=code
         )
 
-    def _classify(self, message: str, default: RunnerFailure) -> RunnerFailure:
+    def classify(self, message: str, default: RunnerFailure) -> RunnerFailure:
+        """`default`, unless `message` names an authentication problem or a rate limit."""
         text = self.redactor(message)[:1000]
         if _AUTH.search(text):
             return _failed("auth_error", f"Codex could not authenticate: {text}", FailureKind.AUTH_ERROR)
@@ -260,9 +280,14 @@ class CodexRun(HarnessRun):
     async def conclude(self, stream: CodexExecStream) -> list[result_pb2.RunResult]:
         usage, out = self._turn_usage(stream)
         metadata = {"thread_id": self.thread_id, "session_id": self.thread_id}
+        if isinstance(stream, CodexAppStream) and stream.interrupted:
+            failure = _failed("interrupted", "Codex interrupted the turn", FailureKind.INTERRUPTED)
+            failure.usage = usage
+            return [*out, failure_result(failure)]
         if stream.failed is not None:
-            failure = self._classify(
-                stream.failed,
+            info = getattr(stream, "failure_info", None)
+            failure = self.classify(
+                f"{stream.failed} {info}" if info else stream.failed,
                 _failed("turn_failed", f"the Codex turn failed: {stream.failed}", FailureKind.TURN_FAILED),
             )
             failure.usage = usage

@@ -1,4 +1,5 @@
-"""A fake `codex` CLI for tests and the demo: `codex exec --json` printing real-shaped JSONL events.
+"""A fake `codex` CLI for tests and the demo: `codex exec --json` printing real-shaped JSONL events
+(`codex app-server`, JSON-RPC over stdio, is `fake_codex_app.py`).
 
 Install it as an executable named `codex` with `install_fake(directory, "codex")`. It checks its
 invocation the way the runner must use the real CLI (`exec --json`, a valid `--sandbox`, `--cd` = its
@@ -254,6 +255,11 @@ def _tools(t: Turn) -> str:
 
 def main() -> None:
     argv = sys.argv[1:]
+    if argv[:1] == ["app-server"]:
+        from agentrunner_runners.testing import fake_codex_app
+
+        fake_codex_app.main(argv)
+        return
     prompt = sys.stdin.read()
     started = time.time()
     config = _check(argv, prompt)

@@ -8,11 +8,13 @@
 - `files`: input attachments into `inputs/`, `outbox/` files out as artifacts (`UploadArtifact`);
 - `external_tools` + `mcp_bridge`: the per-run LangBot MCP bridge (streamable HTTP and stdio);
 - `steering`: follow-up messages as resumed turns, one terminal result;
+- `asking`: a yes/no question to the user in the middle of a turn (structured interactions);
 - `run`: the shared preparation of a local harness run, turn deadlines, the per-session turn lock.
 
 Requires the SDK's `harness` extra (`mcp`, `uvicorn`): `pip install langbot-agentrunner-sdk[harness]`.
 """
 
+from agentrunner.harness.asking import confirm, wait_for_answer
 from agentrunner.harness.external_tools import ExternalTool, ExternalTools, ToolCallFailed
 from agentrunner.harness.files import export_outbox, import_attachments, safe_name
 from agentrunner.harness.mcp_bridge import McpBridge
@@ -58,6 +60,7 @@ __all__ = [
     "Workspace",
     "allowed_roots",
     "check_root",
+    "confirm",
     "context_document",
     "directory_name",
     "export_outbox",
@@ -72,6 +75,7 @@ __all__ = [
     "steered_turns",
     "sweep",
     "turn_deadline",
+    "wait_for_answer",
     "write_context",
     "write_skills",
 ]

@@ -1,0 +1,245 @@
+"""`codex app-server` notifications of one turn, turned into LangBot results (no I/O here).
+
+Notifications (public codex sources, `codex-rs/app-server-protocol` v2, `codex-rs/app-server/README.md`):
+`thread/started{thread}`, `turn/started{threadId, turn{id}}`, `item/started` / `item/completed{threadId,
+turnId, item}` (items `agentMessage{id, text, phase}`, `reasoning{id, summary[], content[]}`,
+`commandExecution{id, command, cwd, status, aggregatedOutput, exitCode}`, `fileChange{id, changes[{path,
+kind, diff}], status}`, `mcpToolCall{id, server, tool, status, arguments, result, error}`,
+`webSearch{id, query}`, `userMessage`, `contextCompaction`, ...), `item/agentMessage/delta{itemId, delta}`,
+`item/reasoning/summaryTextDelta` / `textDelta{itemId, delta}`, `turn/plan/updated{plan[{step,
+status}]}`, `thread/tokenUsage/updated{tokenUsage{total{inputTokens, cachedInputTokens, outputTokens}}}`,
+`turn/completed{turn{id, status: completed|failed|interrupted, error{message, codexErrorInfo}}}` and
+`error{error{message, codexErrorInfo}, willRetry}`.
+
+Items are mapped to the `exec` item shapes and go through the same translation as `codex exec --json`
+(`CodexExecStream`): the answer once, commentary as progress, reasoning never answer text, tool-like
+items as `tool.call.started` / `completed`. On top of that:
+- agent message text streams as `message.delta` under the item id (kind `progress` when Codex marked
+  the message `phase: commentary`), and a message marked `commentary` is progress at once;
+- `thread/tokenUsage/updated` carries the thread's running total, like exec's `turn.completed`;
+- an `error` with `willRetry: true` is a warning, not a failure.
+Notifications the runner has no use for are skipped; unknown ones are counted and skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from agentrunner import results
+from agentrunner.v1 import result_pb2
+from agentrunner_runners.codex.exec_stream import CodexExecStream, Usage
+
+log = structlog.get_logger("agentrunner_runners.codex")
+
+_STATUS = {"inProgress": "in_progress", "completed": "completed", "failed": "failed", "declined": "declined"}
+_ITEM_TYPES = {
+    "agentMessage": "agent_message",
+    "reasoning": "reasoning",
+    "commandExecution": "command_execution",
+    "fileChange": "file_change",
+    "mcpToolCall": "mcp_tool_call",
+    "webSearch": "web_search",
+}
+#: items of no interest to the result stream (the user's own message, history compaction, ...)
+_SILENT_ITEMS = frozenset(
+    {"userMessage", "contextCompaction", "imageView", "enteredReviewMode", "exitedReviewMode", "plan"}
+)
+#: notifications of no interest to the result stream
+_SILENT = frozenset(
+    {
+        "thread/status/changed",
+        "thread/name/updated",
+        "turn/diff/updated",
+        "item/commandExecution/outputDelta",
+        "item/commandExecution/terminalInteraction",
+        "item/fileChange/outputDelta",
+        "item/mcpToolCall/progress",
+        "item/reasoning/summaryPartAdded",
+        "item/plan/delta",
+        "serverRequest/resolved",
+        "mcpServer/startupStatus/updated",
+        "account/updated",
+        "account/rateLimits/updated",
+        "model/rerouted",
+        "skills/changed",
+        "thread/compacted",
+        "deprecationNotice",
+        "configWarning",
+    }
+)
+_COMMENTARY = ("commentary",)
+
+
+def exec_item(item: dict[str, Any]) -> dict[str, Any] | None:
+    """An app-server `ThreadItem` in the shape of the matching `codex exec --json` item, or None."""
+    itype = _ITEM_TYPES.get(str(item.get("type")))
+    if itype is None:
+        return None
+    out: dict[str, Any] = {"id": str(item.get("id") or ""), "type": itype}
+    status = _STATUS.get(str(item.get("status") or ""), item.get("status"))
+    if status:
+        out["status"] = status
+    if itype == "agent_message":
+        out["text"] = str(item.get("text") or "")
+    elif itype == "reasoning":
+        parts = item.get("summary") or item.get("content") or []
+        out["text"] = "\n\n".join(str(p) for p in parts) if isinstance(parts, list) else str(parts)
+    elif itype == "command_execution":
+        command = item.get("command")
+        out["command"] = " ".join(map(str, command)) if isinstance(command, list) else str(command or "")
+        out["aggregated_output"] = item.get("aggregatedOutput") or ""
+        out["exit_code"] = item.get("exitCode")
+    elif itype == "file_change":
+        changes = item.get("changes")
+        out["changes"] = (
+            [_change(c) for c in changes if isinstance(c, dict)] if isinstance(changes, list) else []
+        )
+    elif itype == "mcp_tool_call":
+        for key in ("server", "tool", "arguments", "result", "error"):
+            out[key] = item.get(key)
+    else:
+        out["query"] = str(item.get("query") or "")
+    return out
+
+
+def _change(change: dict[str, Any]) -> dict[str, Any]:
+    kind = change.get("kind")
+    if isinstance(kind, dict):  # `{"type": "update", "move_path": ...}`
+        kind = kind.get("type")
+    return {"path": str(change.get("path") or ""), "kind": str(kind or "update")}
+
+
+class CodexAppStream(CodexExecStream):
+    """Feeds on app-server notifications; `notify` returns the results to emit now."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.turn_id = ""
+        self.interrupted = False
+        self.failure_info: Any = None
+        self._phase: dict[str, str] = {}
+        self._streamed: set[str] = set()
+
+    @property
+    def finished(self) -> bool:
+        return self.completed or self.failed is not None or self.interrupted
+
+    def notify(self, method: str, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        self.saw_event = True
+        if method == "thread/started":
+            thread = params.get("thread")
+            if isinstance(thread, dict) and thread.get("id") and not self.thread_id:
+                self.thread_id = str(thread["id"])
+            return []
+        if method == "turn/started":
+            turn = params.get("turn")
+            if isinstance(turn, dict) and turn.get("id"):
+                self.turn_id = str(turn["id"])
+            return []
+        if method in ("item/started", "item/completed"):
+            item = params.get("item")
+            return self._app_item(method.removeprefix("item/"), item) if isinstance(item, dict) else []
+        if method == "item/agentMessage/delta":
+            return self._delta(params)
+        if method in ("item/reasoning/summaryTextDelta", "item/reasoning/textDelta"):
+            delta = str(params.get("delta") or "")
+            item_id = str(params.get("itemId") or "")
+            if not delta or not item_id:
+                return []
+            return [results.delta(delta, message_id=f"{item_id}.reasoning", kind="reasoning")]
+        if method == "turn/plan/updated":
+            steps = params.get("plan")
+            plan = [
+                {"text": s.get("step", ""), "completed": s.get("status") == "completed"}
+                for s in steps or []
+                if isinstance(s, dict)
+            ]
+            return self._commentary() + self._plan(f"{self.turn_id or 'turn'}.plan", {"items": plan})
+        if method == "thread/tokenUsage/updated":
+            usage = params.get("tokenUsage")
+            total = usage.get("total") if isinstance(usage, dict) else None
+            if isinstance(total, dict):
+                self.usage = Usage.parse(
+                    {
+                        "input_tokens": total.get("inputTokens"),
+                        "cached_input_tokens": total.get("cachedInputTokens"),
+                        "output_tokens": total.get("outputTokens"),
+                    }
+                )
+            return []
+        if method == "turn/completed":
+            return self._turn_completed(params)
+        if method == "error":
+            return self._error(params)
+        if method in _SILENT or method.startswith(("codex/event", "thread/realtime/", "fuzzyFileSearch/")):
+            return []
+        self.unknown += 1
+        log.warning("codex.unknown_notification", method=method[:64])
+        return []
+
+    # -- pieces ---------------------------------------------------------------------------------------
+
+    def _app_item(self, phase: str, item: dict[str, Any]) -> list[result_pb2.RunResult]:
+        mapped = exec_item(item)
+        if mapped is None:
+            if str(item.get("type")) not in _SILENT_ITEMS:
+                self.unknown += 1
+                log.warning("codex.unknown_item", item_type=str(item.get("type"))[:64])
+            return []
+        item_id = mapped["id"]
+        if mapped["type"] == "agent_message":
+            if item.get("phase"):
+                self._phase[item_id] = str(item["phase"])
+            if phase == "completed" and self._phase.get(item_id) in _COMMENTARY:
+                if item_id in self._answered:
+                    return []
+                self._answered.add(item_id)
+                out = self._commentary()
+                text = mapped["text"]
+                return out + (
+                    [results.message(text, kind="progress", message_id=item_id)] if text.strip() else []
+                )
+        return self._item(phase, mapped)
+
+    def _delta(self, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        item_id = str(params.get("itemId") or "")
+        delta = str(params.get("delta") or "")
+        if not item_id or not delta or item_id in self._answered:
+            return []
+        out: list[result_pb2.RunResult] = []
+        if item_id not in self._streamed:
+            self._streamed.add(item_id)
+            # a new message: the one held before it was commentary
+            if self._pending is not None and self._pending[0] != item_id:
+                out = self._commentary()
+        kind = "progress" if self._phase.get(item_id) in _COMMENTARY else "answer"
+        out.append(results.delta(delta, message_id=item_id, kind=kind))
+        return out
+
+    def _turn_completed(self, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        turn = params.get("turn")
+        turn = turn if isinstance(turn, dict) else {}
+        status = str(turn.get("status") or "completed")
+        if status == "failed":
+            error = turn.get("error")
+            error = error if isinstance(error, dict) else {}
+            self.failed = str(error.get("message") or self.error or "the turn failed")
+            self.failure_info = error.get("codexErrorInfo")
+        elif status == "interrupted":
+            self.interrupted = True
+        else:
+            self.completed = True
+        return []
+
+    def _error(self, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        error = params.get("error")
+        message = str(error.get("message") if isinstance(error, dict) else error or "error")
+        if params.get("willRetry"):
+            log.warning("codex.transient_error", message=message[:200])
+            return [results.log(f"Codex (retrying): {message}", "warning")]
+        self.error = message
+        if isinstance(error, dict):
+            self.failure_info = error.get("codexErrorInfo")
+        return []
