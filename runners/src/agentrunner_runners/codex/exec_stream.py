@@ -247,8 +247,8 @@ def _tool_outcome(itype: str, item: dict[str, Any]) -> tuple[dict[str, Any], str
             f"tool call {status}" if status in ("failed", "declined") else ""
         )
     if itype == "file_change":
-        failed = {"failed": "the patch did not apply", "declined": "the change was declined"}
-        return {"status": status}, failed.get(status, "")
+        problems = {"failed": "the patch did not apply", "declined": "the change was declined"}
+        return {"status": status}, problems.get(status, "")
     return {}, ""
 
 
