@@ -268,3 +268,14 @@ async def test_a_server_that_ignores_interrupt_is_killed_without_orphans(
     assert _details(out)["interrupted"] is False
     assert time.monotonic() - start < 20
     assert _processes_with(str(fake.root)) == []
+
+
+async def test_image_attachments_go_to_the_first_turn_as_local_images(host: HostDouble, fake: Fake) -> None:
+    host.on("DownloadArtifact", [{"data": "iVBORw0KGgo=", "offset": "0"}])
+    image = common_pb2.ArtifactRef(
+        artifact_id="art_1", name="shot.png", mime_type="image/png", size_bytes=8, sha256="ab"
+    )
+    out = await run(host, fake, "what is in the picture?", attachments=[image])
+    assert out.completed
+    (call,) = fake.invocations()
+    assert call["inputs"] == ["text", "localImage"]

@@ -128,9 +128,7 @@ class AppServerTurn:
                     run.thread_id = thread_id
                     if config.reuse_session:
                         yield results.state("conversation", run.session_key, thread_id)
-                turn = await conn.request(
-                    "turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": self.prompt}]}
-                )
+                turn = await conn.request("turn/start", {"threadId": thread_id, "input": self._input()})
                 started = turn.get("turn")
                 if isinstance(started, dict) and started.get("id"):
                     self.stream.turn_id = str(started["id"])
@@ -149,6 +147,13 @@ class AppServerTurn:
                 raise self._rpc_failure(exc) from None
             finally:
                 await self._close(conn)
+
+    def _input(self) -> list[dict[str, str]]:
+        """The prompt, then the run's image attachments (on its first turn only) as `localImage`."""
+        items = [{"type": "text", "text": self.prompt}]
+        items += [{"type": "localImage", "path": path} for path in self.run.images]
+        self.run.images = []
+        return items
 
     async def _open_thread(self, conn: RpcConnection) -> str:
         run = self.run

@@ -87,6 +87,7 @@ class CodexRun(HarnessRun):
         self.bridge: McpBridge | None = None
         self.home: Path | None = None
         self.thread_id = ""
+        self.images: list[str] = []
         self.total: tuple[str, Usage] | None = None
         self.started = time.monotonic()
 
@@ -107,6 +108,12 @@ class CodexRun(HarnessRun):
             skills_dir=SKILLS_DIR,
         )
         self.workspace, self.bridge = prepared.workspace, prepared.bridge
+        # image attachments go to the first turn as `localImage` input (app-server)
+        self.images = [
+            str(self.workspace.path(a["path"]))
+            for a in prepared.attachments
+            if a.get("path") and str(a.get("mime_type") or "").startswith("image/")
+        ]
         target = self.workspace.path(home_name)
         stack.callback(invocation.remove_home, target)
         try:

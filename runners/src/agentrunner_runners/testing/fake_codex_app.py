@@ -235,6 +235,10 @@ def handshake(wire: Wire) -> tuple[str, str | None]:
                 _violation("turn/start without text")
             if prompt.strip() in " ".join(a for a in sys.argv[1:] if not a.startswith("/")):
                 _violation("the prompt is in argv")
+            for i in items:
+                if i.get("type") == "localImage" and not Path(str(i.get("path"))).is_file():
+                    _violation(f"localImage {i.get('path')} is not a file")
+            wire.inputs = [i.get("type") for i in items]  # type: ignore[attr-defined]
             wire.turn = f"turn_{uuid.uuid4().hex[:8]}"
             wire.respond(
                 message, {"turn": {"id": wire.turn, "status": "inProgress", "items": [], "error": None}}
@@ -249,7 +253,9 @@ def handshake(wire: Wire) -> tuple[str, str | None]:
 def finish(wire: Wire, code: int) -> None:
     entry = getattr(wire, "log_entry", None)
     if entry is not None:
-        entry.update(client=wire.client, answers=wire.answers, ended=time.time())
+        entry.update(
+            client=wire.client, answers=wire.answers, inputs=getattr(wire, "inputs", []), ended=time.time()
+        )
         path = os.environ.get("FAKE_CODEX_LOG")
         if path:
             with open(path, "a", encoding="utf-8") as fh:
