@@ -73,9 +73,7 @@ HARNESSES: dict[str, Harness] = {
             Turn("Hello from the AgentRunner demo!", expect="(turn 1)"),
             Turn("tools: what is in this workspace?", expect="README.md", expect_tool="Bash"),
             Turn(_TIME_CALL, expect="+09:00", expect_tool="current_time"),
-            # approvals answered by the runner's policy (`approvals: workspace`)
-            Turn("approve: may I run a command and edit two files?", expect="inside=accept, outside=decline"),
-            Turn("Do you still know this conversation?", expect="(turn 5)"),
+            Turn("Do you still know this conversation?", expect="(turn 4)"),
         ),
         real_turns=(
             Turn(
