@@ -30,6 +30,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.errors import AlreadyExistsError
 from agentrunner.protocol import result_type
@@ -89,7 +90,8 @@ _CURSOR_SECRET = "cursor-hmac"
 _OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
 #: the `run.failed` code of a run a host restart ended (`mark_interrupted`)
 INTERRUPTED_CODE = "host.restarted"
-#: result kinds whose effects the sync (one-hop) write path applies; others take the async stores
+#: result kinds whose effects are all in `_apply_sync`, so they can be written on the writer's connection
+#: (`run_write`); the others need a session (`_apply`)
 _SYNC_KINDS = frozenset(
     {
         "message_delta",
@@ -328,7 +330,10 @@ class FactStores:
     def _apply_sync(
         self, conn: Connection, snapshot: AuthorizationSnapshot, result: result_pb2.RunResult
     ) -> None:
-        """`_apply` for the result kinds the sync path handles (`_SYNC_KINDS`)."""
+        """The effects of a result besides its ledger row that every write path shares, each written
+        once, here: the event log entry (every kind but `message.delta`) and the assistant transcript
+        item (`message.completed`; `run.completed.message` unless the run wrote one). Runs on the
+        writer's connection (`run_write`) and, through `_apply`, on a session's."""
         kind = result.WhichOneof("payload")
         if kind == "message_delta":
             return
@@ -494,17 +499,17 @@ class FactStores:
 
         await self.db.run_write(write)
 
-    async def _apply(self, s: Any, snapshot: AuthorizationSnapshot, result: result_pb2.RunResult) -> None:
+    async def _apply(
+        self, s: AsyncSession, snapshot: AuthorizationSnapshot, result: result_pb2.RunResult
+    ) -> None:
+        """All effects of a result besides its ledger row, in the session's transaction: the shared
+        ones (`_apply_sync`, on the session's connection) and the two only this path writes, since
+        their stores are async (`artifact.created`, `state.updated`; not in `_SYNC_KINDS`)."""
         kind = result.WhichOneof("payload")
         if kind == "message_delta":
             return
-        await self.events.append(**self._result_log_fields(snapshot, result), session=s)
-        if kind == "message_completed":
-            await self._assistant(s, snapshot, result.message_completed.message)
-        elif kind == "run_completed" and result.run_completed.HasField("message"):
-            if not await self.transcript.has_assistant_item(s, snapshot.run_id):
-                await self._assistant(s, snapshot, result.run_completed.message)
-        elif kind == "artifact_created":
+        await s.run_sync(lambda session: self._apply_sync(session.connection(), snapshot, result))
+        if kind == "artifact_created":
             await self.artifacts.register_created(result.artifact_created, snapshot=snapshot, session=s)
         elif kind == "state_updated":
             update = result.state_updated
@@ -535,26 +540,6 @@ class FactStores:
             mime_type=mime_type,
             name=name,
             summary=f"result of tool {name}",
-        )
-
-    async def _assistant(
-        self, s: Any, snapshot: AuthorizationSnapshot, message: common_pb2.AssistantMessage
-    ) -> None:
-        if not snapshot.conversation_id:
-            return
-        if not (message.content or message.contents or message.artifacts) or not is_answer(message):
-            return  # reasoning and progress stay in the run ledger only
-        await self.transcript.append(
-            conversation_id=snapshot.conversation_id,
-            thread_id=snapshot.thread_id,
-            role="assistant",
-            content=message.content,
-            contents=list(message.contents),
-            artifacts=list(message.artifacts),
-            event_id=snapshot.event_id,
-            run_id=snapshot.run_id,
-            metadata={"message_id": message.message_id} if message.message_id else None,
-            session=s,
         )
 
     async def mark_interrupted(self) -> int:
