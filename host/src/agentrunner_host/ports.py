@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, TypeAlias
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from agentrunner.v1 import common_pb2, host_service_pb2, proxy_service_pb2, result_pb2
 
@@ -353,3 +353,16 @@ class RunView(Protocol):
     def mark_output(self) -> None:
         """Something the run delivered counts as its output (grammar rule 7)."""
         ...
+
+
+ItemT = TypeVar("ItemT", covariant=True)
+
+
+class UpdateStream(Protocol[ItemT]):
+    """What `RunService.open` returns: iterate it once, close it when done (`contextlib.aclosing`)."""
+
+    def __aiter__(self) -> AsyncIterator[ItemT]: ...
+
+    def __anext__(self) -> Awaitable[ItemT]: ...
+
+    async def aclose(self) -> None: ...

@@ -23,7 +23,7 @@ import datetime as dt
 import math
 import uuid
 from collections.abc import AsyncGenerator, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 from google.protobuf import json_format, struct_pb2
@@ -36,7 +36,7 @@ from agentrunner.errors import (
 )
 from agentrunner.protocol import INTERACTION_MAX_BYTES, INTERACTION_SUBMITTED_EVENT
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
-from agentrunner_host.bindings import EventKey
+from agentrunner_host.bindings import BindingResolver, EventKey
 from agentrunner_host.delivery.channel import RunChannel, Update
 from agentrunner_host.delivery.store import (
     CANCELLED,
@@ -47,12 +47,9 @@ from agentrunner_host.delivery.store import (
     InteractionStore,
     interaction_to_proto,
 )
-from agentrunner_host.ports import RunView, TranscriptAppender, utcnow
+from agentrunner_host.ports import RunView, TranscriptAppender, UpdateStream, utcnow
 from agentrunner_host.store.artifacts import ArtifactStore
 from agentrunner_host.store.common import message_to_json
-
-if TYPE_CHECKING:
-    from agentrunner_host.run.service import RunService
 
 log = structlog.get_logger("agentrunner_host.interactions")
 
@@ -194,10 +191,25 @@ def validate_answer(
             )
 
 
+class Runs(Protocol):
+    """What `InteractionService` uses of `run.service.RunService` (a protocol: the run path imports
+    this module, so it does not import the run service back)."""
+
+    resolver: BindingResolver
+
+    def follow(
+        self, run_id: str, after_sequence: int = 0, attached: bool = False
+    ) -> AsyncGenerator[Update, None]: ...
+
+    async def open(
+        self, request: host_service_pb2.HostServiceRunRequest, metadata: Iterable[tuple[str, Any]] = ()
+    ) -> UpdateStream[Update]: ...
+
+
 class InteractionService:
     """`HostService.SubmitInteraction` (transport-neutral) and the expiry sweep."""
 
-    def __init__(self, runs: RunService, store: InteractionStore, artifacts: ArtifactStore) -> None:
+    def __init__(self, runs: Runs, store: InteractionStore, artifacts: ArtifactStore) -> None:
         self.runs = runs
         self.store = store
         self.artifacts = artifacts

@@ -2,9 +2,9 @@
 
 Stages, each a method: `open` (done by `RunService.open`: binding, discard, duplicate, steer-or-start and
 the run-start transaction, all before anything streams) -> `_call` (context, delivery channel, runner
-call, reader) -> the pump in `stream` (one loop over
-the run's outbox, dispatched by item kind) -> `_conclude` (the terminal failure if the run needs one,
-delivery closed, `finished`) -> `release` (the one exit path, idempotent).
+call, reader) -> `_pump` (one loop over the run's outbox, dispatched by item kind) -> `_conclude` (the
+terminal failure if the run needs one, delivery closed, `finished`) -> `release` (the one exit path,
+idempotent). `stream` strings them together for the caller.
 
 Concurrency: everything runs in the caller's task, except the reader (`RunnerCall`), the shared delta
 writes (`journal.DeltaBatcher`) and the cancel timer; a caller that goes away cancels the runner call at
@@ -15,10 +15,11 @@ decides the terminal (`self.terminal`) and the phase.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import time
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
 
 import grpc
 import structlog
@@ -32,14 +33,12 @@ from agentrunner_host.delivery.interactions import deliver_requested, record_req
 from agentrunner_host.observability import RUN_DURATION, RUNS, TIME_TO_FIRST_RESULT
 from agentrunner_host.ports import AuthorizationSnapshot, RunRecord
 from agentrunner_host.run import outcomes
-from agentrunner_host.run.followers import Followers
+from agentrunner_host.run.followers import Followers, accepted_of
+from agentrunner_host.run.host import RunHost
 from agentrunner_host.run.journal import RecordFailed, RunJournal
-from agentrunner_host.run.runner_call import RunnerCall
+from agentrunner_host.run.runner_call import RunnerCall, call_failure
 from agentrunner_host.run.start import RunStart
 from agentrunner_host.validation import ResultValidator
-
-if TYPE_CHECKING:
-    from agentrunner_host.run.service import RunService
 
 log = structlog.get_logger("agentrunner_host.run")
 
@@ -61,8 +60,8 @@ class Phase(enum.Enum):
 class RunExecution:
     """One open run (see the module docstring)."""
 
-    def __init__(self, service: RunService, start: RunStart, span: trace.Span) -> None:
-        self.service = service
+    def __init__(self, host: RunHost, start: RunStart, span: trace.Span) -> None:
+        self.host = host
         self.start = start
         self.record: RunRecord = start.record
         self.span = span
@@ -70,7 +69,7 @@ class RunExecution:
         self.accepted_at = time.monotonic()
         self.snapshot: AuthorizationSnapshot = start.snapshot or start.minimal_snapshot()
         self.phase = Phase.OPEN
-        self.journal: RunJournal = service.batcher.journal(self.record.run_id, self.snapshot)
+        self.journal: RunJournal = host.batcher.journal(self.record.run_id, self.snapshot)
         self.followers = Followers()
         self.validator: ResultValidator | None = None
         self.channel: RunChannel | None = None
@@ -83,6 +82,8 @@ class RunExecution:
         self._accepted_sent = False
         #: a message came from the runner (an unreachable runner differs from a broken stream)
         self._received_any = False
+        #: the failure the pump ended the run with (an undecodable runner message)
+        self._pump_failure: result_pb2.RunResult | None = None
 
     # -- the view delivery and followers use (`ports.RunView`) ----------------------------------------
     @property
@@ -109,30 +110,17 @@ class RunExecution:
         return not self.finished and v is not None and v.terminal is None and self.snapshot.steering
 
     # -- call ------------------------------------------------------------------------------------------
-    def _accepted(self) -> Update:
-        r = self.record
-        return Update(
-            accepted=host_service_pb2.RunAccepted(
-                run_id=r.run_id,
-                runner_id=r.runner_id,
-                binding_id=r.binding_id,
-                agent_id=r.agent_id,
-                trace_id=r.trace_id,
-                event_id=r.event_id,
-            )
-        )
-
     async def _call(self) -> RunnerCall:
         """Builds the context, opens the delivery channel, sends the runner call and starts its reader."""
-        service, start = self.service, self.start
+        host, start = self.host, self.start
         runner = start.runner
         assert runner is not None and start.snapshot is not None and start.deadline_at is not None
-        validator = self.validator = ResultValidator(start.snapshot, service.limits)
-        ctx = await start.context(service.contexts, service.backends)
-        self.channel = service.deliveries.open(self, ctx.delivery)
+        validator = self.validator = ResultValidator(start.snapshot, host.limits)
+        ctx = await start.context(host.contexts, host.backends)
+        self.channel = host.deliveries.open(self, ctx.delivery)
         validator.interaction_capabilities = self.channel.interactions
-        request = start.request(ctx, service.proxy_endpoint())
-        endpoint = service.registry.endpoint_of(runner)
+        request = start.request(ctx, host.proxy_endpoint())
+        endpoint = host.registry.endpoint_of(runner)
         call = self.call = RunnerCall.send(
             endpoint, request, start.deadline_at, self.span, self.channel.outbox
         )
@@ -142,10 +130,7 @@ class RunExecution:
 
     # -- the stream: call -> pump -> conclude -> release -----------------------------------------------
     async def stream(self) -> AsyncGenerator[Update, None]:
-        """accepted, validated results (exactly one terminal), delivered items, finished.
-
-        The pump is inline (one generator between the servicer and the runner's results, and no
-        coroutine per delta), which makes this the one function of the run path over ~80 lines."""
+        """accepted, validated results (exactly one terminal), delivered items, finished."""
         failure: result_pb2.RunResult | None = self.start.failure
         r = self.record
         structlog.contextvars.bind_contextvars(run_id=r.run_id, trace_id=r.trace_id)
@@ -155,70 +140,11 @@ class RunExecution:
                 try:
                     call = await self._call()
                     self._accepted_sent = True
-                    yield self._accepted()
-                    started, loop = time.monotonic(), asyncio.get_running_loop()
-                    outbox, validator, journal, followers = (
-                        call.outbox,
-                        self.validator,
-                        self.journal,
-                        self.followers,
-                    )
-                    assert validator is not None
-                    drain_until: float | None = None
-                    first = True
-                    while True:
-                        if drain_until is None:  # items waiting already (usual while streaming): no coroutine
-                            item = call.take(outbox.get_nowait() if len(outbox) else await outbox.get())
-                        else:
-                            left = drain_until - loop.time()
-                            if left <= 0:
-                                break
-                            try:
-                                item = call.take(await asyncio.wait_for(outbox.get(), left))
-                            except TimeoutError:
-                                break
-                        if item is grpc.aio.EOF:
-                            break
-                        if isinstance(item, Update):  # a reply / interaction delivered meanwhile
-                            yield item
-                            continue
-                        appended = item if isinstance(item, AppendedResult) else None
-                        if appended is not None:  # AppendRunResult on this open run
-                            item = runner_service_pb2.RunResponse(result=appended.result)
-                        if not isinstance(item, runner_service_pb2.RunResponse):
-                            # grpc.aio hands back None for a message it could not deserialize
-                            if self.terminal is None:
-                                failure = outcomes.failed(self.run_id, "runner.protocol_error")
-                            log.warning("run.undecodable_message")
-                            break
-                        self._received_any = True
-                        result = validator.accept(item.result)
-                        if result is None:
-                            if appended is not None:
-                                appended.future.set_result(None)
-                            continue
-                        if validator.kind == "message_delta" and not journal.failed:  # most results
-                            due = journal.add_delta(result)
-                            if followers:
-                                followers.publish(Update(result=result))
-                            if due:
-                                await journal.write_deltas()
-                        else:
-                            taken = await self._take(result)
-                            if taken is None:
-                                continue
-                            result = taken
-                        received = Update(result=result)
-                        if first:
-                            first = False
-                            TIME_TO_FIRST_RESULT.observe(time.monotonic() - started)
-                        yield received
-                        if appended is not None:
-                            appended.future.set_result(result)
-                        if validator.kind == "interaction_requested":
-                            await self._deliver_interaction(result)
-                        if self.terminal is not None and drain_until is None:
-                            drain_until = loop.time() + self.service.config.limits.post_terminal_drain_seconds
+                    yield accepted_of(self.record, attached=False)
+                    async with contextlib.aclosing(self._pump(call)) as pump:
+                        async for update in pump:
+                            yield update
+                    failure = self._pump_failure
                 except (Exception, asyncio.CancelledError) as exc:
                     failure = self._failure_of(exc)
                 finally:
@@ -228,17 +154,86 @@ class RunExecution:
                     failure = outcomes.failed(self.run_id, "runner.no_terminal")
             if not self._accepted_sent:
                 self._accepted_sent = True
-                yield self._accepted()
+                yield accepted_of(self.record, attached=False)
             for update in await self._conclude(failure):
                 yield update
         finally:
             await self._exit()
 
+    async def _pump(self, call: RunnerCall) -> AsyncGenerator[Update, None]:
+        """The pump: the run's outbox in arrival order, one loop dispatched by item kind, until the
+        runner's stream ends or, after the terminal, the drain time runs out. A message grpc.aio could
+        not deserialize ends it with `_pump_failure`. Deltas take no coroutine of their own."""
+        started, loop = time.monotonic(), asyncio.get_running_loop()
+        outbox, validator, journal, followers = call.outbox, self.validator, self.journal, self.followers
+        stores = self.host.stores
+        assert validator is not None
+        drain_until: float | None = None
+        first = True
+        while True:
+            if drain_until is None:  # items waiting already (usual while streaming): no coroutine
+                item = call.take(outbox.get_nowait() if len(outbox) else await outbox.get())
+            else:
+                left = drain_until - loop.time()
+                if left <= 0:
+                    return
+                try:
+                    item = call.take(await asyncio.wait_for(outbox.get(), left))
+                except TimeoutError:
+                    return
+            if item is grpc.aio.EOF:
+                return
+            if isinstance(item, Update):  # a reply / interaction delivered meanwhile
+                yield item
+                continue
+            appended = item if isinstance(item, AppendedResult) else None
+            if appended is not None:  # AppendRunResult on this open run
+                item = runner_service_pb2.RunResponse(result=appended.result)
+            if not isinstance(item, runner_service_pb2.RunResponse):
+                # grpc.aio hands back None for a message it could not deserialize
+                if self.terminal is None:
+                    self._pump_failure = outcomes.failed(self.run_id, "runner.protocol_error")
+                log.warning("run.undecodable_message")
+                return
+            self._received_any = True
+            result = validator.accept(item.result)
+            if result is None:
+                if appended is not None:
+                    appended.future.set_result(None)
+                continue
+            if validator.kind == "message_delta" and not journal.failed:  # most results
+                due = journal.add_delta(result)
+                if followers:
+                    followers.publish(Update(result=result))
+                if due:
+                    await journal.write_deltas()
+            else:
+                taken = await self._take(result)
+                if taken is None:
+                    continue
+                result = taken
+            if first:
+                first = False
+                TIME_TO_FIRST_RESULT.observe(time.monotonic() - started)
+            yield Update(result=result)
+            if appended is not None:
+                appended.future.set_result(result)
+            if validator.kind == "interaction_requested":
+                interaction_id = result.interaction_requested.interaction.interaction_id
+                await deliver_requested(
+                    self.channel, self.host.interaction_store, interaction_id, stores.transcript
+                )
+            if self.terminal is not None and drain_until is None:
+                drain_until = loop.time() + self.host.config.limits.post_terminal_drain_seconds
+
     def _failure_of(self, exc: BaseException) -> result_pb2.RunResult | None:
         """The terminal failure an error of the call or the pump ends the run with (None: the run has
         its terminal already); re-raises a cancellation of the caller's task (the caller went away)."""
         if isinstance(exc, grpc.aio.AioRpcError):
-            return self._call_failed(exc)
+            if self.terminal is not None:
+                log.warning("run.error_after_terminal", code=exc.code().name)
+                return None
+            return call_failure(exc, self.start, self.host.registry, self._received_any, self.cancel_reason)
         if isinstance(exc, asyncio.CancelledError):
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -259,9 +254,7 @@ class RunExecution:
         assert validator is not None
         kind = validator.kind
         if kind == "interaction_requested":
-            if not await record_requested(
-                self.service.interaction_store, self, self.start.event.actor, result
-            ):
+            if not await record_requested(self.host.interaction_store, self, self.start.event.actor, result):
                 validator.retract(result)
                 return None
             validator.saw_message = True  # an interaction is output (grammar rule 7)
@@ -286,33 +279,6 @@ class RunExecution:
         if self.followers:
             self.followers.publish(Update(result=result))
 
-    async def _deliver_interaction(self, result: result_pb2.RunResult) -> None:
-        await deliver_requested(
-            self.channel,
-            self.service.interaction_store,
-            result.interaction_requested.interaction.interaction_id,
-            self.service.stores.transcript,
-        )
-
-    def _call_failed(self, exc: grpc.aio.AioRpcError) -> result_pb2.RunResult | None:
-        if self.terminal is not None:
-            log.warning("run.error_after_terminal", code=exc.code().name)
-            return None
-        code, received_any = exc.code(), self._received_any
-        log.warning("run.runner_call_failed", code=code.name, received_any=received_any)
-        runner = self.start.runner
-        assert runner is not None
-        if code == grpc.StatusCode.UNAVAILABLE and not received_any:
-            self.service.registry.mark_unreachable(runner, f"UNAVAILABLE: {exc.details()}")
-        return outcomes.from_call_error(
-            self.run_id,
-            runner.runner_id,
-            code,
-            exc.details() or "",
-            received_any=received_any,
-            cancel_reason=self.cancel_reason,
-        )
-
     # -- conclude and release --------------------------------------------------------------------------
     async def _conclude(self, failure: result_pb2.RunResult | None) -> list[Update]:
         """The run's last items: the terminal failure (recorded), delivery items not read yet, finished."""
@@ -332,7 +298,7 @@ class RunExecution:
         terminal = self.terminal
         assert terminal is not None
         status, reason = outcomes.status_of(terminal)
-        out.extend(await self.service.deliveries.close(self.run_id))  # open replies ABORTed, unread items
+        out.extend(await self.host.deliveries.close(self.run_id))  # open replies ABORTed, unread items
         out.append(await self._finish(status, reason, terminal))
         return out
 
@@ -349,38 +315,39 @@ class RunExecution:
         try:
             if not self.journal.concluded:
                 usage = outcomes.usage_of(terminal)
-                record = await self.service.stores.ledger.finish_run(self.run_id, status, reason, usage)
+                record = await self.host.stores.ledger.finish_run(self.run_id, status, reason, usage)
         except AgentRunnerError as exc:
             # the database is away: the host writes the ending (terminal, status, revoked token) once
             # it is back, so the ledger never keeps this run `running` with a working token
             log.error("run.finish_not_recorded", error=exc.message)
-            self.service.settle_later(self.snapshot, terminal, status, reason)
+            self.host.settle_later(self.snapshot, terminal, status, reason)
         finally:
             await self.release()
-        final = record.status if record is not None else status
-        finished = host_service_pb2.RunFinished(
-            run_id=self.run_id, status=final, reason=record.status_reason if record is not None else reason
-        )
-        if terminal is not None and terminal.HasField("usage"):
-            finished.usage.CopyFrom(terminal.usage)
+        finished = outcomes.finished(self.run_id, status, reason, record, terminal)
         update = Update(finished=finished)
         self.followers.publish(update)
-        RUNS.labels(outcomes.terminal_status_name(final)).inc()
-        RUN_DURATION.labels(outcomes.terminal_status_name(final)).observe(time.monotonic() - self.accepted_at)
+        self._report(finished)
+        return update
+
+    def _report(self, finished: host_service_pb2.RunFinished) -> None:
+        """The finished run's telemetry: the outcome counter, the duration metric, the span's attributes
+        and status, the log line."""
+        status = outcomes.terminal_status_name(finished.status)
+        RUNS.labels(status).inc()
+        RUN_DURATION.labels(status).observe(time.monotonic() - self.accepted_at)
         if self.span.is_recording():
             self.span.set_attributes(
                 {
                     "agentrunner.run_id": self.run_id,
                     "agentrunner.agent_id": self.record.agent_id,
                     "agentrunner.runner_id": self.record.runner_id,
-                    "agentrunner.run.status": outcomes.terminal_status_name(final),
+                    "agentrunner.run.status": status,
                     "agentrunner.run.reason": finished.reason,
                 }
             )
-            if outcomes.terminal_status_name(final) != "completed":
+            if status != "completed":
                 self.span.set_status(trace.Status(trace.StatusCode.ERROR, finished.reason))
-        log.info("run.finished", status=outcomes.terminal_status_name(final), reason=finished.reason)
-        return update
+        log.info("run.finished", status=status, reason=finished.reason)
 
     async def release(self) -> None:
         """The one exit path: lets go of what the run holds in this process (open-run table, delta
@@ -388,22 +355,22 @@ class RunExecution:
         terminal's transaction did, and claims steering input the run never consumed. Idempotent."""
         if self.phase is Phase.RELEASED:
             return
-        self.service.forget(self)
+        self.host.forget(self.run_id)
         self.journal.close()
-        self.service.deliveries.discard(self.run_id)
+        self.host.deliveries.discard(self.run_id)
         if self.call is not None:
             self.call.stop_reading()
-        self.service.hub.close(self.run_id)
+        self.host.hub.close(self.run_id)
         if self.cancel_task is not None and self.cancel_task is not asyncio.current_task():
             self.cancel_task.cancel()
         self.phase = Phase.RELEASED
         try:
             if not self.journal.concluded:
-                await self.service.stores.sessions.unregister(self.run_id)
+                await self.host.stores.sessions.unregister(self.run_id)
             snap = self.snapshot
             if snap.steering and snap.conversation_id:
                 # steering input queued for this run and never consumed is the run's, not the next one's
-                await self.service.stores.steering.claim(
+                await self.host.stores.steering.claim(
                     run_id=self.run_id, conversation_id=snap.conversation_id
                 )
         except AgentRunnerError as exc:
@@ -426,7 +393,7 @@ class RunExecution:
     async def _abandon(self) -> None:
         """The caller went away (or a write failed) before the run ended: the cancel is recorded for
         followers and the ledger, and everything released."""
-        self.service.hub.send_cancel(self.run_id, "client cancelled", 0)
+        self.host.hub.send_cancel(self.run_id, "client cancelled", 0)
         reason = self.cancel_reason or "client.cancelled"
         try:
             terminal = None
@@ -452,7 +419,7 @@ class RunExecution:
         if self.cancel_reason:
             return False
         self.cancel_reason = reason
-        self.service.hub.send_cancel(self.run_id, reason, grace)
+        self.host.hub.send_cancel(self.run_id, reason, grace)
         self.cancel_task = asyncio.create_task(self._cancel_after(grace), name=f"cancel-{self.run_id}")
         return True
 
@@ -462,7 +429,7 @@ class RunExecution:
         if self.finished or call is None or call.done() or now - call.last_activity < idle_seconds:
             return False
         self.cancel_reason = self.cancel_reason or reason
-        self.service.hub.send_cancel(self.run_id, self.cancel_reason, 0)
+        self.host.hub.send_cancel(self.run_id, self.cancel_reason, 0)
         call.cancel()
         return True
 

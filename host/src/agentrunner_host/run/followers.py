@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from google.protobuf import json_format
 
@@ -18,9 +18,7 @@ from agentrunner.errors import NotFoundError, RateLimitedError
 from agentrunner.v1 import host_service_pb2
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.ports import TERMINAL_STATUSES, RunLedger, RunRecord
-
-if TYPE_CHECKING:
-    from agentrunner_host.run.execution import RunExecution
+from agentrunner_host.run.journal import RunJournal
 
 Update = host_service_pb2.HostServiceRunResponse
 #: how often a follower of a run open on another replica polls the shared ledger
@@ -91,11 +89,22 @@ def finished_of(record: RunRecord | None, run_id: str) -> Update:
     return Update(finished=finished)
 
 
+class LiveRun(Protocol):
+    """A run open in this process as its followers see it (`run.execution.RunExecution`)."""
+
+    followers: Followers
+    #: what the run handed out but has not committed yet (`RunJournal.unstored`)
+    journal: RunJournal
+
+    @property
+    def finished(self) -> bool: ...
+
+
 async def follow(
     ledger: RunLedger,
     deliveries: DeliveryHub,
     run_id: str,
-    open_run: RunExecution | None,
+    open_run: LiveRun | None,
     after_sequence: int = 0,
     *,
     attached: bool = False,

@@ -16,7 +16,8 @@ import grpc
 from google.protobuf import json_format, timestamp_pb2
 
 from agentrunner.failures import HOST_CODE_KINDS
-from agentrunner.v1 import common_pb2, result_pb2
+from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
+from agentrunner_host.ports import RunRecord
 
 RunStatus: TypeAlias = common_pb2.RunStatus.ValueType
 
@@ -135,6 +136,25 @@ def usage_of(terminal: result_pb2.RunResult | None) -> dict[str, Any] | None:
     if terminal is None or not terminal.HasField("usage"):
         return None
     return json_format.MessageToDict(terminal.usage)
+
+
+def finished(
+    run_id: str,
+    status: RunStatus,
+    reason: str,
+    record: RunRecord | None,
+    terminal: result_pb2.RunResult | None,
+) -> host_service_pb2.RunFinished:
+    """A run's `finished` item: the status and reason as stored (`record`; as decided when the ledger
+    could not be written) and the terminal result's usage."""
+    out = host_service_pb2.RunFinished(
+        run_id=run_id,
+        status=record.status if record is not None else status,
+        reason=record.status_reason if record is not None else reason,
+    )
+    if terminal is not None and terminal.HasField("usage"):
+        out.usage.CopyFrom(terminal.usage)
+    return out
 
 
 def terminal_status_name(status: int) -> str:

@@ -16,15 +16,20 @@ import time
 from typing import TYPE_CHECKING
 
 import grpc
+import structlog
 from opentelemetry import trace
 
-from agentrunner.v1 import runner_service_pb2
+from agentrunner.v1 import result_pb2, runner_service_pb2
 from agentrunner_host.delivery.channel import AppendedResult, Outbox, Update
 from agentrunner_host.observability import inject_metadata, start_span
 from agentrunner_host.ports import utcnow
+from agentrunner_host.run import outcomes
 
 if TYPE_CHECKING:
-    from agentrunner_host.registry import Endpoint
+    from agentrunner_host.registry import Endpoint, RunnerRegistry
+    from agentrunner_host.run.start import RunStart
+
+log = structlog.get_logger("agentrunner_host.run")
 
 #: runner messages read ahead of the run's pump (at most)
 READ_AHEAD = 32
@@ -178,3 +183,28 @@ class RunnerCall:
             if first:  # the pump takes the first result before the next read is started (latency)
                 first = False
                 await asyncio.sleep(0)
+
+
+def call_failure(
+    exc: grpc.aio.AioRpcError,
+    start: RunStart,
+    registry: RunnerRegistry,
+    received_any: bool,
+    cancel_reason: str,
+) -> result_pb2.RunResult:
+    """The terminal failure of a runner call that ended with a gRPC error before its terminal result
+    (`outcomes.from_call_error`); a runner that could not be reached at all is marked unreachable."""
+    runner, run_id = start.runner, start.record.run_id
+    assert runner is not None
+    code = exc.code()
+    log.warning("run.runner_call_failed", code=code.name, received_any=received_any)
+    if code == grpc.StatusCode.UNAVAILABLE and not received_any:
+        registry.mark_unreachable(runner, f"UNAVAILABLE: {exc.details()}")
+    return outcomes.from_call_error(
+        run_id,
+        runner.runner_id,
+        code,
+        exc.details() or "",
+        received_any=received_any,
+        cancel_reason=cancel_reason,
+    )

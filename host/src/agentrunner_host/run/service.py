@@ -23,8 +23,8 @@ import datetime as dt
 import hashlib
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncGenerator, Callable, Iterable
+from typing import Any
 
 import structlog
 
@@ -43,7 +43,14 @@ from agentrunner_host.control import ControlHub
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.store import InteractionStore
 from agentrunner_host.observability import RUNS, RUNS_OPEN, start_server_span, trace_id_of
-from agentrunner_host.ports import TERMINAL_STATUSES, AuthorizationSnapshot, RunRecord, RunStore, utcnow
+from agentrunner_host.ports import (
+    TERMINAL_STATUSES,
+    AuthorizationSnapshot,
+    RunRecord,
+    RunStore,
+    UpdateStream,
+    utcnow,
+)
 from agentrunner_host.proxy.capabilities import Backends
 from agentrunner_host.registry import RunnerRegistry
 from agentrunner_host.run import followers, outcomes, steering
@@ -56,19 +63,6 @@ from agentrunner_host.validation import Limits
 log = structlog.get_logger("agentrunner_host.run")
 
 Update = host_service_pb2.HostServiceRunResponse
-
-
-ItemT = TypeVar("ItemT", covariant=True)
-
-
-class UpdateStream(Protocol[ItemT]):
-    """What `open` returns: iterate it once, close it when done (`contextlib.aclosing`)."""
-
-    def __aiter__(self) -> AsyncIterator[ItemT]: ...
-
-    def __anext__(self) -> Awaitable[ItemT]: ...
-
-    async def aclose(self) -> None: ...
 
 
 def normalize_event(event: host_service_pb2.EventEnvelope) -> host_service_pb2.EventEnvelope:
@@ -164,9 +158,9 @@ class RunService:
         execution = self._open.get(run_id)
         return execution is not None and not execution.finished
 
-    def forget(self, execution: RunExecution) -> None:
-        """`RunExecution.release`: the run is no longer open here."""
-        if self._open.pop(execution.run_id, None) is not None:
+    def forget(self, run_id: str) -> None:
+        """`RunExecution.release`: the run is no longer open here (`run.host.RunHost`)."""
+        if self._open.pop(run_id, None) is not None:
             RUNS_OPEN.dec()
 
     # -- open ------------------------------------------------------------------------------------------
