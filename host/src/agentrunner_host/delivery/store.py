@@ -28,7 +28,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from agentrunner.v1 import common_pb2, host_service_pb2
 from agentrunner_host.store.base import Base
-from agentrunner_host.store.common import dialect_insert, utcnow
+from agentrunner_host.store.common import dialect_insert, rowcount, utcnow
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import BigId, Json, UTCDateTime
 
@@ -222,7 +222,7 @@ class InteractionStore:
             stmt = stmt.where(InteractionRow.interaction_id == interaction_id)
         async with self.db.write() as s:
             result = await s.execute(stmt.values(status=EXPIRED))
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        return rowcount(result)
 
     async def submit(self, interaction_id: str, event_id: str, now: dt.datetime) -> bool:
         """PENDING and unexpired -> SUBMITTED with the answer's event id, atomically; False otherwise."""
@@ -237,7 +237,7 @@ class InteractionStore:
         )
         async with self.db.write() as s:
             result = await s.execute(stmt)
-        return int(result.rowcount or 0) == 1  # type: ignore[attr-defined]
+        return rowcount(result) == 1
 
     async def reopen(self, interaction_id: str, event_id: str) -> None:
         """Undoes `submit` when the answer's run could not start (nothing ran)."""
@@ -275,7 +275,7 @@ class InteractionStore:
                 )
                 .values(status=CANCELLED)
             )
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        return rowcount(result)
 
 
 __all__ = [

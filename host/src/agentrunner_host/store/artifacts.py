@@ -39,6 +39,7 @@ from agentrunner_host.store.common import (
     dict_to_struct,
     from_timestamp,
     new_id,
+    rowcount,
     struct_to_dict,
     to_timestamp,
     utcnow,
@@ -493,7 +494,7 @@ class ArtifactStore:
             result = await s.execute(
                 delete(ArtifactRow).where(ArtifactRow.expires_at.is_not(None), ArtifactRow.expires_at <= now)
             )
-            removed = int(result.rowcount or 0)  # type: ignore[attr-defined]
+            removed = rowcount(result)
             orphan = ~exists().where(ArtifactRow.sha256 == ArtifactBlobRow.sha256)
             gone = (
                 await s.execute(

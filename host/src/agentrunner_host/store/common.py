@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.errors import InvalidArgumentError
@@ -89,6 +90,13 @@ def dialect_insert(session: AsyncSession) -> Any:
     """`insert` of the session's dialect (both support ON CONFLICT)."""
     name = session.get_bind().dialect.name
     return postgresql.insert if name == "postgresql" else sqlite.insert
+
+
+def rowcount(result: Result[Any]) -> int:
+    """The rows an UPDATE or DELETE matched. `execute` is typed as returning a `Result`; a DML
+    statement's result is a `CursorResult`, which has the count."""
+    assert isinstance(result, CursorResult)
+    return int(result.rowcount or 0)
 
 
 def escape_like(prefix: str) -> str:

@@ -29,6 +29,7 @@ from agentrunner_host.store.common import (
     dict_to_struct,
     json_to_message,
     message_to_json,
+    rowcount,
     to_timestamp,
 )
 from agentrunner_host.store.db import Database
@@ -609,7 +610,7 @@ class SqlRunLedger:
                     finished_at=utcnow(),
                 )
             )
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        return rowcount(result)
 
     async def count_runs(self, conversation_id: str) -> int:
         async with self.db.read() as session:

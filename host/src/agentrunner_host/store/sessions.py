@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection
 
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token, utcnow
 from agentrunner_host.store.base import table_of
+from agentrunner_host.store.common import rowcount
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import RunSessionRow
 from agentrunner_host.store.sqlite.compiled import fast_execute
@@ -99,4 +100,4 @@ class SqlSessionRegistry:
         cutoff = utcnow() - older_than
         async with self.db.write() as db_session:
             result = await db_session.execute(delete(RunSessionRow).where(RunSessionRow.expires_at < cutoff))
-        return int(result.rowcount or 0)  # type: ignore[attr-defined]
+        return rowcount(result)

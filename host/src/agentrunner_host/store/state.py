@@ -29,7 +29,7 @@ from agentrunner.v1 import common_pb2
 from agentrunner_host.authz import state_identity
 from agentrunner_host.ports import AuthorizationSnapshot
 from agentrunner_host.store.base import table_of
-from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, json_size, utcnow
+from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, json_size, rowcount, utcnow
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import StateRow
 from agentrunner_host.store.sqlite.compiled import fast_execute, result_processor
@@ -182,7 +182,7 @@ class StateStore:
                     StateRow.scope == name, StateRow.owner_key == owner, StateRow.key == key
                 )
             )
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+        return bool(rowcount(result))
 
     async def list(
         self, snapshot: AuthorizationSnapshot, scope: int | str, prefix: str = "", limit: int = LIST_CAP
@@ -234,7 +234,7 @@ class StateStore:
         return {
             name: {
                 k: value(v)
-                for k, v in fast_execute(conn, _SQLITE_SNAPSHOT, {"b_scope": name, "b_owner": owner}).rows
+                for k, v in fast_execute(conn, _SQLITE_SNAPSHOT, {"b_scope": name, "b_owner": owner}).all()
             }
             for name, owner in self._scope_owners(snapshot)
         }

@@ -16,7 +16,7 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import proxy_service_pb2
 from agentrunner_host.ports import AuthorizationSnapshot
-from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, utcnow
+from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, rowcount, utcnow
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import StorageRow
 
@@ -106,7 +106,7 @@ class StorageStore:
                     StorageRow.area == name, StorageRow.owner_key == owner, StorageRow.key == key
                 )
             )
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+        return bool(rowcount(result))
 
     async def list(
         self, snapshot: AuthorizationSnapshot, area: int | str, prefix: str = "", limit: int = LIST_CAP

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Dialect
 from sqlalchemy.exc import MultipleResultsFound, NoResultFound
@@ -104,13 +104,28 @@ def _plan(conn: Connection, stmt: ClauseElement, keys: tuple[str, ...], typed: b
     return _Plan(stmt, compiled.string, tuple(sources), bool(columns), row_processors)
 
 
+class Rows(Protocol):
+    """What the hot paths read of a `fast_execute` result: a SQLAlchemy `Result` or a `FastResult`."""
+
+    def first(self) -> Any: ...
+
+    def all(self) -> Sequence[Any]: ...
+
+    def scalar_one_or_none(self) -> Any: ...
+
+    def scalar_one(self) -> Any: ...
+
+
 class FastResult:
-    """The rows of a `fast_execute` call, with the few `Result` accessors the hot paths use."""
+    """The rows of a `fast_execute` call on the driver, with the `Result` accessors of `Rows`."""
 
     __slots__ = ("rows",)
 
     def __init__(self, rows: Sequence[Any]) -> None:
         self.rows = rows
+
+    def all(self) -> Sequence[Any]:
+        return self.rows
 
     def first(self) -> Any:
         return self.rows[0] if self.rows else None
@@ -126,7 +141,7 @@ class FastResult:
         return self.rows[0][0]
 
 
-def fast_execute(conn: Connection, stmt: Any, params: dict[str, Any], *, typed: bool = False) -> Any:
+def fast_execute(conn: Connection, stmt: Any, params: dict[str, Any], *, typed: bool = False) -> Rows:
     """`conn.execute(stmt, params)` for the hot sync writes. On the SQLite writer thread (pysqlite) the
     statement is compiled once and run on the driver's cursor with the same bind conversions; elsewhere
     it is `conn.execute`. `typed`: the caller reads rows as tuples, so rows whose columns need
