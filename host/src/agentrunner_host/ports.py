@@ -258,7 +258,9 @@ class SteeringStore(Protocol):
         self, *, conversation_id: str, thread_id: str, item: proxy_service_pb2.SteeringInput
     ) -> proxy_service_pb2.SteeringInput: ...
 
-    async def claim(self, *, run_id: str, conversation_id: str) -> Any: ...
+    async def claim(self, *, run_id: str, conversation_id: str) -> Sequence[proxy_service_pb2.SteeringInput]:
+        """Takes the conversation's unclaimed steering items for `run_id` (each is taken once)."""
+        ...
 
 
 class TranscriptAppender(Protocol):
@@ -274,7 +276,7 @@ class TranscriptAppender(Protocol):
         event_id: str = "",
         run_id: str = "",
         metadata: Mapping[str, Any] | None = None,
-    ) -> Any: ...
+    ) -> object: ...  # the stored item (the run path does not read it)
 
 
 class RunStore(Protocol):

@@ -23,7 +23,7 @@ import datetime as dt
 import hashlib
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from typing import Any
 
 import structlog
@@ -92,7 +92,7 @@ class _RunStream:
     def __aiter__(self) -> _RunStream:
         return self
 
-    def __anext__(self) -> Any:
+    def __anext__(self) -> Awaitable[Update]:
         self.started = True
         return self.stream.__anext__()
 
