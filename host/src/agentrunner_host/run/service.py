@@ -56,7 +56,7 @@ from agentrunner_host.registry import RunnerRegistry
 from agentrunner_host.run import followers, outcomes, steering
 from agentrunner_host.run.execution import RunExecution
 from agentrunner_host.run.journal import DeltaBatcher
-from agentrunner_host.run.outcomes import terminal_status_name
+from agentrunner_host.run.outcomes import RunStatus, terminal_status_name
 from agentrunner_host.run.start import start_run
 from agentrunner_host.validation import Limits
 
@@ -146,7 +146,9 @@ class RunService:
         #: runs between admission and the open-run table (their start transaction is under way)
         self._starting = 0
         #: ended runs whose ending could not be written yet (`settle_later`)
-        self._unsettled: dict[str, tuple[AuthorizationSnapshot, result_pb2.RunResult | None, Any, str]] = {}
+        self._unsettled: dict[
+            str, tuple[AuthorizationSnapshot, result_pb2.RunResult | None, RunStatus, str]
+        ] = {}
         self._settler: asyncio.Task[None] | None = None
 
     @property
@@ -234,7 +236,11 @@ class RunService:
 
     # -- endings the database could not take ----------------------------------------------------------
     def settle_later(
-        self, snapshot: AuthorizationSnapshot, terminal: result_pb2.RunResult | None, status: Any, reason: str
+        self,
+        snapshot: AuthorizationSnapshot,
+        terminal: result_pb2.RunResult | None,
+        status: RunStatus,
+        reason: str,
     ) -> None:
         """A run ended while its ending could not be written (the database was away): it is written by
         `_settle` once the database takes writes again (the terminal result if it is not stored, the
@@ -260,7 +266,11 @@ class RunService:
                 delay = first_delay
 
     async def _write_ending(
-        self, snapshot: AuthorizationSnapshot, terminal: result_pb2.RunResult | None, status: Any, reason: str
+        self,
+        snapshot: AuthorizationSnapshot,
+        terminal: result_pb2.RunResult | None,
+        status: RunStatus,
+        reason: str,
     ) -> None:
         stores, run_id = self.stores, snapshot.run_id
         usage = outcomes.usage_of(terminal)

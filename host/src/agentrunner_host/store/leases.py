@@ -21,6 +21,7 @@ import structlog
 from sqlalchemy import delete, select, update
 
 from agentrunner_host.ports import utcnow
+from agentrunner_host.store.common import rowcount
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import HostLeaseRow
 
@@ -107,7 +108,7 @@ class InstanceLease:
                 .where(HostLeaseRow.instance_id == self.instance_id, HostLeaseRow.holder == self.me.holder)
                 .values(heartbeat_at=now, expires_at=now + dt.timedelta(seconds=self.seconds))
             )
-        return bool(result.rowcount)  # type: ignore[attr-defined]
+        return rowcount(result) > 0
 
     async def run_heartbeat(self) -> None:
         interval = self.seconds / 3
