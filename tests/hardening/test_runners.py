@@ -5,6 +5,7 @@ its manifest per process (`ROGUE_MANIFEST`). After the matrix the integrity chec
 from __future__ import annotations
 
 import asyncio
+import collections
 import pathlib
 import sys
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from tests.hardening.conftest import (
     HERE,
     ROGUE_ID,
+    SOAK,
     HostProcess,
     Matrix,
     Proc,
@@ -230,26 +232,32 @@ async def test_a_second_endpoint_announcing_a_bound_runner_id_is_refused(
 # -- overload (item 17) ------------------------------------------------------------------------------------
 
 
+#: (calls, client channels): 1,500 calls at once on one channel got ~52 transport-level CANCELLED
+#: (gRPC core's backlog of calls the host had not picked up yet dropped them at random past 1,000)
+BURSTS = [(1500, 1)] if not SOAK else [(1500, 1), (6000, 1), (6000, 4)]
+
+
+@pytest.mark.parametrize(("burst", "channel_count"), BURSTS)
 async def test_a_burst_beyond_the_open_run_limit_is_refused_with_a_retry_delay_never_dropped(
-    tmp_path: pathlib.Path, hardening_template: pathlib.Path
+    tmp_path: pathlib.Path, hardening_template: pathlib.Path, burst: int, channel_count: int
 ) -> None:
     """Item 17: of 2,000 runs opened at once, 212 came back CANCELLED within 2.4 s. Now every run the
     host accepts runs to its end, and every run it cannot take is refused RESOURCE_EXHAUSTED
-    (`RATE_LIMITED`) with a retry delay, before anything is recorded."""
+    (`RATE_LIMITED`) with a retry delay, before anything is recorded; none is dropped by the transport
+    (no CANCELLED or UNAVAILABLE), on one channel or several."""
     rogue = start_rogue(tmp_path)
     config = host_config(rogue.address, sqlite_database(hardening_template, tmp_path))
-    burst, limit = soak_or(120, 2000), soak_or(8, 200)
-    config["limits"]["max_open_runs"] = limit
+    config["limits"]["max_open_runs"] = soak_or(8, 200)
     host = HostProcess(tmp_path, config)
     try:
-        channels = [host.channel() for _ in range(4)]
+        channels = [host.channel() for _ in range(channel_count)]
         stubs = [host_service_pb2_grpc.HostServiceStub(ch) for ch in channels]
 
         async def one(i: int) -> tuple[str, float]:
             try:
                 updates = [
                     u
-                    async for u in stubs[i % 4].Run(
+                    async for u in stubs[i % channel_count].Run(
                         run_request("token 0.2", conversation_id=f"b-{i}"), timeout=120
                     )
                 ]
@@ -261,8 +269,9 @@ async def test_a_burst_beyond_the_open_run_limit_is_refused_with_a_retry_delay_n
         outcomes = await asyncio.gather(*(one(i) for i in range(burst)))
         for ch in channels:
             await ch.close()
-        kinds = {kind for kind, _ in outcomes}
-        assert kinds <= {"RUN_STATUS_COMPLETED", "RESOURCE_EXHAUSTED/RATE_LIMITED"}, kinds
+        kinds = collections.Counter(kind for kind, _ in outcomes)
+        print(f"\n{burst} calls on {channel_count} channel(s): {dict(kinds)}")
+        assert set(kinds) <= {"RUN_STATUS_COMPLETED", "RESOURCE_EXHAUSTED/RATE_LIMITED"}, kinds
         refused = [delay for kind, delay in outcomes if kind.startswith("RESOURCE_EXHAUSTED")]
         assert refused and all(delay > 0 for delay in refused)
         assert len(refused) < burst

@@ -106,6 +106,13 @@ class LimitsConfig(_Strict):
     max_open_runs: int = Field(1000, gt=0)
     #: seconds a refused client is told to wait (`RetryInfo.retry_delay`)
     busy_retry_seconds: float = Field(1.0, gt=0)
+    #: calls the transport has accepted but the host has not picked up yet (a burst arrives faster than
+    #: one event loop takes calls in). gRPC core's own default drops calls past 1,000 of them at random
+    #: and all past 3,000, as CANCELLED before any host code runs; up to this many the host itself
+    #: answers each (a run it cannot take: RESOURCE_EXHAUSTED with a retry delay). See docs/hardening.md
+    max_pending_calls: int = Field(10_000, gt=0)
+    #: how long such a call may wait to be picked up before gRPC core cancels it (its default: 30 s)
+    max_pending_seconds: int = Field(120, gt=0)
     #: updates an `AttachRun` follower may fall behind the run before it is dropped with
     #: RESOURCE_EXHAUSTED (it attaches again with `after_sequence`): a reader that stops reading never
     #: makes the host buffer the whole run

@@ -23,7 +23,7 @@ from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
 from agentrunner_host.clients import ClientGate, is_loopback_address
-from agentrunner_host.config import AgentConfig, HostConfig, HostEnv
+from agentrunner_host.config import AgentConfig, HostConfig, HostEnv, LimitsConfig
 from agentrunner_host.config_check import Problem, check_against_registry, check_bindings, registry_view
 from agentrunner_host.console.server import ConsoleServer
 from agentrunner_host.control import ControlHub
@@ -58,6 +58,17 @@ SERVER_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_ping_interval_without_data_ms", 5000),
 ]
+
+
+def server_options(limits: LimitsConfig) -> list[tuple[str, Any]]:
+    """`SERVER_OPTIONS` plus the pending-call backlog of `limits`: soft limit = hard limit, so gRPC core
+    drops no call below `max_pending_calls` (its random early drop starts at the soft limit)."""
+    return [
+        *SERVER_OPTIONS,
+        ("grpc.server.max_pending_requests", limits.max_pending_calls),
+        ("grpc.server.max_pending_requests_hard_limit", limits.max_pending_calls),
+        ("grpc.server_max_unrequested_time_in_server", limits.max_pending_seconds),
+    ]
 
 
 def _server_credentials(config: HostConfig) -> grpc.ServerCredentials | None:
@@ -306,7 +317,7 @@ class HostApp:
         return problems
 
     def _build_server(self, address: str) -> grpc.aio.Server:
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server = grpc.aio.server(options=server_options(self.config.limits))
         gate = ClientGate(self.config, self.stores.events, listen_address=address)
         add_host_service(
             HostServicer(
