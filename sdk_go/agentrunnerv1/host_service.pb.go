@@ -1445,7 +1445,7 @@ func (x *CancelRunResponse) GetRun() *Run {
 type ListRunsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Maximum runs in the page; 50 when 0, at most 200 (larger values are capped). Negative is
-	// `INVALID_ARGUMENT`.
+	// `INVALID_ARGUMENT`. A page may hold fewer: it is also capped in bytes (`max_page_bytes`).
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// `next_page_token` of the previous page; empty for the first page.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
@@ -1549,6 +1549,9 @@ type ListRunsResponse struct {
 	Runs []*Run `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
 	// Token of the next page; empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The byte cap of one page on this host: a page ends early (with `next_page_token`) before its
+	// serialized runs would pass it; it holds at least one run.
+	MaxPageBytes  int64 `protobuf:"varint,3,opt,name=max_page_bytes,json=maxPageBytes,proto3" json:"max_page_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1595,6 +1598,13 @@ func (x *ListRunsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListRunsResponse) GetMaxPageBytes() int64 {
+	if x != nil {
+		return x.MaxPageBytes
+	}
+	return 0
 }
 
 // Request of `HostService.ListRunners`.
@@ -2529,10 +2539,11 @@ const file_agentrunner_v1_host_service_proto_rawDesc = "" +
 	"\trunner_id\x18\x05 \x01(\tR\brunnerId\x12'\n" +
 	"\x0fconversation_id\x18\x06 \x01(\tR\x0econversationId\x12\x1d\n" +
 	"\n" +
-	"binding_id\x18\a \x01(\tR\tbindingId\"c\n" +
+	"binding_id\x18\a \x01(\tR\tbindingId\"\x89\x01\n" +
 	"\x10ListRunsResponse\x12'\n" +
 	"\x04runs\x18\x01 \x03(\v2\x13.agentrunner.v1.RunR\x04runs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x1f\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12$\n" +
+	"\x0emax_page_bytes\x18\x03 \x01(\x03R\fmaxPageBytes\"\x1f\n" +
 	"\x1dHostServiceListRunnersRequest\"\xa0\x01\n" +
 	"\x1eHostServiceListRunnersResponse\x12:\n" +
 	"\arunners\x18\x01 \x03(\v2 .agentrunner.v1.RegisteredRunnerR\arunners\x12B\n" +

@@ -132,6 +132,12 @@ async def run(request_bytes: bytes, context: grpc.aio.ServicerContext):  # type:
         r.run_completed.message.content = "with nan usage"
         r.usage.extra.update({"cost": math.nan})
         yield wrap(r)
+    elif mode == "big_usage":  # a terminal whose usage carries `arg` KiB (the run record is that big)
+        r = res(run_id, 1)
+        r.run_completed.finish_reason = "stop"
+        r.run_completed.message.content = "big usage"
+        r.usage.extra.update({"blob": "u" * (int(arg or "1") * 1024)})
+        yield wrap(r)
     elif mode == "nan_struct":  # NaN inside a non-terminal result's Struct, then a clean end
         r = res(run_id, 1)
         r.run_log.text = "log"

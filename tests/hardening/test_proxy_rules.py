@@ -124,6 +124,29 @@ async def test_pages_are_capped_in_bytes_and_paging_reaches_everything(
     await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_list_runs_pages_are_capped_in_bytes(matrix_sqlite: Matrix, channel: grpc.aio.Channel) -> None:
+    """Item 14 for HostService.ListRuns: a page was capped in runs only (200 runs of up to a 1 MiB
+    terminal usage each), so a default 4 MiB client could not list them."""
+    for _ in range(8):  # 8 runs whose records carry 700 KiB of usage each
+        updates = await run_to_end(channel, "big_usage 700", conversation_id="big-runs", deadline=60)
+        assert updates[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED
+    async with grpc.aio.insecure_channel(matrix_sqlite.host.address) as small:
+        stub = host_service_pb2_grpc.HostServiceStub(small)
+        token, pages, seen = "", 0, []
+        while True:
+            page = await stub.ListRuns(
+                host_service_pb2.ListRunsRequest(page_size=200, page_token=token, conversation_id="big-runs"),
+                timeout=20,
+            )
+            pages += 1
+            assert 0 < page.ByteSize() <= page.max_page_bytes
+            seen += [run.run_id for run in page.runs]
+            if not page.next_page_token:
+                break
+            token = page.next_page_token
+    assert pages >= 2 and len(seen) == len(set(seen)) == 8
+
+
 # -- two replicas on one PostgreSQL database (item 16) ----------------------------------------------------
 
 

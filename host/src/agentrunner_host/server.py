@@ -327,6 +327,7 @@ class HostApp:
                 gate,
                 ledger=self.stores.ledger,
                 artifacts=self.stores.artifacts,
+                page_max_bytes=self.stores.settings.page_max_bytes,
             ),
             server,
         )

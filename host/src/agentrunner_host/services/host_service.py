@@ -63,8 +63,11 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         gate: ClientGate | None = None,
         ledger: SqlRunLedger | None = None,
         artifacts: ArtifactStore | None = None,
+        page_max_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self.runs = runs
+        #: byte cap of one `ListRuns` page (sent in the response, so clients know why a page ended)
+        self.page_max_bytes = page_max_bytes
         self.registry = registry
         self.interactions = interactions
         self.ledger = ledger
@@ -260,11 +263,15 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                 bot_ids=None if principal is None or principal.bots == "*" else tuple(principal.bots),
                 agent_ids=None if principal is None or principal.agents == "*" else tuple(principal.agents),
             )
-            records, token = await self.ledger.search_runs(query, request.page_token, request.page_size)
+            records, token = await self.ledger.search_runs(
+                query, request.page_token, request.page_size, max_bytes=self.page_max_bytes
+            )
         except AgentRunnerError as err:
             await abort_with(context, err)
         return host_service_pb2.ListRunsResponse(
-            runs=[run_to_proto(r) for r in records], next_page_token=token
+            runs=[run_to_proto(r) for r in records],
+            next_page_token=token,
+            max_page_bytes=self.page_max_bytes,
         )
 
     async def DownloadArtifact(

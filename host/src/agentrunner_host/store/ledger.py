@@ -88,6 +88,23 @@ class RunQuery:
         return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
+#: room a page of runs keeps for its other fields (the next page's token, the cap itself)
+_PAGE_OVERHEAD_BYTES = 1024
+
+
+def _fitting(records: Sequence[RunRecord], max_bytes: int | None) -> int:
+    """How many of the leading `records` fit in a page of `max_bytes` serialized bytes (all when None);
+    at least one, so paging always moves on."""
+    if max_bytes is None:
+        return len(records)
+    used = _PAGE_OVERHEAD_BYTES
+    for n, record in enumerate(records):
+        used += run_to_proto(record).ByteSize() + 6  # the run's tag and length prefix
+        if used > max_bytes and n > 0:
+            return n
+    return len(records)
+
+
 def _to_record(row: RunRow) -> RunRecord:
     return RunRecord(
         **{name: getattr(row, name) for name in _RECORD_FIELDS},
@@ -552,22 +569,18 @@ class SqlRunLedger:
         more = len(rows) > limit
         rows = rows[:limit]
         records = [_to_record(r) for r in rows]
-        if max_bytes is not None:
-            used = 0
-            for n, record in enumerate(records):
-                used += run_to_proto(record).ByteSize() + 6
-                if used > max_bytes and n > 0:
-                    rows, records, more = rows[:n], records[:n], True
-                    break
+        keep = _fitting(records, max_bytes)
+        more, rows, records = more or keep < len(records), rows[:keep], records[:keep]
         cursor = self.codec.encode("run", conversation_id, rows[-1].id) if more and rows else ""
         return records, cursor
 
     async def search_runs(
-        self, query: RunQuery, page_token: str = "", page_size: int = 0
+        self, query: RunQuery, page_token: str = "", page_size: int = 0, max_bytes: int | None = None
     ) -> tuple[list[RunRecord], str]:
-        """`HostService.ListRuns`: runs matching `query`, newest first, one page (AIP-158). The page
-        token names the last run returned and is bound to the query: reusing it with other filters is
-        `INVALID_ARGUMENT`."""
+        """`HostService.ListRuns`: runs matching `query`, newest first, one page (AIP-158) of at most
+        `page_size` runs and, with `max_bytes`, at most that many serialized bytes (at least one run).
+        The page token names the last run returned and is bound to the query: reusing it with other
+        filters is `INVALID_ARGUMENT`."""
         if page_size < 0:
             raise InvalidArgumentError("page_size must not be negative", field="page_size")
         limit = min(page_size or DEFAULT_RUNS_PAGE, MAX_RUNS_PAGE)
@@ -593,11 +606,13 @@ class SqlRunLedger:
         stmt = stmt.order_by(RunRow.id.desc()).limit(limit + 1)
         async with self.db.read() as session:
             rows = list((await session.scalars(stmt)).all())
-        token = ""
-        if len(rows) > limit:
-            rows = rows[:limit]
-            token = self.codec.encode("host-runs", scope, rows[-1].id)
-        return [_to_record(r) for r in rows], token
+        more = len(rows) > limit
+        rows = rows[:limit]
+        records = [_to_record(r) for r in rows]
+        keep = _fitting(records, max_bytes)
+        more, rows, records = more or keep < len(records), rows[:keep], records[:keep]
+        token = self.codec.encode("host-runs", scope, rows[-1].id) if more and rows else ""
+        return records, token
 
     async def mark_interrupted(self) -> int:
         async with self.db.write() as session:

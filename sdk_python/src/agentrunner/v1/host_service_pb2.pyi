@@ -708,7 +708,7 @@ class ListRunsRequest(_message.Message):
     BINDING_ID_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """Maximum runs in the page; 50 when 0, at most 200 (larger values are capped). Negative is
-    `INVALID_ARGUMENT`.
+    `INVALID_ARGUMENT`. A page may hold fewer: it is also capped in bytes (`max_page_bytes`).
     """
     page_token: _builtins.str
     """`next_page_token` of the previous page; empty for the first page."""
@@ -751,8 +751,13 @@ class ListRunsResponse(_message.Message):
 
     RUNS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    MAX_PAGE_BYTES_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     """Token of the next page; empty on the last page."""
+    max_page_bytes: _builtins.int
+    """The byte cap of one page on this host: a page ends early (with `next_page_token`) before its
+    serialized runs would pass it; it holds at least one run.
+    """
     @_builtins.property
     def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Run]:
         """The page, newest run first."""
@@ -762,10 +767,11 @@ class ListRunsResponse(_message.Message):
         *,
         runs: _abc.Iterable[Global___Run] | None = ...,
         next_page_token: _builtins.str = ...,
+        max_page_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "runs", b"runs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_page_bytes", b"max_page_bytes", "next_page_token", b"next_page_token", "runs", b"runs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
