@@ -27,6 +27,7 @@ from tests.hardening.conftest import (
     ROOT,
     HostProcess,
     Proc,
+    checked,
     host_config,
     record,
     rogue_runs,
@@ -345,3 +346,10 @@ async def test_the_cli_sends_the_api_key_from_the_environment(probe: Probe) -> N
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     assert "plugin:test/rogue" in listed.stdout.replace("\n", "").replace("│", "").replace(" ", "")
+
+
+async def test_after_the_probes_the_ledger_is_whole(probe: Probe) -> None:
+    assert probe.host.alive() and "Traceback" not in probe.host.log_text()
+    await asyncio.sleep(0.5)
+    report = checked(probe.host.config["database"]["url"])
+    assert report.ok, "\n".join(map(str, report.problems))

@@ -130,3 +130,10 @@ async def test_a_burst_of_the_largest_inputs_gives_its_memory_back(
     after = process.memory_info().rss
     print(f"\nRSS base {base >> 20} MB, after the burst {peak >> 20} MB, settled {after >> 20} MB")
     assert after - base < 100 << 20, (base >> 20, peak >> 20, after >> 20)
+
+
+async def test_after_the_clients_the_ledger_is_whole(host: tuple[HostProcess, Proc]) -> None:
+    assert host[0].alive() and "Traceback" not in host[0].log_text()
+    await asyncio.sleep(0.5)
+    report = checked(host[0].config["database"]["url"])
+    assert report.ok, "\n".join(map(str, report.problems))

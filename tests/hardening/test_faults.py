@@ -170,6 +170,8 @@ async def test_postgresql_stopped_and_started_the_host_answers_typed_and_recover
             else:
                 raise AssertionError("the host did not recover after PostgreSQL came back")
         assert "Traceback" not in host.log_text()
+        report = checked(host.config["database"]["url"])
+        assert report.ok, "\n".join(map(str, report.problems))
     finally:
         host.kill(15)
         rogue.kill()
@@ -212,6 +214,12 @@ async def test_postgresql_down_mid_run_the_run_still_ends_once_it_is_back(
         )
         assert terminals[0][0] == 1
         assert "Traceback" not in host.log_text()
+        # known limit (docs/hardening.md): the results the outage lost leave a gap before the terminal
+        report = checked(
+            host.config["database"]["url"],
+            known=lambda p: p.check == "ledger-gaps" and p.subject == held["run_id"],
+        )
+        assert report.ok, "\n".join(map(str, report.problems))
     finally:
         host.kill(15)
         rogue.kill()
@@ -252,6 +260,10 @@ async def test_a_full_artifact_disk_refuses_typed_and_recovers(
             small.event.input.attachments.add(name="s.bin", content=b"y" * (512 << 10))
             assert status([u async for u in stub.Run(small, timeout=30)]) == common_pb2.RUN_STATUS_COMPLETED
         assert "Traceback" not in host.log_text()
+        # known limit (docs/hardening.md): the refused run's row stays without its event until runs
+        # with attachments start in one step (the run path's issue); `db check` reports it
+        report = checked(db["url"], known=lambda p: p.check == "recorded-whole" and "evt-disk" in p.detail)
+        assert report.ok, "\n".join(map(str, report.problems))
     finally:
         host.kill(15)
         rogue.kill()

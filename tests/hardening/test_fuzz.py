@@ -21,7 +21,7 @@ from grpc_status import rpc_status
 from agentrunner.errors import DOMAIN
 from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
 from agentrunner.v1 import common_pb2
-from tests.hardening.conftest import Matrix, checked, run_to_end, soak_or
+from tests.hardening.conftest import Matrix, checked, record, run_to_end, soak_or
 from tests.hardening.fuzz import RequestFuzzer, service_methods
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -109,6 +109,7 @@ async def test_every_rpc_answers_fuzzed_requests_with_a_typed_status(
         for holder in holders:
             holder.cancel()
         await asyncio.gather(*holders, return_exceptions=True)
+    record("calls fuzzed", calls)
     codes = collections.Counter(code for (_, code, _), n in outcomes.items() for _ in range(n))
     print(
         f"\nfuzz: {calls} calls over {len({m for m, _, _ in outcomes})} RPCs in {elapsed:.1f}s: {dict(codes)}"

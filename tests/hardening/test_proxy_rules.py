@@ -147,6 +147,12 @@ async def test_list_runs_pages_are_capped_in_bytes(matrix_sqlite: Matrix, channe
     assert pages >= 2 and len(seen) == len(set(seen)) == 8
 
 
+async def test_after_the_runner_rules_the_ledger_is_whole(matrix_sqlite: Matrix) -> None:
+    await asyncio.sleep(0.5)
+    report = checked(matrix_sqlite.url)
+    assert report.ok, "\n".join(map(str, report.problems))
+
+
 # -- two replicas on one PostgreSQL database (item 16) ----------------------------------------------------
 
 
@@ -213,3 +219,6 @@ async def test_a_replica_refuses_what_only_the_replica_running_the_run_can_do(re
         assert updates[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED
         task_b.cancel()
         await asyncio.gather(task_b, return_exceptions=True)
+    await asyncio.sleep(0.5)
+    report = checked(ma.url, live_owners=("replica-a", "replica-b"))
+    assert report.ok, "\n".join(map(str, report.problems))
