@@ -275,10 +275,10 @@ async def test_a_burst_beyond_the_open_run_limit_is_refused_with_a_retry_delay_n
         refused = [delay for kind, delay in outcomes if kind.startswith("RESOURCE_EXHAUSTED")]
         assert refused and all(delay > 0 for delay in refused)
         assert len(refused) < burst
-        record("runs checked", burst)
+        record("runs checked", burst)  # every call: the accepted share depends on the machine's load
         runs = Matrix("burst", host, rogue, tmp_path).sql("SELECT status FROM runs")
         assert len(runs) == burst - len(refused)  # a refused run left nothing behind
-        report = checked(config["database"]["url"])
+        report = checked(config["database"]["url"], count_runs=False)
         assert report.ok, "\n".join(map(str, report.problems[:10]))
     finally:
         host.kill(15)
