@@ -10,10 +10,17 @@ from pathlib import Path
 
 def main(path: str) -> int:
     totals: collections.Counter[str] = collections.Counter()
+    keyed: dict[tuple[str, str], int] = {}
     file = Path(path)
     for line in file.read_text().splitlines() if file.exists() else []:
         entry = json.loads(line)
-        totals[entry["figure"]] += int(entry["count"])
+        if entry.get("key"):  # e.g. a database's runs, checked several times: counted once, its largest
+            slot = (entry["figure"], entry["key"])
+            keyed[slot] = max(keyed.get(slot, 0), int(entry["count"]))
+        else:
+            totals[entry["figure"]] += int(entry["count"])
+    for (figure, _), count in keyed.items():
+        totals[figure] += count
     width = max((len(k) for k in totals), default=0)
     print("hardening matrix:")
     for figure in sorted(totals):

@@ -36,13 +36,14 @@ def soak_or(fast: int, soak: int) -> int:
     return soak if SOAK else fast
 
 
-def record(figure: str, count: int) -> None:
+def record(figure: str, count: int, key: str = "") -> None:
     """Adds to one of the matrix's figures (calls fuzzed, faults injected, runs checked, problems found)
-    in `AGENTRUNNER_HARDENING_REPORT`, when set (`make soak` sums them: tools/hardening_report.py)."""
+    in `AGENTRUNNER_HARDENING_REPORT`, when set (`make soak` sums them: tools/hardening_report.py). With
+    a `key` (a database) the figure counts the key's largest value once, not every time it is recorded."""
     path = os.environ.get("AGENTRUNNER_HARDENING_REPORT")
     if path:
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"figure": figure, "count": count}) + "\n")
+            fh.write(json.dumps({"figure": figure, "count": count, "key": key}) + "\n")
 
 
 def checked(
@@ -57,8 +58,8 @@ def checked(
     report = check_integrity(url, live_owners=set(live_owners))
     limits = [p for p in report.problems if known is not None and known(p)]
     report.problems = [p for p in report.problems if p not in limits]
-    if count_runs:
-        record("runs checked", report.runs)
+    if count_runs:  # a database checked again later counts its runs once
+        record("runs checked", report.runs, key=url)
     record("problems found", len(report.problems))
     if limits:
         record("known limits met", len(limits))
