@@ -138,6 +138,18 @@ async def run(request_bytes: bytes, context: grpc.aio.ServicerContext):  # type:
         r.run_completed.message.content = "big usage"
         r.usage.extra.update({"blob": "u" * (int(arg or "1") * 1024)})
         yield wrap(r)
+    elif mode == "bad_artifacts":  # artifacts the store cannot take (the soak's fuzzer found them)
+        seq = 0
+        for uri, content, sha in (("ftp://example.org/a", b"", ""), ("", b"", ""), ("", b"body", "00" * 32)):
+            seq += 1
+            r = res(run_id, seq)
+            r.artifact_created.artifact.name = "a"
+            r.artifact_created.artifact.artifact_id = "" if uri else f"art-{seq}"
+            r.artifact_created.artifact.uri = uri
+            r.artifact_created.artifact.sha256 = sha
+            r.artifact_created.content = content
+            yield wrap(r)
+        yield done(run_id, seq + 1, "after bad artifacts")
     elif mode == "nan_struct":  # NaN inside a non-terminal result's Struct, then a clean end
         r = res(run_id, 1)
         r.run_log.text = "log"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 
 import structlog
@@ -27,6 +28,7 @@ from agentrunner_host.authz import STATE_SCOPE_NAMES, state_identity
 from agentrunner_host.boundary import ID_MAX_CHARS, repair_message, timestamp_in_range
 from agentrunner_host.observability import RESULTS, RESULTS_REJECTED
 from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.store.artifacts import check_http_uri
 
 log = structlog.get_logger("agentrunner_host.validation")
 
@@ -38,6 +40,26 @@ _DELTA_COUNTER = _RESULT_COUNTERS["message_delta"]
 _ANSWER = common_pb2.MESSAGE_KIND_ANSWER
 #: accepted `message.delta` results are added to the results counter this many at a time (and at the end)
 DELTA_METRIC_BATCH = 64
+
+
+def _artifact_problem(created: result_pb2.ArtifactCreated) -> str | None:
+    """The artifact store's rules (`ArtifactStore.register_created`), checked before the result is
+    numbered: a result the store would refuse is dropped here, never a failed write that ends the run
+    `host.store_error` with a gap in its ledger."""
+    ref = created.artifact
+    if not created.HasField("artifact"):
+        return "invalid_artifact"
+    if created.content:
+        if ref.sha256 and ref.sha256.lower() != hashlib.sha256(created.content).hexdigest():
+            return "invalid_artifact"
+        return None
+    if not ref.uri:  # neither a body nor a reference: nothing to store
+        return "invalid_artifact"
+    try:
+        check_http_uri(ref.uri)
+    except AgentRunnerError:
+        return "invalid_artifact"
+    return None
 
 
 @dataclasses.dataclass(slots=True)
@@ -249,12 +271,7 @@ class ResultValidator:
             self._open_tools.discard(done.tool_call_id)
             return None
         if kind == "artifact_created":
-            a = result.artifact_created
-            if not a.HasField("artifact") or not (a.artifact.artifact_id or a.content or a.artifact.uri):
-                return "invalid_artifact"
-            if a.artifact.uri.startswith("file:"):
-                return "invalid_artifact"
-            return None
+            return _artifact_problem(result.artifact_created)
         if kind == "state_updated":
             s = result.state_updated
             scope = STATE_SCOPE_NAMES.get(s.scope)
