@@ -170,7 +170,8 @@ def host_config(runner_address: str, database: dict[str, Any], **overrides: Any)
                 "id": "rogue-agent",
                 "runner_id": ROGUE_ID,
                 "event_types": ["*"],
-                "timeout_seconds": 60,
+                # the soak's 100,000-delta flood passed 60 s on the loaded machine (ended TIMEOUT, cleanly)
+                "timeout_seconds": soak_or(60, 600),
                 "runner_config": {},
                 "resource_policy": {
                     "tools": "*",
