@@ -66,6 +66,21 @@ def checked(
     return report
 
 
+#: every child process a test started: the ones a test (or a fixture that failed half-way, e.g. a host
+#: that did not start after its rogue runner did) left running are killed when the session ends
+_CHILDREN: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_child_outlives_the_session() -> Iterator[None]:
+    yield
+    for child in _CHILDREN:
+        if child.poll() is None:
+            child.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+
+
 class Proc:
     """A child process that prints `<marker> <address>` when ready; stderr goes to a file."""
 
@@ -88,6 +103,7 @@ class Proc:
             text=True,
             env={**os.environ, **(env or {})},
         )
+        _CHILDREN.append(self.popen)
         assert self.popen.stdout is not None
         ready, _, _ = select.select([self.popen.stdout], [], [], timeout)
         line = self.popen.stdout.readline() if ready else ""
