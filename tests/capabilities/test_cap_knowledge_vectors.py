@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from google.protobuf import json_format
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentrunner.v1 import proxy_service_pb2 as pb
-from agentrunner_host.capabilities import kb_vectors
+from agentrunner_host.capabilities import kb_ingest, kb_vectors
 from agentrunner_host.capabilities.knowledge import KnowledgeBaseConfig, KnowledgeService, fuse
 from agentrunner_host.store import migrate as store_db
 from agentrunner_host.store import sqlite_vec
@@ -82,6 +83,57 @@ async def test_vectors_live_in_the_extension_and_rank_on_both_backends(
                 (CORPUS_COPY / f.name).write_bytes(f.read_bytes())
         assert (await knowledge.ingest("docs", CORPUS_COPY)).removed == 1
         assert await vector_rows(engine) < report.chunks  # the removed document's vectors went with it
+        assert top_path(await retrieve(knowledge, models, "Ctrl+K palette")) != "keyboard-shortcuts.html"
+    finally:
+        await engine.dispose()
+
+
+async def index_counts(engine: AsyncEngine) -> tuple[int, int, int]:
+    """(documents, chunks, full-text rows: the chunks again on PostgreSQL, where it is an index)."""
+    async with engine.connect() as conn:
+        docs = (await conn.execute(sa.text("SELECT count(*) FROM kb_documents"))).scalar_one()
+        chunks = (await conn.execute(sa.text("SELECT count(*) FROM kb_chunks"))).scalar_one()
+        fts = chunks
+        if conn.dialect.name == "sqlite":
+            fts = (await conn.execute(sa.text("SELECT count(*) FROM kb_chunks_fts"))).scalar_one()
+    return docs, chunks, fts
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_batched_writes_report_each_file_once_committed_and_replace_across_batches(
+    backend, request, tmp_path: Path, models, monkeypatch
+) -> None:
+    monkeypatch.setattr(kb_ingest, "BATCH_FILES", 5)  # 12 files: batches of 5, 5 and 2
+    sync_url, async_url = urls(backend, request, tmp_path)
+    await asyncio.to_thread(store_db.upgrade, sync_url)
+    engine = create_async_engine(async_url)
+    src = tmp_path / "kb"
+    shutil.copytree(CORPUS, src)
+    progress: list[tuple[int, int, str, bool]] = []
+
+    async def step(done: int, total: int, rel: str) -> None:
+        async with engine.connect() as conn:  # another connection: sees only committed rows
+            stored = await conn.scalar(
+                sa.text("SELECT count(*) FROM kb_documents WHERE path = :p"), {"p": rel}
+            )
+        progress.append((done, total, rel, stored == 1))
+
+    try:
+        knowledge = service(engine, models)
+        report = await knowledge.ingest("docs", src, step)
+        assert [p[:2] for p in progress] == [(i, 12) for i in range(1, 13)] and all(p[3] for p in progress)
+        assert await index_counts(engine) == (12, report.chunks, report.chunks)
+        assert await vector_rows(engine) == report.chunks
+        # changed files in the first and the last batch, one gone from the middle one
+        (src / "api-rate-limits.md").write_text("# Limits\n\nThe quota resets at the aubergine hour.\n")
+        (src / "webhooks.md").write_text("# Hooks\n\nDeliveries are signed with a zucchini key.\n")
+        (src / "keyboard-shortcuts.html").unlink()
+        again = await knowledge.ingest("docs", src)
+        assert (again.updated, again.removed, again.unchanged, again.added) == (2, 1, 9, 0)
+        docs, chunks, fts = await index_counts(engine)
+        assert (docs, fts) == (11, chunks) and await vector_rows(engine) == chunks < report.chunks
+        assert top_path(await retrieve(knowledge, models, "aubergine quota")) == "api-rate-limits.md"
+        assert top_path(await retrieve(knowledge, models, "zucchini")) == "webhooks.md"
         assert top_path(await retrieve(knowledge, models, "Ctrl+K palette")) != "keyboard-shortcuts.html"
     finally:
         await engine.dispose()

@@ -6,43 +6,47 @@ sqlite-vec, pgvector) and retrieval fuses both rankings (reciprocal rank fusion)
 model fails, or the database has no vector extension (a Python whose SQLite cannot take sqlite-vec),
 retrieval answers with the full-text ranking alone and says so (`degraded_reason`); ingestion embeds
 with the model registry's retries and reports a document it could not embed without giving up the
-others. Files are read and chunked by `kb_documents`. Any other retriever (an external RAG service, a
+others. Files are read and chunked by `kb_documents` and written by `kb_ingest`. Any other retriever (an external RAG service, a
 plugin) plugs in behind `Retriever`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import datetime as dt
-import hashlib
-import inspect
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import (
-    JSON,
-    DateTime,
-    ForeignKey,
-    Integer,
-    String,
-    Text,
-    UniqueConstraint,
-    delete,
-    select,
-    text,
-)
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.orm import Mapped, mapped_column
 
 from agentrunner.errors import AgentRunnerError, InvalidArgumentError, NotFoundError
 from agentrunner_host.capabilities import kb_vectors
-from agentrunner_host.capabilities.kb_documents import SUPPORTED_SUFFIXES, chunk_text, parse_document
-from agentrunner_host.store.base import Base, table_of
+from agentrunner_host.capabilities.kb_ingest import Embedder, IngestReport, Progress, ingest_directory
+from agentrunner_host.capabilities.kb_tables import (
+    PG_TSV_EXPR,
+    KbChunk,
+    KbDocument,
+    create_knowledge_schema,
+)
+
+__all__ = [
+    "BuiltinRetriever",
+    "Embedder",
+    "ExternalKnowledgeBase",
+    "IngestReport",
+    "KnowledgeBaseConfig",
+    "KnowledgeService",
+    "Progress",
+    "RetrievedChunk",
+    "Retriever",
+    "create_knowledge_schema",
+    "fuse",
+    "ingest_directory",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -91,271 +95,12 @@ class Retriever(Protocol):
     async def retrieve(self, query: str, top_k: int, filters: Mapping[str, Any]) -> list[RetrievedChunk]: ...
 
 
-Embedder = Callable[[Sequence[str]], Awaitable[list[list[float]]]]
-Progress = Callable[[int, int, str], Any]
-
-
-@dataclasses.dataclass(slots=True)
-class IngestReport:
-    added: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    removed: int = 0
-    chunks: int = 0
-    skipped: list[str] = dataclasses.field(default_factory=list)
-    #: relative path -> why it was not (re)indexed this time (it is tried again on the next ingest)
-    failed: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: why documents were indexed without vectors although the knowledge base names a model
-    degraded_reason: str = ""
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Retrieval:
     """Chunks best first, and why the ranking is not the usual one (empty when it is)."""
 
     chunks: list[RetrievedChunk]
     degraded_reason: str = ""
-
-
-# --------------------------------------------------------------------------- tables
-
-
-class KbDocument(Base):
-    """One ingested file."""
-
-    __tablename__ = "kb_documents"
-    __table_args__ = (UniqueConstraint("kb_id", "path", name="uq_kb_documents_kb_id_path"),)
-
-    id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    kb_id: Mapped[str] = mapped_column(String(128), index=True)
-    path: Mapped[str] = mapped_column(String(1024))
-    title: Mapped[str] = mapped_column(String(512), default="")
-    mime_type: Mapped[str] = mapped_column(String(64))
-    sha256: Mapped[str] = mapped_column(String(64))
-    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
-
-
-class KbChunk(Base):
-    """One retrievable piece of a document, with its vector when the knowledge base has a model."""
-
-    __tablename__ = "kb_chunks"
-
-    id: Mapped[str] = mapped_column(String(80), primary_key=True)
-    kb_id: Mapped[str] = mapped_column(String(128), index=True)
-    document_id: Mapped[str] = mapped_column(
-        String(64), ForeignKey("kb_documents.id", ondelete="CASCADE"), index=True
-    )
-    seq: Mapped[int] = mapped_column(Integer)
-    title: Mapped[str] = mapped_column(String(512), default="")
-    content: Mapped[str] = mapped_column(Text)
-    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
-    #: the model of the chunk's vector (stored in `kb_vectors`), None when it has none
-    embedding_model: Mapped[str | None] = mapped_column(String(128), nullable=True)
-
-
-KNOWLEDGE_TABLES = [table_of(KbDocument), table_of(KbChunk)]
-
-# Kept identical to migration 0002_knowledge.
-SQLITE_FTS_DDL = (
-    "CREATE VIRTUAL TABLE IF NOT EXISTS kb_chunks_fts USING fts5("
-    "chunk_id UNINDEXED, kb_id UNINDEXED, title, content, tokenize='porter unicode61')"
-)
-PG_TSV_EXPR = (
-    "setweight(to_tsvector('english', coalesce(title, '')), 'A') || "
-    "setweight(to_tsvector('english', content), 'B')"
-)
-PG_GIN_DDL = f"CREATE INDEX IF NOT EXISTS ix_kb_chunks_tsv ON kb_chunks USING gin (({PG_TSV_EXPR}))"
-
-
-async def create_knowledge_schema(conn: AsyncConnection) -> None:
-    """Creates the knowledge tables and the full-text index (what migration 0002 does), for tests
-    and for hosts that run without Alembic."""
-    await conn.run_sync(lambda sync: Base.metadata.create_all(sync, tables=KNOWLEDGE_TABLES))
-    if conn.dialect.name == "sqlite":
-        await conn.execute(text(SQLITE_FTS_DDL))
-    elif conn.dialect.name == "postgresql":
-        await conn.execute(text(PG_GIN_DDL))
-    await kb_vectors.create_schema(conn)
-
-
-# --------------------------------------------------------------------------- ingestion
-
-
-async def ingest_directory(
-    db: AsyncEngine,
-    kb_id: str,
-    path: str | Path,
-    progress: Progress | None = None,
-    *,
-    embed: Embedder | None = None,
-    embedding_model: str = "",
-    chunk_chars: int = 800,
-) -> IngestReport:
-    """Syncs a knowledge base with the .txt/.md/.html files under `path`: new and changed files are
-    (re)chunked and indexed, unchanged ones skipped, vanished ones removed. `progress(done, total,
-    relative_path)` is called after each file (it may be async)."""
-    root = Path(path)
-    files = await asyncio.to_thread(_list_files, root)
-    report = IngestReport()
-    async with db.connect() as conn:
-        rows = (
-            await conn.execute(select(KbDocument.path, KbDocument.sha256).where(KbDocument.kb_id == kb_id))
-        ).all()
-        missing_vectors: set[str] = set()
-        if embed is not None:
-            missing_vectors = set(
-                (
-                    await conn.execute(
-                        select(KbDocument.path)
-                        .join(KbChunk, KbChunk.document_id == KbDocument.id)
-                        .where(KbDocument.kb_id == kb_id)
-                        .where(
-                            KbChunk.embedding_model.is_(None) | (KbChunk.embedding_model != embedding_model)
-                        )
-                    )
-                ).scalars()
-            )
-    known = {r.path: r.sha256 for r in rows}
-    seen: set[str] = set()
-    for done, file in enumerate(files, 1):
-        rel = file.relative_to(root).as_posix()
-        seen.add(rel)
-        data = await asyncio.to_thread(file.read_bytes)
-        digest = hashlib.sha256(data).hexdigest()
-        if known.get(rel) == digest and rel not in missing_vectors:
-            report.unchanged += 1
-        else:
-            try:
-                raw = data.decode("utf-8")
-            except UnicodeDecodeError:
-                raw = data.decode("latin-1")
-            title, body, meta = parse_document(file, raw)
-            chunks = chunk_text(body, chunk_chars)
-            try:
-                vectors = await _embed_all(embed, [f"{title}\n{c}" for c in chunks]) if embed else None
-            except AgentRunnerError as exc:  # after the registry's retries: this file waits for the next run
-                log.warning("kb_embed_failed", kb_id=kb_id, path=rel, reason=exc.reason, error=exc.message)
-                report.failed[rel] = f"{exc.reason}: {exc.message}"
-                vectors = None
-            if rel not in report.failed:
-                await _store_document(
-                    db, kb_id, rel, file, digest, title, meta, chunks, vectors, embedding_model
-                )
-                report.chunks += len(chunks)
-                if rel in known:
-                    report.updated += 1
-                else:
-                    report.added += 1
-        if progress is not None:
-            result = progress(done, len(files), rel)
-            if inspect.isawaitable(result):
-                await result
-    gone = [p for p in known if p not in seen]
-    if gone:
-        async with db.begin() as conn:
-            for rel in gone:
-                await _delete_document(conn, _document_id(kb_id, rel))
-        report.removed = len(gone)
-    log.info(
-        "kb_ingested",
-        kb_id=kb_id,
-        **{k: v for k, v in dataclasses.asdict(report).items() if k not in ("skipped", "failed")},
-        failed=len(report.failed),
-    )
-    return report
-
-
-def _list_files(root: Path) -> list[Path]:
-    if not root.is_dir():
-        raise InvalidArgumentError(f"{root} is not a directory", field="path")
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUPPORTED_SUFFIXES)
-
-
-async def _embed_all(embed: Embedder, texts: list[str], batch: int = 64) -> list[list[float]]:
-    out: list[list[float]] = []
-    for i in range(0, len(texts), batch):
-        out.extend(await embed(texts[i : i + batch]))
-    return out
-
-
-def _document_id(kb_id: str, rel: str) -> str:
-    return hashlib.sha256(f"{kb_id}\0{rel}".encode()).hexdigest()[:32]
-
-
-async def _delete_document(conn: AsyncConnection, doc_id: str) -> None:
-    chunk_ids = (await conn.execute(select(KbChunk.id).where(KbChunk.document_id == doc_id))).scalars().all()
-    await kb_vectors.delete(conn, list(chunk_ids))
-    if conn.dialect.name == "sqlite":
-        await conn.execute(
-            text(
-                "DELETE FROM kb_chunks_fts WHERE chunk_id IN (SELECT id FROM kb_chunks WHERE document_id = :d)"
-            ),
-            {"d": doc_id},
-        )
-    await conn.execute(delete(KbChunk).where(KbChunk.document_id == doc_id))
-    await conn.execute(delete(KbDocument).where(KbDocument.id == doc_id))
-
-
-async def _store_document(
-    db: AsyncEngine,
-    kb_id: str,
-    rel: str,
-    file: Path,
-    digest: str,
-    title: str,
-    meta: dict[str, Any],
-    chunks: list[str],
-    vectors: list[list[float]] | None,
-    embedding_model: str,
-) -> None:
-    doc_id = _document_id(kb_id, rel)
-    now = dt.datetime.now(dt.UTC)
-    doc_meta = {**meta, "title": title, "path": rel, "source": file.suffix.lower().lstrip(".")}
-    async with db.begin() as conn:
-        await _delete_document(conn, doc_id)
-        await conn.execute(
-            table_of(KbDocument)
-            .insert()
-            .values(
-                id=doc_id,
-                kb_id=kb_id,
-                path=rel,
-                title=title[:512],
-                mime_type=SUPPORTED_SUFFIXES[file.suffix.lower()],
-                sha256=digest,
-                metadata=doc_meta,
-                created_at=now,
-                updated_at=now,
-            )
-        )
-        rows = [
-            {
-                "id": f"{doc_id}:{seq}",
-                "kb_id": kb_id,
-                "document_id": doc_id,
-                "seq": seq,
-                "title": title[:512],
-                "content": content,
-                "metadata": {"seq": seq},
-                "embedding_model": embedding_model if vectors else None,
-            }
-            for seq, content in enumerate(chunks)
-        ]
-        if rows:
-            await conn.execute(table_of(KbChunk).insert(), rows)
-            if vectors:
-                pairs = [(str(row["id"]), vectors[seq]) for seq, row in enumerate(rows)]
-                await kb_vectors.store(conn, kb_id, embedding_model, pairs)
-            if conn.dialect.name == "sqlite":
-                await conn.execute(
-                    text(
-                        "INSERT INTO kb_chunks_fts (chunk_id, kb_id, title, content) "
-                        "VALUES (:id, :kb_id, :title, :content)"
-                    ),
-                    [{k: r[k] for k in ("id", "kb_id", "title", "content")} for r in rows],
-                )
 
 
 # --------------------------------------------------------------------------- retrieval
