@@ -13,6 +13,10 @@ import grpc
 import pytest
 from google.protobuf import json_format
 from google.rpc import error_details_pb2
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from agentrunner.errors import (
     DeadlineExceededError,
@@ -22,6 +26,7 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import common_pb2
 from agentrunner.v1 import proxy_service_pb2 as pb
+from agentrunner_host import observability
 from agentrunner_host.capabilities.models import ModelConfig, ModelRegistry
 from agentrunner_host.capabilities.retry import RetryConfig
 from tests.capabilities.conftest import ALL_MODEL_OPS, make_proxy, make_snapshot
@@ -247,4 +252,78 @@ async def test_the_retry_budget_is_per_provider(openai_mock) -> None:
     openai_mock.state.script({"status": 500})
     assert (await invoke(models, "twin")).message.content == "echo: hi"  # retried again
     assert len(openai_mock.state.attempts()) == 3 + 3 + 2
+    await models.aclose()
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    """Spans recorded as a deployment's provider would (the host's own records nothing)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(observability, "tracer", provider.get_tracer("test"))
+    monkeypatch.setattr(observability, "recording", lambda: True)
+    return exporter
+
+
+def attempt_spans(exporter: InMemorySpanExporter, call: str) -> tuple[ReadableSpan, list[ReadableSpan]]:
+    (parent,) = [s for s in exporter.get_finished_spans() if s.name == call]
+    children = [
+        s for s in exporter.get_finished_spans() if s.parent and s.parent.span_id == parent.context.span_id
+    ]
+    return parent, sorted(children, key=lambda s: s.start_time or 0)
+
+
+async def test_each_attempt_is_a_child_span_with_its_reason_and_the_delay_it_honoured(
+    openai_mock, spans: InMemorySpanExporter
+) -> None:
+    secret = "sk-attempt-span-secret-0042"
+    base = openai_mock.base_url
+    models = ModelRegistry(
+        [
+            ModelConfig(id="chat", base_url=base, model="mock-chat", api_key_env="K", retry=POLICY),
+            ModelConfig(id="embed", kind="openai-embedding", base_url=base, model="e", api_key_env="K",
+                        retry=POLICY),
+        ],
+        environ={"K": secret},
+    )  # fmt: skip
+    # a provider that quotes the key back in its error text (some do, masked or not)
+    openai_mock.state.script(
+        {"status": 429, "retry_after_ms": 250, "error_message": f"rate limited for key {secret}"},
+        {"chunks": ["af", "ter"]},
+    )
+    assert await stream_text(models) == "after"
+    assert len(openai_mock.state.attempts()) == 2
+    assert openai_mock.state.requests[0]["headers"]["authorization"] == f"Bearer {secret}"
+    call, (first, second) = attempt_spans(spans, "agentrunner.model/chat_stream")
+    assert call.attributes["agentrunner.retry.attempts"] == 2
+    assert (first.name, first.attributes["agentrunner.retry.attempt"]) == ("agentrunner.model/attempt", 1)
+    assert first.status.status_code == StatusCode.ERROR and first.attributes["error.type"] == "RATE_LIMITED"
+    assert first.attributes["http.response.status_code"] == 429
+    assert first.attributes["agentrunner.retry.retry_after_s"] == pytest.approx(0.25)
+    assert first.attributes["agentrunner.retry.delay_s"] == 0.0
+    assert (
+        second.attributes["agentrunner.retry.attempt"] == 2 and second.status.status_code == StatusCode.UNSET
+    )
+    assert second.attributes["agentrunner.retry.delay_s"] == pytest.approx(0.25)  # Retry-After, not backoff
+    assert second.attributes["agentrunner.retry.delay_source"] == "retry-after"
+    assert (second.start_time - first.end_time) / 1e9 >= 0.25
+    # the same on embeddings, with the backoff as the delay when the provider gives none
+    openai_mock.state.script_embeddings({"status": 503})
+    assert len((await models.embed("embed", ["a"]))[0]) > 0
+    _, (failed, retried) = attempt_spans(spans, "agentrunner.model/embed")
+    assert (
+        failed.attributes["error.type"] == "RUNTIME_ERROR"
+        and "agentrunner.retry.retry_after_s" not in failed.attributes
+    )
+    assert retried.attributes["agentrunner.retry.delay_source"] == "backoff"
+    assert 0.15 <= retried.attributes["agentrunner.retry.delay_s"] <= 0.2  # 0.2 s minus up to 25 % jitter
+    openai_mock.state.script({"status": 401, "error_message": f"Incorrect API key provided: {secret}."})
+    with pytest.raises(RuntimeFailureError) as err:
+        await invoke(models)
+    assert secret not in str(err.value) and "Incorrect API key provided: [redacted]." in err.value.message
+    for span in spans.get_finished_spans():  # no secret anywhere: attributes, status, events
+        texts = [str(v) for v in (span.attributes or {}).values()] + [span.status.description or ""]
+        texts += [str(e.attributes) + e.name for e in span.events]
+        assert not [t for t in texts if secret in t], span.name
     await models.aclose()

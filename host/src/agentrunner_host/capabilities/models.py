@@ -44,6 +44,7 @@ from agentrunner_host.observability import MODEL_CALL_DURATION, count_tokens, ob
 
 if TYPE_CHECKING:
     import openai
+    from opentelemetry.trace import Span
 
 log = structlog.get_logger(__name__)
 
@@ -228,9 +229,14 @@ class ModelRegistry:
         return client, ({} if key else {"Authorization": package.Omit()})
 
     async def _call(
-        self, config: ModelConfig, deadline: float | None, attempt: Callable[[float], Awaitable[Any]]
+        self,
+        config: ModelConfig,
+        deadline: float | None,
+        attempt: Callable[[float], Awaitable[Any]],
+        span: Span,
     ) -> Any:
-        """One provider call with retries; the package's errors become typed ones."""
+        """One provider call with retries (each a child span of the call's `span`); the package's
+        errors become typed ones."""
 
         async def once(left: float | None) -> Any:
             budget = _attempt_budget(config, left)
@@ -241,7 +247,9 @@ class ModelRegistry:
                 raise attempt_error(exc, config.id) from None
 
         stats = self.last_stats[config.id] = CallStats()
-        return await self._retriers[config.id].call(once, deadline=deadline, stats=stats)
+        return await self._retriers[config.id].call(
+            once, deadline=deadline, stats=stats, span=span, span_name="agentrunner.model"
+        )
 
     async def _record(self, run_id: str | None, model_id: str, usage: common_pb2.Usage) -> None:
         count_tokens(model_id, usage.prompt_tokens, usage.completion_tokens)
@@ -349,8 +357,8 @@ class ModelRegistry:
         async def attempt(budget: float) -> Any:
             return await client.chat.completions.create(**args, extra_headers=headers, timeout=budget)
 
-        with _observed(config, "chat"):
-            data = await self._call(config, _deadline(time_remaining), attempt)
+        with _observed(config, "chat") as span:
+            data = await self._call(config, _deadline(time_remaining), attempt, span)
         if not getattr(data, "choices", None):
             raise RuntimeFailureError(
                 f"model {model_id}: provider answer has no choices", metadata={"modelId": model_id}
@@ -415,9 +423,10 @@ class ModelRegistry:
                     await asyncio.shield(upstream.close())
                 raise
 
-        with _observed(config, "chat_stream"):  # until the last chunk, or the consumer goes away
+        with _observed(config, "chat_stream") as span:  # until the last chunk, or the consumer goes away
             try:
-                events, ends, assembler, first = await self._call(config, _deadline(time_remaining), attempt)
+                deadline = _deadline(time_remaining)
+                events, ends, assembler, first = await self._call(config, deadline, attempt, span)
                 for piece in first:
                     yield proxy_service_pb2.StreamModelResponse(chunk=piece)
                 while True:
@@ -471,8 +480,8 @@ class ModelRegistry:
                 "/rerank", cast_to=object, body=body, options={"headers": headers, "timeout": budget}
             )
 
-        with _observed(config, "rerank"):
-            data = await self._call(config, _deadline(time_remaining), attempt)
+        with _observed(config, "rerank") as span:
+            data = await self._call(config, _deadline(time_remaining), attempt, span)
         data = data if isinstance(data, Mapping) else {}
         out: list[tuple[int, float]] = []
         for item in data.get("results") or data.get("data") or []:
@@ -498,8 +507,8 @@ class ModelRegistry:
                 extra_body=dict(config.extra_args), extra_headers=headers, timeout=budget,
             )  # fmt: skip
 
-        with _observed(config, "embed"):
-            data = await self._call(config, _deadline(time_remaining), attempt)
+        with _observed(config, "embed") as span:
+            data = await self._call(config, _deadline(time_remaining), attempt, span)
         items = sorted(data.data or [], key=lambda d: d.index or 0)
         if len(items) != len(texts):
             raise RuntimeFailureError(

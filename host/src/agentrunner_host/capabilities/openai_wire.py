@@ -115,13 +115,20 @@ def content_text(content: Any) -> str:
 
 
 def _detail(exc: openai.APIStatusError) -> str:
+    """The provider's error text, without the API key the request carried (providers quote it back:
+    "Incorrect API key provided: sk-..."), for errors, logs and spans."""
     body = exc.body
+    detail = exc.message or "no detail"
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         message = inner.get("message") if isinstance(inner, Mapping) else inner
         if message:
-            return str(message)[:300]
-    return (exc.message or "no detail")[:300]
+            detail = str(message)
+    authorization = exc.response.request.headers.get("authorization", "")
+    key = authorization.removeprefix("Bearer ").strip()
+    if len(key) >= 8 and key != "none":
+        detail = detail.replace(key, "[redacted]")
+    return detail[:300]
 
 
 def status_error(exc: openai.APIStatusError, model_id: str) -> AgentRunnerError | Transient:

@@ -11,8 +11,14 @@ provider that is down is not hammered by every run at once. When retries end, th
 attempt's typed error with the delay the provider asked for (or the backoff that would have come next)
 as `retry_delay`, sent to runners as `google.rpc.RetryInfo`.
 
-`tenacity` runs the loop (imported at the first call: the config types here are imported by every
-process that reads a host config); this module supplies the wait, stop and bookkeeping.
+Each attempt is a child span of the call's span (`<call span name>/attempt`): its number, the delay
+honoured before it and where that delay came from (the provider's Retry-After or the backoff), and,
+when it failed, the ErrorInfo reason, the HTTP status and the Retry-After the provider sent. Never the
+error text, a header or the request: provider messages may echo what the host sent.
+
+`tenacity` runs the loop (imported at the first call, like the tracing helpers: the config types here
+are imported by every process that reads a host config); this module supplies the wait, stop and
+bookkeeping.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentrunner.errors import AgentRunnerError
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
     from tenacity import RetryCallState
 
 log = structlog.get_logger(__name__)
@@ -124,6 +131,8 @@ class CallStats:
 
     attempts: int = 0
     waits: list[float] = dataclasses.field(default_factory=list)
+    #: where each wait came from: "retry-after" (the provider asked) or "backoff"
+    wait_sources: list[str] = dataclasses.field(default_factory=list)
 
 
 class Retrier:
@@ -146,10 +155,13 @@ class Retrier:
         *,
         deadline: float | None,
         stats: CallStats | None = None,
+        span: Span | None = None,
+        span_name: str = "agentrunner.provider",
     ) -> T:
         """`attempt(time_left)` until it returns, raises a non-`Transient` error, or the policy stops;
         `deadline` is a `time.monotonic()` instant (None: unbounded). A `Transient` that ends the retries
-        is raised as its typed error with `retry_delay` set."""
+        is raised as its typed error with `retry_delay` set. Attempts are spans `<span_name>/attempt`,
+        children of `span` (the call's; the current one when None), which gets the attempt count."""
         from tenacity import AsyncRetrying, retry_if_exception_type
 
         stats = stats if stats is not None else CallStats()
@@ -160,6 +172,7 @@ class Retrier:
             exc = state.outcome.exception() if state.outcome else None
             delay = exc.retry_after if isinstance(exc, Transient) else None
             next_wait[0] = delay if delay is not None else self.backoff(state.attempt_number)
+            stats.wait_sources.append("backoff" if delay is None else "retry-after")
             return next_wait[0]
 
         def stop(state: RetryCallState) -> bool:
@@ -179,10 +192,12 @@ class Retrier:
         async def one() -> T:
             stats.attempts += 1
             left = None if deadline is None else deadline - time.monotonic()
+            attempt_span = _attempt_span(span, f"{span_name}/attempt", stats)
             try:
                 result = await attempt(left)
             except Transient as exc:
                 self.budget.failed()
+                _failed(attempt_span, exc.error, exc.retry_after)
                 log.info(
                     "provider_attempt_failed",
                     provider=self.what,
@@ -192,6 +207,14 @@ class Retrier:
                     retry_after=exc.retry_after,
                 )
                 raise
+            except asyncio.CancelledError:
+                attempt_span.set_attribute("agentrunner.retry.cancelled", True)
+                raise
+            except BaseException as exc:
+                _failed(attempt_span, exc, None)
+                raise
+            finally:
+                attempt_span.end()
             self.budget.succeeded()
             return result
 
@@ -209,3 +232,37 @@ class Retrier:
             error.retry_delay = next_wait[0] if exc.retry_after is None else exc.retry_after
             error.metadata["attempts"] = str(stats.attempts)
             raise error from None
+        finally:
+            if span is not None:
+                span.set_attribute("agentrunner.retry.attempts", stats.attempts)
+
+
+def _attempt_span(parent: Span | None, name: str, stats: CallStats) -> Span:
+    """The span of attempt `stats.attempts`, with the wait honoured before it (0 for the first)."""
+    from opentelemetry import trace
+
+    from agentrunner_host.observability import start_span
+
+    context = trace.set_span_in_context(parent) if parent is not None else None
+    span = start_span(name, context, trace.SpanKind.INTERNAL)
+    span.set_attribute("agentrunner.retry.attempt", stats.attempts)
+    retried = stats.attempts > 1 and len(stats.waits) >= stats.attempts - 1
+    span.set_attribute("agentrunner.retry.delay_s", stats.waits[-1] if retried else 0.0)
+    if retried and stats.wait_sources:
+        span.set_attribute("agentrunner.retry.delay_source", stats.wait_sources[-1])
+    return span
+
+
+def _failed(span: Span, error: BaseException, provider_delay: float | None) -> None:
+    """Marks a failed attempt: the reason (never the message: a provider may echo what it was sent),
+    the HTTP status when there was an answer, the delay the provider asked for."""
+    from opentelemetry import trace
+
+    reason = getattr(error, "reason", "") or type(error).__name__
+    span.set_attribute("error.type", reason)
+    status = str(getattr(error, "metadata", {}).get("httpStatus", ""))
+    if status.isdigit():
+        span.set_attribute("http.response.status_code", int(status))
+    if provider_delay is not None:
+        span.set_attribute("agentrunner.retry.retry_after_s", provider_delay)
+    span.set_status(trace.Status(trace.StatusCode.ERROR, reason))
