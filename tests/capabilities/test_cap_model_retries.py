@@ -139,6 +139,33 @@ async def test_500_then_success_backs_off_with_jitter_on_every_endpoint(openai_m
     await models.aclose()
 
 
+@pytest.mark.parametrize("endpoint", ["embeddings", "rerank"])
+async def test_embeddings_and_rerank_honour_retry_after_and_end_rate_limited_with_its_delay(
+    openai_mock, endpoint: str
+) -> None:
+    models = registry(openai_mock)
+    script = (
+        openai_mock.state.script_embeddings if endpoint == "embeddings" else openai_mock.state.script_rerank
+    )
+
+    async def call() -> object:
+        if endpoint == "embeddings":
+            return await models.embed("embed", ["a b"])
+        return await models.rerank("rerank", "reset password", ["x", "reset password"])
+
+    script({"status": 429, "retry_after_ms": 300})
+    assert await call()
+    (gap,) = gaps(openai_mock.state.attempts(endpoint))
+    assert 0.3 <= gap < 0.6  # the provider's 300 ms, not the 200 ms backoff
+    openai_mock.state.reset()
+    script({"status": 429, "retry_after": "1", "times": 0, "error_message": "quota"})
+    with pytest.raises(RateLimitedError) as err:
+        await call()
+    assert len(openai_mock.state.attempts(endpoint)) == 3 and err.value.metadata["attempts"] == "3"
+    assert err.value.retryable and err.value.retry_delay == 1.0 and "quota" in err.value.message
+    await models.aclose()
+
+
 async def test_a_connection_dropped_before_the_first_token_is_retried_invisibly(openai_mock) -> None:
     models = registry(openai_mock)
     openai_mock.state.script(
