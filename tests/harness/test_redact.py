@@ -56,3 +56,21 @@ def test_mcp_server_secrets_are_masked_for_either_header_spelling_and_secret_env
     assert "secret" not in out
     assert out.count(MASK) == 3
     assert "C.UTF-8" in out
+
+
+def test_struct_strings_are_masked_in_place_at_any_depth() -> None:
+    from google.protobuf import json_format, struct_pb2
+
+    value = struct_pb2.Struct()
+    value.update(
+        {
+            "command": "curl -H 'Authorization: Bearer abcdefabcdef0123456789'",
+            "n": 3,
+            "nested": {"list": ["tok-secret-value-123456", 1, {"x": "OPENAI_API_KEY=sk-abc0123456789xyz"}]},
+        }
+    )
+    redactor = Redactor(["tok-secret-value-123456"])
+    redactor.struct(value)
+    text = str(json_format.MessageToDict(value))
+    assert "abcdefabcdef0123456789" not in text and "tok-secret-value-123456" not in text
+    assert "sk-abc0123456789xyz" not in text and json_format.MessageToDict(value)["n"] == 3

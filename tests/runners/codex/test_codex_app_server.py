@@ -279,3 +279,32 @@ async def test_image_attachments_go_to_the_first_turn_as_local_images(host: Host
     assert out.completed
     (call,) = fake.invocations()
     assert call["inputs"] == ["text", "localImage"]
+
+
+async def test_ask_without_steering_answers_by_the_workspace_policy(host: HostDouble, fake: Fake) -> None:
+    out = await run(host, fake, "approve", config={"approvals": "ask"}, apis={"steering_pull": False})
+    assert out.text == "decisions: command=decline, inside=accept, outside=decline"
+    assert out.of_type("interaction.requested") == []
+    assert any("needs steering" in r.run_log.text for r in out.of_type("run.log"))
+
+
+async def test_a_question_shows_the_command_redacted(host: HostDouble, fake: Fake) -> None:
+    handle = await host.start_run(
+        CodexRunner,
+        "approve",
+        config=fake.config(approvals="ask", **{"approval-timeout": 1}),
+    )
+    out = await handle.wait(30)
+    asked = [r.interaction_requested.interaction for r in out.of_type("interaction.requested")]
+    assert len(asked) == 3 and "rm -rf /tmp/x" in asked[0].description
+    assert all("SECRETSECRET" not in a.description + a.fallback_text for a in asked)
+    assert "SECRETSECRET" not in str(out.results)  # nor in the tool call that shows the command
+    assert out.completed
+
+
+async def test_an_answer_after_its_turn_ended_is_acknowledged_not_a_failure(
+    host: HostDouble, fake: Fake
+) -> None:
+    out = await run(host, fake, "", interaction={"interaction_id": "int_late", "action_id": "confirm"})
+    assert out.completed and "after the Codex turn that asked for it had ended" in out.text
+    assert fake.invocations() == []

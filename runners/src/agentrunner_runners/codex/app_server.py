@@ -95,15 +95,22 @@ class AppServerTurn:
         self.config = run.config
         assert run.workspace is not None
         self.workspace = run.workspace.directory
-        ask = None
-        if self.config.approvals == "ask":
-            ask = functools.partial(self._ask)
-        self.approvals = Approvals(self.config.approvals, self.workspace, ask)
+        policy = self.config.approvals
+        if policy == "ask" and not run.ctx.context.available_apis.steering_pull:
+            # the answer reaches an open run only as steering input: without it nobody could answer
+            log.warning("codex.ask_without_steering", run_id=run.ctx.run_id)
+            policy = "workspace"
+        self.asking = policy == "ask"
+        self.approvals = Approvals(policy, self.workspace, self._ask if policy == "ask" else None)
         self.handlers: set[asyncio.Task[None]] = set()
 
     async def _ask(self, title: str, description: str) -> bool | None:
+        # what Codex wants to run can carry a secret it read: the user sees it redacted
         answer = await confirm(
-            self.run.ctx, title, description=description, timeout=self.config.approval_timeout
+            self.run.ctx,
+            title,
+            description=self.run.redactor(description),
+            timeout=self.config.approval_timeout,
         )
         if answer is None:
             await self.run.ctx.log(
@@ -112,6 +119,12 @@ class AppServerTurn:
         return answer
 
     async def results(self) -> AsyncIterator[result_pb2.RunResult]:
+        if self.config.approvals == "ask" and not self.asking:
+            yield results.log(
+                "approvals: ask needs steering (the answer comes back into the open run); "
+                "this run answers by the workspace policy",
+                "warning",
+            )
         run, config = self.run, self.config
         spec = ProcessSpec(
             argv=invocation.app_server_args(config), cwd=self.workspace, env=run.codex_env(), stdin=None
@@ -165,7 +178,9 @@ class AppServerTurn:
             except RpcError as exc:
                 log.warning("codex.resume_rejected", thread_id=run.thread_id, code=exc.code)
                 await run.ctx.log(
-                    f"Codex could not resume thread {run.thread_id} ({exc.message[:200]}); starting a new one",
+                    run.redactor(
+                        f"Codex could not resume thread {run.thread_id} ({exc.message[:200]}); starting a new one"
+                    ),
                     "warning",
                 )
         try:
@@ -221,7 +236,17 @@ class AppServerTurn:
             item = incoming.params.get("item")
             if isinstance(item, dict):
                 self.approvals.saw_item(item)
-        return self.stream.notify(incoming.method, incoming.params)
+        out = self.stream.notify(incoming.method, incoming.params)
+        redact = self.run.redactor
+        for result in out:  # what Codex ran and saw can carry a secret (a command with a token)
+            if result.HasField("run_log"):
+                result.run_log.text = redact(result.run_log.text)
+            elif result.HasField("tool_call_started"):
+                redact.struct(result.tool_call_started.parameters)
+            elif result.HasField("tool_call_completed"):
+                redact.struct(result.tool_call_completed.result_preview)
+                result.tool_call_completed.error_message = redact(result.tool_call_completed.error_message)
+        return out
 
     async def _interrupt(self, conn: RpcConnection) -> None:
         """`turn/interrupt`, then the notifications until Codex confirms (at most `INTERRUPT_GRACE`)."""

@@ -17,6 +17,11 @@ from agentrunner_runners.testing.fake_codex_app import (
     start_grandchild,
 )
 
+#: the command `approve` asks to run: it carries a credential the runner must not show anyone
+SECRET_COMMAND = (
+    "curl -H 'Authorization: Bearer sk-proj-SECRETSECRETSECRET1234' https://example.invalid; rm -rf /tmp/x"
+)
+
 
 class Turn:
     """Emits one turn's notifications on `wire`."""
@@ -124,7 +129,7 @@ def _approve(t: Turn) -> str:
     wire = t.wire
     command = {
         "type": "commandExecution",
-        "command": "rm -rf /tmp/x",
+        "command": SECRET_COMMAND,
         "cwd": os.getcwd(),
         "commandActions": [],
     }
@@ -135,7 +140,7 @@ def _approve(t: Turn) -> str:
             "threadId": wire.thread,
             "turnId": wire.turn,
             "itemId": cmd,
-            "command": "rm -rf /tmp/x",
+            "command": SECRET_COMMAND,
             "cwd": os.getcwd(),
             "reason": "needs to delete files outside the sandbox",
         },

@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from google.protobuf import struct_pb2
+
 from agentrunner.protocol import is_sensitive_variable
 
 MASK = "[REDACTED]"
@@ -82,6 +84,21 @@ class Redactor:
         for pattern in _PATTERNS:
             text = pattern.sub(_mask_match, text)
         return _ASSIGNMENT.sub(_mask_assignment, text)
+
+    def struct(self, value: struct_pb2.Struct) -> None:
+        """Masks every string inside a `Struct` in place (tool-call parameters, result previews)."""
+        for item in value.fields.values():
+            self._value(item)
+
+    def _value(self, value: struct_pb2.Value) -> None:
+        kind = value.WhichOneof("kind")
+        if kind == "string_value":
+            value.string_value = self(value.string_value)
+        elif kind == "struct_value":
+            self.struct(value.struct_value)
+        elif kind == "list_value":
+            for item in value.list_value.values:
+                self._value(item)
 
 
 def _mask_match(match: re.Match[str]) -> str:

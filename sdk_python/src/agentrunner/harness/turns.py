@@ -3,7 +3,8 @@
 - `HarnessRunner`: the runner class of a harness: `run_class(ctx).results()` per run, the manifest in
   `manifest.yaml` next to the runner's module.
 - `HarnessRun`: one object per run with the stages `prepare` → `turn` per message (the first, then
-  steering follow-ups through `steered_turns`); an empty message is `<prefix>.empty_input`; a
+  steering follow-ups through `steered_turns`); an empty message is `<prefix>.empty_input` (an
+  interaction answer that arrives after the turn that asked ended is acknowledged instead); a
   `RunnerFailure` raised inside a turn becomes its `run.failed` (with the usage it carries); the
   terminal result goes out after everything the run started is stopped and removed.
 - `json_records`: a harness process's stdout as parsed JSON objects, until it closes stdout; the run
@@ -73,6 +74,14 @@ class HarnessRun:
 
     async def results(self) -> AsyncIterator[result_pb2.RunResult]:
         prompt = self.ctx.input.to_text().strip()
+        if not prompt and not self.ctx.input.attachments and self.ctx.input.interaction is not None:
+            # the answer to a question a turn asked (`agentrunner.harness.asking`) that came after that
+            # turn ended: the host started a run for it; nothing is waiting for it any more
+            yield results.message(
+                f"That answer came after the {self.label} turn that asked for it had ended; nothing was done with it."
+            )
+            yield results.completed()
+            return
         if not prompt and not self.ctx.input.attachments:
             yield results.failed(
                 f"{self.prefix}.empty_input",
