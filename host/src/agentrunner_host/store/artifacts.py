@@ -3,6 +3,12 @@
 Bodies up to `inline_max_bytes` live in the database; larger ones in `directory/<sha[:2]>/<sha>`
 (written atomically before the row commits). An artifact row owns a conversation and run; the blob is
 shared by identical bodies and deleted with its last artifact by `cleanup_expired`.
+
+Every write takes two steps: a `PreparedArtifact` (checks, decoding, a large body written to its file;
+no database) and its rows (`insert_prepared_sync`, in the caller's transaction). The run start prepares
+its attachments before its one transaction, so a refused attachment records nothing and the
+transaction only inserts rows. A body file whose transaction then failed stays in the directory, named
+by its sha256 (a retry of the same body reuses it).
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, exists
+from sqlalchemy import delete, exists, inspect
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.errors import (
@@ -33,9 +41,9 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import common_pb2, host_service_pb2, proxy_service_pb2, result_pb2
 from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import (
     UnitOfWork,
-    dialect_insert,
     dict_to_struct,
     from_timestamp,
     new_id,
@@ -75,7 +83,7 @@ def check_http_uri(uri: str, field: str = "uri") -> None:
 
 
 def check_attachment(attachment: host_service_pb2.InputAttachment, cap: int, where: str) -> None:
-    """The checks `ArtifactStore.register_attachment` makes, before anything is written: a run start
+    """The checks `ArtifactStore.prepare_attachment` makes, before anything is written: a run start
     never fails half-way on an attachment."""
     kind = attachment.WhichOneof("source")
     if kind == "content":
@@ -112,6 +120,39 @@ def decode_data_url(url: str, cap: int) -> tuple[bytes, str]:
     if len(data) > cap:
         raise PayloadTooLargeError(f"attachment exceeds the {cap}-byte cap", metadata={"capBytes": cap})
     return data, mime
+
+
+#: (attribute, column) of every artifact column (`meta` is the column `metadata`)
+_ARTIFACT_COLUMNS = tuple((attr.key, attr.columns[0].key) for attr in inspect(ArtifactRow).column_attrs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PreparedArtifact:
+    """An artifact ready to be written in a caller's transaction: its row (not added to any session),
+    the blob row of a body kept in the database or in its file (None for a reference), and the
+    reference the run context and results name it by."""
+
+    row: ArtifactRow
+    blob: dict[str, Any] | None
+    ref: common_pb2.ArtifactRef
+
+
+def insert_prepared_sync(conn: Connection, prepared: PreparedArtifact) -> None:
+    """The rows of a prepared artifact, in the caller's transaction (the blob row unless the same body
+    is stored already)."""
+    if prepared.blob is not None:
+        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        conn.execute(
+            insert(table_of(ArtifactBlobRow))
+            .values(**prepared.blob)
+            .on_conflict_do_nothing(index_elements=["sha256"])
+        )
+    row = prepared.row
+    conn.execute(
+        table_of(ArtifactRow)
+        .insert()
+        .values({column: getattr(row, attr) for attr, column in _ARTIFACT_COLUMNS})
+    )
 
 
 class ArtifactStore:
@@ -166,19 +207,8 @@ class ArtifactStore:
         metadata: Mapping[str, Any] | None = None,
         session: AsyncSession | None = None,
     ) -> common_pb2.ArtifactRef:
-        if len(data) > self.limits.max_bytes:
-            raise PayloadTooLargeError(
-                f"artifact of {len(data)} bytes exceeds the {self.limits.max_bytes}-byte cap",
-                metadata={"capBytes": self.limits.max_bytes},
-            )
-        sha = hashlib.sha256(data).hexdigest()
-        in_db = len(data) <= self.limits.inline_max_bytes
-        if not in_db:
-            await asyncio.to_thread(self._write_file, sha, data)
-        return await self._insert(
-            sha,
-            len(data),
-            data if in_db else None,
+        prepared = await self._prepare_bytes(
+            data,
             source=source,
             conversation_id=conversation_id,
             run_id=run_id,
@@ -188,8 +218,29 @@ class ArtifactStore:
             summary=summary,
             expires_at=expires_at,
             metadata=metadata,
-            session=session,
         )
+        return await self._write(prepared, session)
+
+    async def _prepare_bytes(self, data: bytes, **fields: Any) -> PreparedArtifact:
+        """A body capped at `max_bytes`: kept for the database up to `inline_max_bytes`, else written to
+        its file now."""
+        if len(data) > self.limits.max_bytes:
+            raise PayloadTooLargeError(
+                f"artifact of {len(data)} bytes exceeds the {self.limits.max_bytes}-byte cap",
+                metadata={"capBytes": self.limits.max_bytes},
+            )
+        sha = hashlib.sha256(data).hexdigest()
+        in_db = len(data) <= self.limits.inline_max_bytes
+        if not in_db:
+            await asyncio.to_thread(self._write_file, sha, data)
+        return self._prepared(sha, len(data), data if in_db else None, **fields)
+
+    async def _write(
+        self, prepared: PreparedArtifact, session: AsyncSession | None
+    ) -> common_pb2.ArtifactRef:
+        async with self.uow.write(session) as s:
+            await s.run_sync(lambda sync: insert_prepared_sync(sync.connection(), prepared))
+        return prepared.ref
 
     async def put_stream(
         self,
@@ -244,7 +295,7 @@ class ArtifactStore:
                 body = await asyncio.to_thread(tmp.read_bytes)
             else:
                 await asyncio.to_thread(self._move_into_place, tmp, sha, size)
-            return await self._insert(sha, size, body, **fields)
+            return await self._write(self._prepared(sha, size, body, **fields), None)
         finally:
             await asyncio.to_thread(tmp.unlink, missing_ok=True)
 
@@ -271,57 +322,47 @@ class ArtifactStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         os.replace(tmp, path)
 
-    async def _insert(
+    def _prepared(
         self,
         sha: str,
         size: int,
         body: bytes | None,
         *,
         source: str,
-        conversation_id: str,
-        run_id: str,
-        binding_id: str,
-        mime_type: str,
-        name: str,
-        summary: str,
-        expires_at: dt.datetime | None,
-        metadata: Mapping[str, Any] | None,
-        session: AsyncSession | None = None,
-    ) -> common_pb2.ArtifactRef:
-        """The blob row (unless the body is already stored) and the artifact row; `body` None means the
-        body is in its file."""
-        in_db = body is not None
+        conversation_id: str = "",
+        run_id: str = "",
+        binding_id: str = "",
+        mime_type: str = "",
+        name: str = "",
+        summary: str = "",
+        uri: str = "",
+        expires_at: dt.datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> PreparedArtifact:
+        """The rows of an artifact: a body (`sha`, `size`; `body` None when it is in its file, or for a
+        reference with `uri`) and its ownership, metadata and expiry."""
+        now = utcnow()
         row = ArtifactRow(
             artifact_id=new_id("art"),
             sha256=sha,
             size_bytes=size,
-            mime_type=mime_type or "application/octet-stream",
+            mime_type=mime_type or ("" if uri else "application/octet-stream"),
             name=name,
+            uri=uri,
             summary=summary,
             source=source,
             conversation_id=conversation_id,
             run_id=run_id,
             binding_id=binding_id,
             meta=dict(metadata or {}),
-            created_at=utcnow(),
+            created_at=now,
             expires_at=self._expiry(expires_at),
         )
-        async with self.uow.write(session) as s:
-            insert = dialect_insert(s)
-            await s.execute(
-                insert(ArtifactBlobRow)
-                .values(
-                    sha256=sha,
-                    size_bytes=size,
-                    location="db" if in_db else "file",
-                    body=body,
-                    created_at=utcnow(),
-                )
-                .on_conflict_do_nothing(index_elements=["sha256"])
-            )
-            s.add(row)
-            await s.flush()
-        return self.to_ref(row)
+        blob = None
+        if not uri:
+            location = "db" if body is not None else "file"
+            blob = {"sha256": sha, "size_bytes": size, "location": location, "body": body, "created_at": now}
+        return PreparedArtifact(row, blob, self.to_ref(row))
 
     async def put_reference(
         self,
@@ -340,51 +381,50 @@ class ArtifactStore:
     ) -> common_pb2.ArtifactRef:
         """An external URL kept as a reference (never fetched, never a local path)."""
         check_http_uri(uri)
-        row = ArtifactRow(
-            artifact_id=new_id("art"),
+        prepared = self._prepared(
+            "",
+            0,
+            None,
             uri=uri,
-            mime_type=mime_type,
-            name=name,
-            summary=summary,
             source=source,
             conversation_id=conversation_id,
             run_id=run_id,
             binding_id=binding_id,
-            meta=dict(metadata or {}),
-            created_at=utcnow(),
-            expires_at=self._expiry(expires_at),
+            mime_type=mime_type,
+            name=name,
+            summary=summary,
+            expires_at=expires_at,
+            metadata=metadata,
         )
-        async with self.uow.write(session) as s:
-            s.add(row)
-            await s.flush()
-        return self.to_ref(row)
+        return await self._write(prepared, session)
 
-    async def register_attachment(
+    async def prepare_attachment(
         self,
         attachment: host_service_pb2.InputAttachment,
         *,
         conversation_id: str,
         run_id: str = "",
         binding_id: str = "",
-        session: AsyncSession | None = None,
-    ) -> common_pb2.ArtifactRef:
-        """An incoming attachment: bytes or a data URL (decoded, size-capped) or a URL reference."""
-        common: dict[str, Any] = {
+    ) -> PreparedArtifact:
+        """An incoming attachment made ready for its event's transaction (`insert_prepared_sync`):
+        bytes or a data URL decoded and size-capped (a large body written to its file), or a URL
+        reference."""
+        fields: dict[str, Any] = {
             "source": "input",
             "conversation_id": conversation_id,
             "run_id": run_id,
             "binding_id": binding_id,
             "name": attachment.name,
-            "session": session,
         }
         kind = attachment.WhichOneof("source")
         if kind == "content":
-            return await self.put_bytes(attachment.content, mime_type=attachment.mime_type, **common)
+            return await self._prepare_bytes(attachment.content, mime_type=attachment.mime_type, **fields)
         if kind == "data_url":
             data, mime = decode_data_url(attachment.data_url, self.limits.max_bytes)
-            return await self.put_bytes(data, mime_type=attachment.mime_type or mime, **common)
+            return await self._prepare_bytes(data, mime_type=attachment.mime_type or mime, **fields)
         if kind == "uri":
-            return await self.put_reference(attachment.uri, mime_type=attachment.mime_type, **common)
+            check_http_uri(attachment.uri)
+            return self._prepared("", 0, None, uri=attachment.uri, mime_type=attachment.mime_type, **fields)
         raise InvalidArgumentError("attachment has no content, data_url or uri", field="attachments")
 
     async def register_created(

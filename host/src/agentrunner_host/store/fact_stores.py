@@ -10,13 +10,11 @@ Typical host wiring::
     maintenance = asyncio.create_task(stores.run_maintenance())
 
     # per event / run (run/)
-    record = await stores.ledger.create_run(RunRecord(...))          # duplicate event -> existing run
-    recorded = await stores.record_event(envelope, run_id=..., runner_id=..., binding_id=...)
-    state = await stores.state.snapshot(snapshot)                      # RunContext.state
-    await stores.sessions.register(RunSession(...))
-    for result in results:  await stores.record_result(snapshot, result)
-    await stores.ledger.finish_run(run_id, status, reason, usage)
-    await stores.sessions.unregister(run_id)
+    started = await stores.start_run(record, envelope, session, state_of)   # ONE transaction; duplicate
+    #                                          event -> started.record is the existing run, recorded None
+    await stores.record_results(snapshot, results)                       # the run journal's batches
+    await stores.finish_run(snapshot, unwritten, status, reason, usage)  # terminal + status + token
+    recorded = await stores.record_event(envelope, run_id=...)           # steering input for an open run
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentrunner.errors import AlreadyExistsError
 from agentrunner.protocol import result_type
 from agentrunner.results import is_answer
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
@@ -44,7 +41,7 @@ from agentrunner_host.ports import (
     StartedRun,
     utcnow,
 )
-from agentrunner_host.store.artifacts import ArtifactLimits, ArtifactStore, check_attachment
+from agentrunner_host.store.artifacts import ArtifactLimits, ArtifactStore
 from agentrunner_host.store.common import (
     CursorCodec,
     dialect_insert,
@@ -53,34 +50,26 @@ from agentrunner_host.store.common import (
     value_to_python,
 )
 from agentrunner_host.store.db import Database, repeat
-from agentrunner_host.store.events import EventLog, incoming_fields, log_values
+from agentrunner_host.store.events import EventLog, log_values
 from agentrunner_host.store.events import append_sync as append_event_sync
+from agentrunner_host.store.incoming import IncomingEvents
 from agentrunner_host.store.ledger import (
     SqlRunLedger,
     finish_run_sync,
-    get_run_by_event_sync,
     insert_results_sync,
-    insert_run_sync,
-    run_values,
 )
 from agentrunner_host.store.models import (
-    ArtifactRow,
-    EventLogRow,
     HostSecret,
     RunRow,
     RunSessionRow,
-    TranscriptRow,
 )
-from agentrunner_host.store.sessions import SqlSessionRegistry, register_sync, revoke_sync
+from agentrunner_host.store.sessions import SqlSessionRegistry, revoke_sync
 from agentrunner_host.store.state import StateStore, scope_name
 from agentrunner_host.store.steering import SteeringQueue
 from agentrunner_host.store.storage import StorageStore
 from agentrunner_host.store.transcript import (
     Transcript,
     has_assistant_item_sync,
-    insert_item_sync,
-    latest_seq_sync,
-    next_seq_sync,
 )
 from agentrunner_host.store.transcript import append_sync as append_transcript_sync
 
@@ -146,6 +135,7 @@ class FactStores:
         self.state = StateStore(db, value_cap_bytes=settings.state_value_cap_bytes)
         self.storage = StorageStore(db, value_cap_bytes=settings.storage_value_cap_bytes)
         self.steering = SteeringQueue(db)
+        self.incoming = IncomingEvents(db, self.artifacts, self.transcript, self.state, settings.owner)
 
     @classmethod
     async def open(cls, db: Database, settings: FactStoreSettings | None = None) -> FactStores:
@@ -171,48 +161,12 @@ class FactStores:
         runner_id: str = "",
         binding_id: str = "",
     ) -> RecordedEvent:
-        """Records an incoming event in one transaction: the event log entry (summary and small data),
-        its attachments as artifacts (bytes / data URLs decoded with the size cap, URLs as
-        references) and, for `message.received` only, the user message in the transcript.
+        """Records an incoming event in one transaction (`store/incoming.py`): the event log entry, its
+        attachments as artifacts and, for `message.received` only, the user message in the transcript.
         Idempotent per event id: a duplicate delivery writes nothing and returns `created=False`."""
-        conversation_id = envelope.conversation.conversation_id
-        thread_id = envelope.conversation.thread_id
-        async with self.db.write() as s:
-            seq = await self.events.record_incoming(envelope, run_id=run_id, runner_id=runner_id, session=s)
-            if seq is not None:
-                refs: list[common_pb2.ArtifactRef] = []
-                for attachment in envelope.input.attachments:
-                    refs.append(
-                        await self.artifacts.register_attachment(
-                            attachment,
-                            conversation_id=conversation_id,
-                            run_id=run_id,
-                            binding_id=binding_id,
-                            session=s,
-                        )
-                    )
-                if refs:
-                    row = await s.scalar(select(EventLogRow).where(EventLogRow.seq == seq))
-                    assert row is not None
-                    row.data = {**row.data, "attachments": [r.artifact_id for r in refs]}
-                transcript_seq: int | None = None
-                if envelope.event_type == "message.received" and conversation_id:
-                    item = await self.transcript.append(
-                        conversation_id=conversation_id,
-                        thread_id=thread_id,
-                        role="user",
-                        content=envelope.input.text,
-                        contents=list(envelope.input.contents),
-                        artifacts=refs,
-                        event_id=envelope.event_id,
-                        run_id=run_id,
-                        metadata={"actor_id": envelope.actor.actor_id} if envelope.actor.actor_id else None,
-                        session=s,
-                    )
-                    transcript_seq = item.seq
-        if seq is None:
-            return await self._recorded_duplicate(envelope)
-        return await self._recorded(conversation_id, seq, transcript_seq, refs, created=True)
+        return await self.incoming.record_event(
+            envelope, run_id=run_id, runner_id=runner_id, binding_id=binding_id
+        )
 
     async def start_run(
         self,
@@ -221,81 +175,9 @@ class FactStores:
         session: RunSession | None = None,
         state_of: AuthorizationSnapshot | None = None,
     ) -> StartedRun:
-        """Everything a run needs before the runner is called, in ONE transaction: the run row (status
-        as given, e.g. already `running`), the incoming event (event log + user transcript message, as
-        `record_event`), the run session and, for `state_of`, the state snapshot it grants. When the
-        event id already has a run, nothing is written and that run comes back in `record` (with
-        `recorded` None). Events with attachments take the per-store path (artifacts)."""
-        if envelope.input.attachments:
-            # the attachments' checks before anything is written: a refused attachment records nothing
-            # (no run row left `running`, so a corrected retry of the event id starts the run)
-            cap = self.artifacts.limits.max_bytes
-            for i, attachment in enumerate(envelope.input.attachments):
-                check_attachment(attachment, cap, f"event.input.attachments[{i}]")
-            stored, recorded = await self._start_run_stepwise(record, envelope, session)
-            if recorded is not None and state_of is not None:
-                recorded.state = await self.state.snapshot(state_of)
-            return StartedRun(stored, recorded)
-        values = run_values(record, self.ledger.owner)
-        incoming = incoming_fields(envelope, run_id=record.run_id, runner_id=record.runner_id)
-        conversation_id = envelope.conversation.conversation_id
-        user_item = _user_item(envelope, record.run_id)
-
-        def write(conn: Connection) -> tuple[bool, RunRecord | None, int | None, int | None, int, bool, Any]:
-            if not insert_run_sync(conn, values):
-                return True, get_run_by_event_sync(conn, record.event_id), None, None, 0, False, None
-            seq = append_event_sync(conn, log_values(**incoming))
-            transcript_seq: int | None = None
-            created = seq is not None
-            if created and user_item is not None:
-                transcript_seq = next_seq_sync(conn, conversation_id)
-            elif not created:  # the event was logged before (e.g. as steering): its stored position
-                seq, transcript_seq = _logged_position_sync(conn, envelope.event_id)
-            latest = 0
-            if transcript_seq is None and conversation_id:
-                latest = latest_seq_sync(conn, conversation_id)
-            state = self.state.snapshot_sync(conn, state_of) if state_of is not None else None
-            if created and user_item is not None and transcript_seq is not None:
-                insert_item_sync(conn, transcript_seq, **user_item)
-            if session is not None:
-                register_sync(conn, session)
-            return False, None, seq, transcript_seq, latest, created, state
-
-        outcome = await self.db.run_write(write, inline=True)
-        duplicate, existing, seq, transcript_seq, latest, created, state = outcome
-        if duplicate:
-            if existing is None:
-                raise AlreadyExistsError(f"run id {record.run_id} already exists")
-            return StartedRun(existing, None)
-        position = transcript_seq if transcript_seq is not None else latest + 1
-        return StartedRun(
-            record,
-            RecordedEvent(
-                event_seq=seq,
-                transcript_seq=transcript_seq,
-                latest_cursor=self.transcript.cursor(conversation_id, position) if conversation_id else "",
-                has_history_before=position > 1,
-                attachments=[],
-                created=created,
-                state=state,
-            ),
-        )
-
-    async def _start_run_stepwise(
-        self,
-        record: RunRecord,
-        envelope: host_service_pb2.EventEnvelope,
-        session: RunSession | None,
-    ) -> tuple[RunRecord, RecordedEvent | None]:
-        stored = await self.ledger.create_run(record)
-        if stored.run_id != record.run_id:
-            return stored, None
-        recorded = await self.record_event(
-            envelope, run_id=record.run_id, runner_id=record.runner_id, binding_id=record.binding_id
-        )
-        if session is not None:
-            await self.sessions.register(session)
-        return stored, recorded
+        """The run row, the incoming event (attachments too), the run session and the state snapshot in
+        ONE transaction: the whole run or nothing (`store/incoming.py`)."""
+        return await self.incoming.start_run(record, envelope, session, state_of)
 
     async def finish_run(
         self,
@@ -381,50 +263,6 @@ class FactStores:
             "summary": _summary(result),
             "data": _telemetry(result),
         }
-
-    async def _recorded(
-        self,
-        conversation_id: str,
-        event_seq: int | None,
-        transcript_seq: int | None,
-        refs: list[common_pb2.ArtifactRef],
-        *,
-        created: bool,
-    ) -> RecordedEvent:
-        if transcript_seq is not None:
-            position = transcript_seq
-        else:
-            position = await self.transcript.latest_seq(conversation_id) + 1 if conversation_id else 1
-        return RecordedEvent(
-            event_seq=event_seq,
-            transcript_seq=transcript_seq,
-            latest_cursor=self.transcript.cursor(conversation_id, position) if conversation_id else "",
-            has_history_before=position > 1,
-            attachments=refs,
-            created=created,
-        )
-
-    async def _recorded_duplicate(self, envelope: host_service_pb2.EventEnvelope) -> RecordedEvent:
-        async with self.db.read() as s:
-            event = await s.scalar(select(EventLogRow).where(EventLogRow.record_id == envelope.event_id))
-            item = await s.scalar(
-                select(TranscriptRow).where(
-                    TranscriptRow.event_id == envelope.event_id, TranscriptRow.role == "user"
-                )
-            )
-            ids = list((event.data or {}).get("attachments", [])) if event is not None else []
-            rows = {
-                r.artifact_id: r
-                for r in await s.scalars(select(ArtifactRow).where(ArtifactRow.artifact_id.in_(ids)))
-            }
-        refs = [self.artifacts.to_ref(rows[i]) for i in ids if i in rows]
-        return await self._recorded(
-            envelope.conversation.conversation_id,
-            event.seq if event is not None else None,
-            item.seq if item is not None else None,
-            refs,
-            created=False,
-        )
 
     async def record_result(
         self,
@@ -594,32 +432,6 @@ class FactStores:
     async def run_maintenance(self, interval: float | None = None) -> None:
         """Runs `cleanup` every `interval` seconds until cancelled; a failed round is logged."""
         await repeat(self.cleanup, interval or self.settings.maintenance_interval, "fact store maintenance")
-
-
-def _user_item(envelope: host_service_pb2.EventEnvelope, run_id: str) -> dict[str, Any] | None:
-    """The transcript row of a `message.received` event's user message (None for other events)."""
-    conversation_id = envelope.conversation.conversation_id
-    if envelope.event_type != "message.received" or not conversation_id:
-        return None
-    return {
-        "conversation_id": conversation_id,
-        "thread_id": envelope.conversation.thread_id,
-        "role": "user",
-        "content": envelope.input.text,
-        "contents": list(envelope.input.contents),
-        "event_id": envelope.event_id,
-        "run_id": run_id,
-        "metadata": {"actor_id": envelope.actor.actor_id} if envelope.actor.actor_id else None,
-    }
-
-
-def _logged_position_sync(conn: Connection, event_id: str) -> tuple[int | None, int | None]:
-    """An event logged before (e.g. as steering): its event-log and user-message sequences."""
-    seq = conn.execute(select(EventLogRow.seq).where(EventLogRow.record_id == event_id)).scalar_one_or_none()
-    transcript_seq = conn.execute(
-        select(TranscriptRow.seq).where(TranscriptRow.event_id == event_id, TranscriptRow.role == "user")
-    ).scalar_one_or_none()
-    return seq, transcript_seq
 
 
 def _summary(result: result_pb2.RunResult) -> str:
