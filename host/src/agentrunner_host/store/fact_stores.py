@@ -30,8 +30,6 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentrunner.protocol import result_type
-from agentrunner.results import is_answer
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
 from agentrunner_host.ports import (
     AuthorizationSnapshot,
@@ -46,12 +44,10 @@ from agentrunner_host.store.common import (
     CursorCodec,
     dialect_insert,
     message_to_json,
-    struct_to_dict,
     value_to_python,
 )
 from agentrunner_host.store.db import Database, repeat
-from agentrunner_host.store.events import EventLog, log_values
-from agentrunner_host.store.events import append_sync as append_event_sync
+from agentrunner_host.store.events import EventLog
 from agentrunner_host.store.incoming import IncomingEvents
 from agentrunner_host.store.ledger import (
     SqlRunLedger,
@@ -63,15 +59,14 @@ from agentrunner_host.store.models import (
     RunRow,
     RunSessionRow,
 )
+from agentrunner_host.store.result_effects import SYNC_KINDS, apply_sync
 from agentrunner_host.store.sessions import SqlSessionRegistry, revoke_sync
 from agentrunner_host.store.state import StateStore, scope_name
 from agentrunner_host.store.steering import SteeringQueue
 from agentrunner_host.store.storage import StorageStore
 from agentrunner_host.store.transcript import (
     Transcript,
-    has_assistant_item_sync,
 )
-from agentrunner_host.store.transcript import append_sync as append_transcript_sync
 
 log = logging.getLogger(__name__)
 
@@ -79,25 +74,6 @@ _CURSOR_SECRET = "cursor-hmac"
 _OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
 #: the `run.failed` code of a run a host restart ended (`mark_interrupted`)
 INTERRUPTED_CODE = "host.restarted"
-#: result kinds whose effects are all in `_apply_sync`, so they can be written on the writer's connection
-#: (`run_write`); the others need a session (`_apply`)
-_SYNC_KINDS = frozenset(
-    {
-        "message_delta",
-        "message_completed",
-        "run_completed",
-        "run_failed",
-        "tool_call_started",
-        "tool_call_completed",
-        "action_requested",
-    }
-)
-_RESULT_KINDS = {
-    "tool_call_started": "tool",
-    "tool_call_completed": "tool",
-    "action_requested": "action",
-    "run_failed": "error",
-}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -193,7 +169,7 @@ class FactStores:
         with their effects), the ledger status and the revoked run token. All or nothing; raises like
         `record_results` (the caller then records the status alone with `ledger.finish_run`)."""
         known = [r for r in results if r.WhichOneof("payload") is not None]
-        if any(r.WhichOneof("payload") not in _SYNC_KINDS for r in known):
+        if any(r.WhichOneof("payload") not in SYNC_KINDS for r in known):
             await self.record_results(snapshot, known)
             known = []
         run_id = snapshot.run_id
@@ -201,68 +177,13 @@ class FactStores:
         def write(conn: Connection) -> RunRecord | None:
             insert_results_sync(conn, run_id, known)
             for result in known:
-                self._apply_sync(conn, snapshot, result)
+                apply_sync(conn, snapshot, result)
             record = finish_run_sync(conn, run_id, status, reason, usage)
             if revoke:
                 revoke_sync(conn, run_id)
             return record
 
         return await self.db.run_write(write)
-
-    def _apply_sync(
-        self, conn: Connection, snapshot: AuthorizationSnapshot, result: result_pb2.RunResult
-    ) -> None:
-        """The effects of a result besides its ledger row that every write path shares, each written
-        once, here: the event log entry (every kind but `message.delta`) and the assistant transcript
-        item (`message.completed`; `run.completed.message` unless the run wrote one). Runs on the
-        writer's connection (`run_write`) and, through `_apply`, on a session's."""
-        kind = result.WhichOneof("payload")
-        if kind == "message_delta":
-            return
-        append_event_sync(conn, log_values(**self._result_log_fields(snapshot, result)))
-        if kind == "message_completed":
-            self._assistant_sync(conn, snapshot, result.message_completed.message)
-        elif kind == "run_completed" and result.run_completed.HasField("message"):
-            if not has_assistant_item_sync(conn, snapshot.run_id):
-                self._assistant_sync(conn, snapshot, result.run_completed.message)
-
-    def _assistant_sync(
-        self, conn: Connection, snapshot: AuthorizationSnapshot, message: common_pb2.AssistantMessage
-    ) -> None:
-        if not snapshot.conversation_id:
-            return
-        if not (message.content or message.contents or message.artifacts) or not is_answer(message):
-            return  # reasoning and progress stay in the run ledger only
-        append_transcript_sync(
-            conn,
-            conversation_id=snapshot.conversation_id,
-            thread_id=snapshot.thread_id,
-            role="assistant",
-            content=message.content,
-            contents=list(message.contents),
-            artifacts=list(message.artifacts),
-            event_id=snapshot.event_id,
-            run_id=snapshot.run_id,
-            metadata={"message_id": message.message_id} if message.message_id else None,
-        )
-
-    @staticmethod
-    def _result_log_fields(snapshot: AuthorizationSnapshot, result: result_pb2.RunResult) -> dict[str, Any]:
-        kind = result.WhichOneof("payload")
-        return {
-            "kind": _RESULT_KINDS.get(kind or "", "result"),
-            "event_type": result_type(result) or kind or "",
-            "record_id": f"{snapshot.run_id}:{result.sequence}",
-            "conversation_id": snapshot.conversation_id,
-            "thread_id": snapshot.thread_id,
-            "run_id": snapshot.run_id,
-            "runner_id": snapshot.runner_id,
-            "bot_id": snapshot.bot_id,
-            "workspace_id": snapshot.workspace_id,
-            "source": "runner",
-            "summary": _summary(result),
-            "data": _telemetry(result),
-        }
 
     async def record_result(
         self,
@@ -309,12 +230,12 @@ class FactStores:
         known = [r for r in results if r.WhichOneof("payload") is not None]
         if not known:
             return
-        if all(r.WhichOneof("payload") in _SYNC_KINDS for r in known):
+        if all(r.WhichOneof("payload") in SYNC_KINDS for r in known):
 
             def write(conn: Connection) -> None:
                 insert_results_sync(conn, snapshot.run_id, known)
                 for result in known:
-                    self._apply_sync(conn, snapshot, result)
+                    apply_sync(conn, snapshot, result)
 
             await self.db.run_write(write)
             return
@@ -341,12 +262,12 @@ class FactStores:
         self, s: AsyncSession, snapshot: AuthorizationSnapshot, result: result_pb2.RunResult
     ) -> None:
         """All effects of a result besides its ledger row, in the session's transaction: the shared
-        ones (`_apply_sync`, on the session's connection) and the two only this path writes, since
-        their stores are async (`artifact.created`, `state.updated`; not in `_SYNC_KINDS`)."""
+        ones (`result_effects.apply_sync`, on the session's connection) and the two only this path
+        writes, since their stores are async (`artifact.created`, `state.updated`; not in `SYNC_KINDS`)."""
         kind = result.WhichOneof("payload")
         if kind == "message_delta":
             return
-        await s.run_sync(lambda session: self._apply_sync(session.connection(), snapshot, result))
+        await s.run_sync(lambda session: apply_sync(session.connection(), snapshot, result))
         if kind == "artifact_created":
             await self.artifacts.register_created(result.artifact_created, snapshot=snapshot, session=s)
         elif kind == "state_updated":
@@ -432,61 +353,3 @@ class FactStores:
     async def run_maintenance(self, interval: float | None = None) -> None:
         """Runs `cleanup` every `interval` seconds until cancelled; a failed round is logged."""
         await repeat(self.cleanup, interval or self.settings.maintenance_interval, "fact store maintenance")
-
-
-def _summary(result: result_pb2.RunResult) -> str:
-    kind = result.WhichOneof("payload")
-    if kind == "message_completed":
-        return result.message_completed.message.content
-    if kind == "run_completed":
-        return result.run_completed.message.content or result.run_completed.finish_reason
-    if kind == "run_failed":
-        return f"{result.run_failed.code}: {result.run_failed.message}"
-    if kind == "tool_call_started":
-        return result.tool_call_started.tool_name
-    if kind == "tool_call_completed":
-        done = result.tool_call_completed
-        return f"{done.tool_name} {'failed: ' + done.error_code if done.error_code else 'ok'}"
-    if kind == "action_requested":
-        return result.action_requested.action
-    if kind == "artifact_created":
-        return result.artifact_created.artifact.name or result.artifact_created.artifact.mime_type
-    if kind == "state_updated":
-        return f"{scope_name(result.state_updated.scope) if result.state_updated.scope else '?'}:{result.state_updated.key}"
-    return ""
-
-
-def _telemetry(result: result_pb2.RunResult) -> dict[str, Any]:
-    """Small structured data for the log; bodies and state values are not copied."""
-    kind = result.WhichOneof("payload")
-    data: dict[str, Any] = {"sequence": result.sequence}
-    if kind == "tool_call_started":
-        data.update(
-            tool_call_id=result.tool_call_started.tool_call_id, tool_name=result.tool_call_started.tool_name
-        )
-        if result.tool_call_started.HasField("parameters"):
-            data["parameters"] = struct_to_dict(result.tool_call_started.parameters)
-    elif kind == "tool_call_completed":
-        done = result.tool_call_completed
-        data.update(
-            tool_call_id=done.tool_call_id,
-            tool_name=done.tool_name,
-            error_code=done.error_code,
-            error_message=done.error_message,
-        )
-        if done.HasField("result_preview"):
-            data["result_preview"] = struct_to_dict(done.result_preview)
-    elif kind == "action_requested":
-        data.update(message_to_json(result.action_requested))
-    elif kind == "run_failed":
-        data.update(code=result.run_failed.code, retryable=result.run_failed.retryable)
-    elif kind == "run_completed":
-        data["finish_reason"] = result.run_completed.finish_reason
-    elif kind == "state_updated":
-        data.update(scope=result.state_updated.scope, key=result.state_updated.key)
-    elif kind == "artifact_created":
-        ref = result.artifact_created.artifact
-        data.update(name=ref.name, mime_type=ref.mime_type, size_bytes=len(result.artifact_created.content))
-    if result.HasField("usage"):
-        data["usage"] = message_to_json(result.usage)
-    return data
