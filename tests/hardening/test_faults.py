@@ -260,9 +260,8 @@ async def test_a_full_artifact_disk_refuses_typed_and_recovers(
             small.event.input.attachments.add(name="s.bin", content=b"y" * (512 << 10))
             assert status([u async for u in stub.Run(small, timeout=30)]) == common_pb2.RUN_STATUS_COMPLETED
         assert "Traceback" not in host.log_text()
-        # known limit (docs/hardening.md): the refused run's row stays without its event until runs
-        # with attachments start in one step (the run path's issue); `db check` reports it
-        report = checked(db["url"], known=lambda p: p.check == "recorded-whole" and "evt-disk" in p.detail)
+        # the refused run recorded nothing (its start is one transaction, attachments included)
+        report = checked(db["url"])
         assert report.ok, "\n".join(map(str, report.problems))
     finally:
         host.kill(15)
