@@ -78,6 +78,10 @@ def completed(seq: int) -> result_pb2.RunResult:
     return result_pb2.RunResult(sequence=seq, run_completed=result_pb2.RunCompleted())
 
 
+def failed(seq: int) -> result_pb2.RunResult:
+    return result_pb2.RunResult(sequence=seq, run_failed=result_pb2.RunFailed(code="host.store_error"))
+
+
 def seqs(results: list[result_pb2.RunResult]) -> list[int]:
     return [r.sequence for r in results]
 
@@ -121,7 +125,9 @@ async def test_unstored_is_gap_free_while_a_batch_is_being_written() -> None:
     assert sink.stored == {"a": [1, 2]} and seqs(a.unstored()) == [3]
 
 
-async def test_a_failed_shared_write_fails_every_run_in_it_and_nothing_commits_after_it() -> None:
+async def test_a_failed_shared_write_fails_every_run_in_it_and_its_deltas_go_first_in_the_next_write() -> (
+    None
+):
     sink = FakeSink()
     sink.fail = True
     batcher = DeltaBatcher(sink, batch=2, seconds=60)
@@ -130,12 +136,19 @@ async def test_a_failed_shared_write_fails_every_run_in_it_and_nothing_commits_a
     b.add_delta(delta(1))
     with pytest.raises(RecordFailed):
         await b.write_deltas()  # the run that started the write learns at once
-    assert a.failed and a.writing == []
+    assert a.failed and a.writing == [] and seqs(a.unstored()) == [1]  # rolled back, still handed out
     sink.fail = False
     with pytest.raises(RecordFailed):
         await a.record(log_line(2))  # the other run's next result is refused too: a delta was lost
-    a.drop()
-    assert sink.stored == {} and a.unstored() == []
+    assert sink.stored == {} and seqs(a.unstored()) == [1, 2]
+    # the run's terminal failure commits what the client saw before it: the ledger has no gap
+    await a.record(failed(3), (common_pb2.RUN_STATUS_FAILED, "host.store_error"))
+    assert sink.stored == {"a": [1, 2, 3]} and a.concluded and a.unstored() == []
+    # a run whose ending cannot be written hands its results over, in order, for the settled ending
+    sink.fail = True
+    with pytest.raises(RecordFailed):
+        await b.record(failed(2), (common_pb2.RUN_STATUS_FAILED, "host.store_error"))
+    assert seqs(b.take_unwritten()) == [1, 2] and b.unstored() == []
 
 
 async def test_a_result_commits_with_the_runs_pending_deltas_after_its_earlier_batch() -> None:

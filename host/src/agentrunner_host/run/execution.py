@@ -242,8 +242,13 @@ class RunExecution:
                 return outcomes.failed(self.run_id, "cancelled", self.cancel_reason)
             return None
         if isinstance(exc, RecordFailed):
+            # the rolled-back results stay in the journal: the terminal failure's write takes them first
             log.error("run.store_error", error=str(exc), cause=repr(exc.__cause__))
-            self.journal.drop()  # the failed batch was rolled back whole
+            terminal = self.terminal
+            if terminal is not None and self.validator is not None and self.journal.withdraw(terminal):
+                # the runner's terminal was neither recorded nor shown: the host's failure takes its place
+                self.validator.retract(terminal)
+                self.terminal = None
             return outcomes.failed(self.run_id, "host.store_error")
         log.error("run.host_error", exc_info=exc)
         return outcomes.failed(self.run_id, "host.error") if self.terminal is None else None
@@ -290,8 +295,7 @@ class RunExecution:
                 self.validator.terminal = failure
             try:
                 await self._record(failure)
-            except RecordFailed as exc:
-                self.journal.drop()
+            except RecordFailed as exc:  # (what it could not write, `_finish` writes with the ending)
                 log.error("run.store_error", error=str(exc), stage="terminal")
                 self.followers.publish(Update(result=failure))
             out.append(Update(result=failure))
@@ -312,15 +316,19 @@ class RunExecution:
         if self.validator is not None:
             self.validator.report_metrics()
         record = self.journal.finished
+        # what the run handed out and could not write (a rolled-back batch, the terminal failure):
+        # written with the ending, so the ledger keeps every result a client saw and has no gap
+        unwritten = self.journal.take_unwritten()
+        if not self.journal.concluded and terminal is not None and all(r is not terminal for r in unwritten):
+            unwritten.append(terminal)
         try:
             if not self.journal.concluded:
-                usage = outcomes.usage_of(terminal)
-                record = await self.host.stores.ledger.finish_run(self.run_id, status, reason, usage)
+                record = await self.host.write_ending(self.snapshot, unwritten, terminal, status, reason)
         except AgentRunnerError as exc:
-            # the database is away: the host writes the ending (terminal, status, revoked token) once
-            # it is back, so the ledger never keeps this run `running` with a working token
+            # the database is away: the host writes the ending (those results, status, revoked token)
+            # once it is back, so the ledger never keeps this run `running` with a working token
             log.error("run.finish_not_recorded", error=exc.message)
-            self.host.settle_later(self.snapshot, terminal, status, reason)
+            self.host.settle_later(self.snapshot, unwritten, terminal, status, reason)
         finally:
             await self.release()
         finished = outcomes.finished(self.run_id, status, reason, record, terminal)
@@ -401,8 +409,7 @@ class RunExecution:
                 terminal = outcomes.failed(self.run_id, "cancelled", reason, sequence=self._next_sequence())
                 try:
                     await self._record(terminal, (common_pb2.RUN_STATUS_CANCELLED, reason))
-                except RecordFailed:
-                    self.journal.drop()
+                except RecordFailed:  # (written with the ending by `_finish`)
                     log.error("run.store_error", stage="abandon")
             await self._finish(common_pb2.RUN_STATUS_CANCELLED, reason, terminal)
         except Exception:

@@ -15,7 +15,7 @@ from agentrunner_host.context_builder import ContextBuilder
 from agentrunner_host.control import ControlHub
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.store import InteractionStore
-from agentrunner_host.ports import AuthorizationSnapshot, RunStore
+from agentrunner_host.ports import AuthorizationSnapshot, RunRecord, RunStore
 from agentrunner_host.proxy.capabilities import Backends
 from agentrunner_host.registry import RunnerRegistry
 from agentrunner_host.run.journal import DeltaBatcher
@@ -45,13 +45,27 @@ class RunHost(Protocol):
         """The run is released: it is no longer open in this process."""
         ...
 
+    async def write_ending(
+        self,
+        snapshot: AuthorizationSnapshot,
+        unwritten: list[result_pb2.RunResult],
+        terminal: result_pb2.RunResult | None,
+        status: common_pb2.RunStatus.ValueType,
+        reason: str,
+    ) -> RunRecord | None:
+        """Writes a run's ending that its journal did not: the results it could not write (`unwritten`,
+        in order, the terminal among them), the final status (usage from `terminal`), the revoked
+        token; raises the store's error."""
+        ...
+
     def settle_later(
         self,
         snapshot: AuthorizationSnapshot,
+        unwritten: list[result_pb2.RunResult],
         terminal: result_pb2.RunResult | None,
         status: common_pb2.RunStatus.ValueType,
         reason: str,
     ) -> None:
-        """The run's ending could not be written (the database is away): the host writes it once the
-        database takes writes again."""
+        """The run's ending could not be written (the database is away): the host writes it
+        (`write_ending`) once the database takes writes again."""
         ...

@@ -11,7 +11,10 @@ Every validated result goes through its run's `RunJournal` before the client see
   order, after the shared write holding its earlier deltas (`record`); a terminal result is committed
   with the run's final status and the revoked run token in one transaction.
 - A shared write that fails fails every run with deltas in it: the journal is marked failed and the
-  next step of each of those runs raises `RecordFailed` (nothing of a run commits after a lost delta).
+  next step of each of those runs raises `RecordFailed`. The rolled-back deltas go back to the front of
+  `pending`, so the run's next write (its terminal failure) commits them first, in order: a result the
+  client saw is never skipped by the numbering. What the run could not write at all comes out of
+  `take_unwritten`, for the ending written once the database is back (`RunHost.settle_later`).
 
 `unstored()` is what a follower reads besides the store: the results handed out but not committed, in
 order and gap-free (taken BEFORE the follower reads the store: a write that commits meanwhile is then in
@@ -112,14 +115,14 @@ class RunJournal:
         """Commits a non-delta result with the run's pending deltas, after the shared write holding its
         earlier ones; a terminal result also with the final status (`finish`, else the one the terminal
         implies) and the revoked token. A delta is queued (`add_delta`). Raises `RecordFailed` (nothing
-        of it is stored)."""
-        self._raise_if_failed("an earlier delta batch was rolled back")
-        if result.WhichOneof("payload") == "message_delta":
+        of it is stored; it stays pending, numbered, for the run's ending)."""
+        if result.WhichOneof("payload") == "message_delta" and not self.failed:
             if self.add_delta(result):
                 await self.write_deltas()
             return
         self.pending.append(result)
         self.batcher.discard(self)  # this run's pending deltas go with this result, in order
+        self._raise_if_failed("an earlier delta batch was rolled back")
         if self.inflight is not None:
             await asyncio.wait([self.inflight])
         self._raise_if_failed("an earlier delta batch was rolled back")
@@ -139,10 +142,20 @@ class RunJournal:
             raise RecordFailed(f"recording results failed: {type(exc).__name__}") from exc
         del self.pending[: len(batch)]
 
-    def drop(self) -> None:
-        """Forgets what is pending (after a failed write: that batch was rolled back whole)."""
+    def withdraw(self, result: result_pb2.RunResult) -> bool:
+        """Takes back `result` if it is the last one handed in and not written (its write failed):
+        True when it was."""
+        if self.pending and self.pending[-1] is result:
+            self.pending.pop()
+            return True
+        return False
+
+    def take_unwritten(self) -> list[result_pb2.RunResult]:
+        """What the run handed out and could not write (after a failed write: rolled back whole), in
+        order; the journal forgets it (the run's ending writes it: `RunHost.settle_later`)."""
         self.batcher.discard(self)
-        self.pending.clear()
+        unwritten, self.pending = self.pending, []
+        return unwritten
 
     def close(self) -> None:
         """The run is over: its pending deltas are written (or dropped) by the run itself, not by a batch."""
@@ -222,8 +235,11 @@ class DeltaBatcher:
             await self.sink.record_deltas(batches)
         except Exception as exc:
             log.error("run.delta_batch_failed", runs=len(journals), error=repr(exc))
-            for journal in journals:
+            for journal, (_, results) in zip(journals, batches, strict=True):
                 journal.failed = True
+                # rolled back: first again in the run's next write (later batches of the run fail too:
+                # they wait for this one and find the journal failed)
+                journal.pending[:0] = results
         finally:
             for journal, (_, results) in zip(journals, batches, strict=True):
                 del journal.writing[: len(results)]  # writes end in order: this batch is the oldest

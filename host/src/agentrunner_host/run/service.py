@@ -147,7 +147,10 @@ class RunService:
         self._starting = 0
         #: ended runs whose ending could not be written yet (`settle_later`)
         self._unsettled: dict[
-            str, tuple[AuthorizationSnapshot, result_pb2.RunResult | None, RunStatus, str]
+            str,
+            tuple[
+                AuthorizationSnapshot, list[result_pb2.RunResult], result_pb2.RunResult | None, RunStatus, str
+            ],
         ] = {}
         self._settler: asyncio.Task[None] | None = None
 
@@ -238,14 +241,16 @@ class RunService:
     def settle_later(
         self,
         snapshot: AuthorizationSnapshot,
+        unwritten: list[result_pb2.RunResult],
         terminal: result_pb2.RunResult | None,
         status: RunStatus,
         reason: str,
     ) -> None:
         """A run ended while its ending could not be written (the database was away): it is written by
-        `_settle` once the database takes writes again (the terminal result if it is not stored, the
-        final status, the revoked run token), so no run is left `running` with a working token."""
-        self._unsettled[snapshot.run_id] = (snapshot, terminal, status, reason)
+        `_settle` once the database takes writes again (the results the run could not write, the
+        terminal among them, the final status, the revoked run token), so no run is left `running`
+        with a working token and its ledger keeps every result a client saw."""
+        self._unsettled[snapshot.run_id] = (snapshot, unwritten, terminal, status, reason)
         if self._settler is None or self._settler.done():
             self._settler = asyncio.create_task(self._settle(), name="run-settler")
 
@@ -253,9 +258,9 @@ class RunService:
         delay = first_delay
         while self._unsettled:
             await asyncio.sleep(delay)
-            for run_id, (snapshot, terminal, status, reason) in list(self._unsettled.items()):
+            for run_id, ending in list(self._unsettled.items()):
                 try:
-                    await self._write_ending(snapshot, terminal, status, reason)
+                    await self.write_ending(*ending)
                 except AgentRunnerError as exc:
                     log.warning("run.settle_retry", run_id=run_id, error=exc.message, retry_seconds=delay)
                     delay = min(delay * 2, max_delay)
@@ -265,32 +270,32 @@ class RunService:
             else:
                 delay = first_delay
 
-    async def _write_ending(
+    async def write_ending(
         self,
         snapshot: AuthorizationSnapshot,
+        unwritten: list[result_pb2.RunResult],
         terminal: result_pb2.RunResult | None,
         status: RunStatus,
         reason: str,
-    ) -> None:
+    ) -> RunRecord | None:
+        """`RunHost.write_ending`: `unwritten` with the final status in one transaction, unless a
+        commit whose answer was lost stored them already (then the status and the revoked token)."""
         stores, run_id = self.stores, snapshot.run_id
         usage = outcomes.usage_of(terminal)
-        stored = (
-            await stores.ledger.list_results(run_id, terminal.sequence - 1) if terminal is not None else []
-        )
-        if terminal is not None and not stored:
-            await stores.finish_run(snapshot, [terminal], status, reason, usage)
-        else:
-            await stores.ledger.finish_run(run_id, status, reason, usage)
-            await stores.sessions.unregister(run_id)
+        if unwritten and not await stores.ledger.list_results(run_id, unwritten[0].sequence - 1):
+            return await stores.finish_run(snapshot, unwritten, status, reason, usage)
+        record = await stores.ledger.finish_run(run_id, status, reason, usage)
+        await stores.sessions.unregister(run_id)
+        return record
 
     async def close(self) -> None:
         """Host stop: one last attempt at the endings still unwritten (a restart of this instance
         interrupts what is left, `mark_interrupted`)."""
         if self._settler is not None:
             self._settler.cancel()
-        for run_id, (snapshot, terminal, status, reason) in list(self._unsettled.items()):
+        for run_id, ending in list(self._unsettled.items()):
             try:
-                await self._write_ending(snapshot, terminal, status, reason)
+                await self.write_ending(*ending)
             except AgentRunnerError as exc:
                 log.error("run.settle_failed", run_id=run_id, error=exc.message)
 
