@@ -28,6 +28,7 @@ from agentrunner_host.cli.common import (
     fail,
     fail_rpc,
     print_json,
+    run_until_interrupted,
 )
 from agentrunner_host.cli.render import full_interaction_support, render_stream, run_request
 from agentrunner_host.jsonview import message_dict, status_name
@@ -68,7 +69,7 @@ def _stream(target: HostTarget, start: Any) -> host_service_pb2.RunFinished:
             return await render_stream(start(stub), console, on_accepted=accepted)
 
     try:
-        return asyncio.run(go())
+        return run_until_interrupted(go)
     except grpc.RpcError as exc:
         fail_rpc(exc, target.address)
     except KeyboardInterrupt:

@@ -11,9 +11,10 @@ import asyncio
 import json
 import os
 import pathlib
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import grpc
 import typer
@@ -49,6 +50,39 @@ ConfigOpt = Annotated[pathlib.Path, typer.Option("--config", "-c", help="Host co
 DEFAULT_HOST = "127.0.0.1:50051"
 #: how long a read call (GetRun, ListRuns, ListRunners, CancelRun) may take
 READ_TIMEOUT = 10.0
+
+
+T = TypeVar("T")
+
+
+def run_until_interrupted(main: Callable[[], Awaitable[T]]) -> T:
+    """`asyncio.run(main())`, where Ctrl-C cancels `main` inside the running loop and then raises
+    `KeyboardInterrupt`: the command's channels close while the loop still runs (interrupted from
+    outside, grpc.aio's poller callbacks met a closing loop and printed a traceback)."""
+    interrupted = False
+
+    async def guarded() -> T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def on_sigint() -> None:
+            nonlocal interrupted
+            interrupted = True
+            task.cancel()
+
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        try:
+            return await main()
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    try:
+        return asyncio.run(guarded())
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 from typing import Annotated, Any
@@ -29,6 +28,7 @@ from agentrunner_host.cli.common import (
     fail,
     fail_rpc,
     print_json,
+    run_until_interrupted,
 )
 from agentrunner_host.cli.render import render_stream
 from agentrunner_host.jsonview import message_dict, status_name, usage_dict
@@ -201,7 +201,7 @@ def _attach(target: HostTarget, run_id: str, timeline: Timeline, *, render: bool
             return finished
 
     try:
-        return asyncio.run(go())
+        return run_until_interrupted(go)
     except grpc.RpcError as exc:
         fail_rpc(exc, target.address)
     except KeyboardInterrupt:
