@@ -279,11 +279,22 @@ class RunService:
         reason: str,
     ) -> RunRecord | None:
         """`RunHost.write_ending`: `unwritten` with the final status in one transaction, unless a
-        commit whose answer was lost stored them already (then the status and the revoked token)."""
+        commit whose answer was lost stored them already (then the status and the revoked token). When
+        the store refuses them (a value it cannot take, not an outage), the ending is written without
+        them (the terminal alone, else the status alone): a run never stays `running` for a result."""
         stores, run_id = self.stores, snapshot.run_id
         usage = outcomes.usage_of(terminal)
         if unwritten and not await stores.ledger.list_results(run_id, unwritten[0].sequence - 1):
-            return await stores.finish_run(snapshot, unwritten, status, reason, usage)
+            attempts = (
+                [unwritten]
+                if unwritten[-1] is not terminal or len(unwritten) == 1
+                else [unwritten, unwritten[-1:]]
+            )
+            for results in attempts:
+                try:
+                    return await stores.finish_run(snapshot, results, status, reason, usage)
+                except AgentRunnerError as exc:
+                    log.warning("run.ending_refused", results=len(results), error=exc.message)
         record = await stores.ledger.finish_run(run_id, status, reason, usage)
         await stores.sessions.unregister(run_id)
         return record
