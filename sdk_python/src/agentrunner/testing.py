@@ -767,11 +767,26 @@ class HostDouble:
             await abort_with(context, RunTokenInvalidError("hello carries a wrong run token"))
         session = ControlSession(hello.run_id, hello=hello)
         self._sessions[hello.run_id] = session
+        try:
+            await self._serve_control(context, session)
+        finally:
+            # on every way out (a runner that ends its run at once may cancel the stream while the
+            # welcome is being written): the session's end is what `control.closed` is judged by
+            session.closed_at = time.monotonic()
+            session.closed.set()
+
+    async def _serve_control(
+        self,
+        context: grpc.aio.ServicerContext[
+            proxy_service_pb2.ControlRequest, proxy_service_pb2.ControlResponse
+        ],
+        session: ControlSession,
+    ) -> None:
         welcome = proxy_service_pb2.ControlWelcome(
             heartbeat_interval=duration_pb2.Duration(nanos=int(self.heartbeat_interval * 1e9))
         )
         await context.write(proxy_service_pb2.ControlResponse(welcome=welcome))
-        self._session_ready[hello.run_id].set()
+        self._session_ready[session.run_id].set()
 
         async def reader() -> None:
             while True:
@@ -799,8 +814,6 @@ class HostDouble:
             read_task.cancel()
             with contextlib.suppress(BaseException):
                 await read_task
-            session.closed_at = time.monotonic()
-            session.closed.set()
 
     def control_session(self, run_id: str) -> ControlSession | None:
         """The run's control stream as the double saw it (hello, acks, heartbeats), if it connected."""
