@@ -285,11 +285,9 @@ class RunService:
         stores, run_id = self.stores, snapshot.run_id
         usage = outcomes.usage_of(terminal)
         if unwritten and not await stores.ledger.list_results(run_id, unwritten[0].sequence - 1):
-            attempts = (
-                [unwritten]
-                if unwritten[-1] is not terminal or len(unwritten) == 1
-                else [unwritten, unwritten[-1:]]
-            )
+            attempts = [unwritten]
+            if len(unwritten) > 1 and unwritten[-1] is terminal:
+                attempts.append([terminal])  # the terminal alone, when the others are refused
             for results in attempts:
                 try:
                     return await stores.finish_run(snapshot, results, status, reason, usage)
