@@ -1,8 +1,9 @@
 """One run in this process, from its recorded start to its release (`RunExecution`).
 
-Stages, each a method: `open` (done by `RunService.open`: binding, discard, duplicate, steer-or-start and
-the run-start transaction, all before anything streams) -> `_call` (context, delivery channel, runner
-call, reader) -> `_pump` (one loop over the run's outbox, dispatched by item kind) -> `_conclude` (the
+Stages: `open` (done by `RunService.open`: binding, discard, duplicate, steer-or-start and the
+run-start transaction, all before anything streams) -> `_call` (context, delivery channel, runner call,
+reader) -> the pump (`run/pump.py`: one loop over the run's outbox, dispatched by item kind; it hands
+every result but a delta to `take`) -> `_conclude` (the
 terminal failure if the run needs one, delivery closed, `finished`) -> `release` (the one exit path,
 idempotent). `stream` strings them together for the caller.
 
@@ -27,15 +28,16 @@ from opentelemetry import trace
 
 from agentrunner.errors import AgentRunnerError
 from agentrunner.protocol import FINISH_ACKNOWLEDGED
-from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2, runner_service_pb2
-from agentrunner_host.delivery.channel import AppendedResult, RunChannel
-from agentrunner_host.delivery.interactions import deliver_requested, record_requested
-from agentrunner_host.observability import RUN_DURATION, RUNS, TIME_TO_FIRST_RESULT
+from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
+from agentrunner_host.delivery.channel import RunChannel
+from agentrunner_host.delivery.interactions import record_requested
+from agentrunner_host.observability import RUN_DURATION, RUNS
 from agentrunner_host.ports import AuthorizationSnapshot, RunRecord
 from agentrunner_host.run import outcomes
 from agentrunner_host.run.followers import Followers, accepted_of
 from agentrunner_host.run.host import RunHost
 from agentrunner_host.run.journal import RecordFailed, RunJournal
+from agentrunner_host.run.pump import pump
 from agentrunner_host.run.runner_call import RunnerCall, call_failure
 from agentrunner_host.run.start import RunStart
 from agentrunner_host.validation import ResultValidator
@@ -80,10 +82,11 @@ class RunExecution:
         self.cancel_reason = ""
         self.cancel_task: asyncio.Task[None] | None = None
         self._accepted_sent = False
-        #: a message came from the runner (an unreachable runner differs from a broken stream)
-        self._received_any = False
+        #: a message came from the runner (an unreachable runner differs from a broken stream); the
+        #: pump sets it
+        self.received_any = False
         #: the failure the pump ended the run with (an undecodable runner message)
-        self._pump_failure: result_pb2.RunResult | None = None
+        self.pump_failure: result_pb2.RunResult | None = None
 
     # -- the view delivery and followers use (`ports.RunView`) ----------------------------------------
     @property
@@ -141,10 +144,10 @@ class RunExecution:
                     call = await self._call()
                     self._accepted_sent = True
                     yield accepted_of(self.record, attached=False)
-                    async with contextlib.aclosing(self._pump(call)) as pump:
-                        async for update in pump:
+                    async with contextlib.aclosing(pump(self, call)) as updates:
+                        async for update in updates:
                             yield update
-                    failure = self._pump_failure
+                    failure = self.pump_failure
                 except (Exception, asyncio.CancelledError) as exc:
                     failure = self._failure_of(exc)
                 finally:
@@ -160,72 +163,6 @@ class RunExecution:
         finally:
             await self._exit()
 
-    async def _pump(self, call: RunnerCall) -> AsyncGenerator[Update, None]:
-        """The pump: the run's outbox in arrival order, one loop dispatched by item kind, until the
-        runner's stream ends or, after the terminal, the drain time runs out. A message grpc.aio could
-        not deserialize ends it with `_pump_failure`. Deltas take no coroutine of their own."""
-        started, loop = time.monotonic(), asyncio.get_running_loop()
-        outbox, validator, journal, followers = call.outbox, self.validator, self.journal, self.followers
-        stores = self.host.stores
-        assert validator is not None
-        drain_until: float | None = None
-        first = True
-        while True:
-            if drain_until is None:  # items waiting already (usual while streaming): no coroutine
-                item = call.take(outbox.get_nowait() if len(outbox) else await outbox.get())
-            else:
-                left = drain_until - loop.time()
-                if left <= 0:
-                    return
-                try:
-                    item = call.take(await asyncio.wait_for(outbox.get(), left))
-                except TimeoutError:
-                    return
-            if item is grpc.aio.EOF:
-                return
-            if isinstance(item, Update):  # a reply / interaction delivered meanwhile
-                yield item
-                continue
-            appended = item if isinstance(item, AppendedResult) else None
-            if appended is not None:  # AppendRunResult on this open run
-                item = runner_service_pb2.RunResponse(result=appended.result)
-            if not isinstance(item, runner_service_pb2.RunResponse):
-                # grpc.aio hands back None for a message it could not deserialize
-                if self.terminal is None:
-                    self._pump_failure = outcomes.failed(self.run_id, "runner.protocol_error")
-                log.warning("run.undecodable_message")
-                return
-            self._received_any = True
-            result = validator.accept(item.result)
-            if result is None:
-                if appended is not None:
-                    appended.future.set_result(None)
-                continue
-            if validator.kind == "message_delta" and not journal.failed:  # most results
-                due = journal.add_delta(result)
-                if followers:
-                    followers.publish(Update(result=result))
-                if due:
-                    await journal.write_deltas()
-            else:
-                taken = await self._take(result)
-                if taken is None:
-                    continue
-                result = taken
-            if first:
-                first = False
-                TIME_TO_FIRST_RESULT.observe(time.monotonic() - started)
-            yield Update(result=result)
-            if appended is not None:
-                appended.future.set_result(result)
-            if validator.kind == "interaction_requested":
-                interaction_id = result.interaction_requested.interaction.interaction_id
-                await deliver_requested(
-                    self.channel, self.host.interaction_store, interaction_id, stores.transcript
-                )
-            if self.terminal is not None and drain_until is None:
-                drain_until = loop.time() + self.host.config.limits.post_terminal_drain_seconds
-
     def _failure_of(self, exc: BaseException) -> result_pb2.RunResult | None:
         """The terminal failure an error of the call or the pump ends the run with (None: the run has
         its terminal already); re-raises a cancellation of the caller's task (the caller went away)."""
@@ -233,7 +170,7 @@ class RunExecution:
             if self.terminal is not None:
                 log.warning("run.error_after_terminal", code=exc.code().name)
                 return None
-            return call_failure(exc, self.start, self.host.registry, self._received_any, self.cancel_reason)
+            return call_failure(exc, self.start, self.host.registry, self.received_any, self.cancel_reason)
         if isinstance(exc, asyncio.CancelledError):
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -253,8 +190,9 @@ class RunExecution:
         log.error("run.host_error", exc_info=exc)
         return outcomes.failed(self.run_id, "host.error") if self.terminal is None else None
 
-    async def _take(self, result: result_pb2.RunResult) -> result_pb2.RunResult | None:
-        """Records a validated result other than a delta; the result the client gets (None: refused)."""
+    async def take(self, result: result_pb2.RunResult) -> result_pb2.RunResult | None:
+        """Records a validated result other than a delta (the pump's); the result the client gets
+        (None: refused). The runner's terminal is decided here."""
         validator = self.validator
         assert validator is not None
         kind = validator.kind
