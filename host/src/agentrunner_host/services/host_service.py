@@ -35,7 +35,9 @@ from agentrunner_host.registry import RunnerRegistry
 from agentrunner_host.run.service import RunService, Update
 from agentrunner_host.services.wire import UPDATE_STREAMS, serialize_update
 from agentrunner_host.store.artifacts import ArtifactStore
-from agentrunner_host.store.ledger import RunQuery, SqlRunLedger, run_to_proto
+from agentrunner_host.store.ledger import SqlRunLedger
+from agentrunner_host.store.ledger_reads import RunQuery
+from agentrunner_host.store.ledger_rows import run_to_proto
 
 log = structlog.get_logger("agentrunner_host.host_service")
 

@@ -1,16 +1,19 @@
-"""The run ledger on the database (`ports.RunLedger`): one row per run plus its results in order."""
+"""The run ledger on the database (`ports.RunLedger`): one row per run plus its results in order.
+
+This module is its write side: `SqlRunLedger`'s writes (its reads are `store/ledger_reads.py`) and
+the sync statements the start and finish transactions run on one connection (`insert_run_sync`,
+`insert_results_sync`, `finish_run_sync`, ...). How a run and its results lie in rows is
+`store/ledger_rows.py`.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import functools
-import hashlib
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import BindParameter, and_, bindparam, func, select, update
+from sqlalchemy import BindParameter, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -19,189 +22,36 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentrunner.errors import AlreadyExistsError, InvalidArgumentError
 from agentrunner.protocol import result_type
 from agentrunner.usage import add_counts
-from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
+from agentrunner.v1 import common_pb2, result_pb2
 from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
 from agentrunner_host.store.base import table_of
-from agentrunner_host.store.common import (
-    CursorCodec,
-    UnitOfWork,
-    dialect_insert,
-    dict_to_struct,
-    json_to_message,
-    message_to_json,
-    rowcount,
-    to_timestamp,
-)
+from agentrunner_host.store.common import CursorCodec, UnitOfWork, dialect_insert, rowcount
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.errors import StoreError
+from agentrunner_host.store.ledger_reads import LedgerReads
+from agentrunner_host.store.ledger_rows import RECORD_FIELDS, packed_rows, result_rows, to_record
+
+# (also imported from here by proxy/facts.py)
+from agentrunner_host.store.ledger_rows import run_to_proto as run_to_proto
 from agentrunner_host.store.models import RunResultRow, RunRow
 from agentrunner_host.store.sqlite.compiled import bind_processor, driver_execute, fast_execute
 
-_RECORD_FIELDS = (
-    "run_id",
-    "event_id",
-    "agent_id",
-    "binding_id",
-    "runner_id",
-    "status",
-    "status_reason",
-    "conversation_id",
-    "thread_id",
-    "bot_id",
-    "workspace_id",
-    "trace_id",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "deadline_at",
-    "cancel_requested_at",
-    "usage",
-    "last_sequence",
-)
 _OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
-DEFAULT_RUNS_PAGE = 50
-MAX_RUNS_PAGE = 200
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RunQuery:
-    """The filters of `HostService.ListRuns` (all optional; they combine with AND)."""
-
-    statuses: tuple[int, ...] = ()
-    agent_id: str = ""
-    runner_id: str = ""
-    conversation_id: str = ""
-    binding_id: str = ""
-    #: the caller's scope (`auth.clients[].bots` / `agents`): only runs of these; None: every run
-    bot_ids: tuple[str, ...] | None = None
-    agent_ids: tuple[str, ...] | None = None
-
-    def digest(self) -> str:
-        """What a page token is bound to: the same filters, in a canonical form."""
-        scoped = [
-            "*" if ids is None else ",".join(sorted(set(ids))) for ids in (self.bot_ids, self.agent_ids)
-        ]
-        canonical = "\x1f".join(
-            [",".join(map(str, sorted(set(self.statuses)))), self.agent_id, self.runner_id,
-             self.conversation_id, self.binding_id, *scoped]
-        )  # fmt: skip
-        return hashlib.sha256(canonical.encode()).hexdigest()[:32]
-
-
-#: room a page of runs keeps for its other fields (the next page's token, the cap itself)
-_PAGE_OVERHEAD_BYTES = 1024
-
-
-def _fitting(records: Sequence[RunRecord], max_bytes: int | None) -> int:
-    """How many of the leading `records` fit in a page of `max_bytes` serialized bytes (all when None);
-    at least one, so paging always moves on."""
-    if max_bytes is None:
-        return len(records)
-    used = _PAGE_OVERHEAD_BYTES
-    for n, record in enumerate(records):
-        used += run_to_proto(record).ByteSize() + 6  # the run's tag and length prefix
-        if used > max_bytes and n > 0:
-            return n
-    return len(records)
-
-
-def _to_record(row: RunRow) -> RunRecord:
-    return RunRecord(
-        **{name: getattr(row, name) for name in _RECORD_FIELDS},
-        metadata=dict(row.meta or {}),
-    )
 
 
 def run_values(record: RunRecord, owner: str) -> dict[str, Any]:
     return {
-        **{name: getattr(record, name) for name in _RECORD_FIELDS},
+        **{name: getattr(record, name) for name in RECORD_FIELDS},
         "meta": dict(record.metadata),
         "owner": owner,
     }
-
-
-#: `result_type` of the ledger rows that hold a run of consecutive `message.delta` results
-DELTA_TYPE = "message.delta"
-_FRAME = struct.Struct(">I")
-
-
-def _pack(payloads: Sequence[bytes]) -> bytes:
-    """Several serialized results in one ledger payload: each one prefixed with its 4-byte length."""
-    return b"".join([_FRAME.pack(len(p)) + p for p in payloads])
-
-
-def unpack_results(payload: bytes, count: int) -> list[result_pb2.RunResult]:
-    """The results a ledger row holds (`count` of them; one plain serialized result when `count` is 1)."""
-    if count == 1:
-        return [result_pb2.RunResult.FromString(payload)]
-    out: list[result_pb2.RunResult] = []
-    at = 0
-    while at < len(payload):
-        (size,) = _FRAME.unpack_from(payload, at)
-        at += _FRAME.size
-        out.append(result_pb2.RunResult.FromString(payload[at : at + size]))
-        at += size
-    return out
-
-
-def packed_rows(results: Sequence[result_pb2.RunResult]) -> list[tuple[int, str, bytes, int]]:
-    """`(sequence, result_type, payload, result_count)` ledger rows for results in sequence order.
-
-    Consecutive `message.delta` results (contiguous sequences) share ONE row, keyed by the last
-    sequence it holds: a streaming run writes a row per delta batch instead of a row per delta. With
-    many runs streaming at once, their rows land on as many index pages per commit, so per-delta rows
-    cost most of a batch's write (measured: about 3x the commit work of packed rows). Every other
-    result keeps a row of its own (`result_count` 1, the plain serialized result)."""
-    if any(r.sequence <= 0 for r in results):
-        raise InvalidArgumentError("result sequence must start at 1", field="sequence")
-    rows: list[tuple[int, str, bytes, int]] = []
-    deltas: list[bytes] = []
-    last = 0
-
-    def close_deltas() -> None:
-        if len(deltas) == 1:
-            rows.append((last, DELTA_TYPE, deltas[0], 1))
-        elif deltas:
-            rows.append((last, DELTA_TYPE, _pack(deltas), len(deltas)))
-        deltas.clear()
-
-    for r in results:
-        payload = r.SerializeToString(deterministic=True)
-        if r.WhichOneof("payload") == "message_delta":
-            if deltas and r.sequence != last + 1:
-                close_deltas()
-            deltas.append(payload)
-        else:
-            close_deltas()
-            rows.append((r.sequence, result_type(r) or "", payload, 1))
-        last = r.sequence
-    close_deltas()
-    return rows
-
-
-def result_rows(
-    run_id: str, results: Sequence[result_pb2.RunResult], now: dt.datetime | None = None
-) -> list[dict[str, Any]]:
-    """`run_results` rows for a batch (`packed_rows`; sequences must be positive)."""
-    now = now or utcnow()
-    return [
-        {
-            "run_id": run_id,
-            "sequence": sequence,
-            "result_type": kind,
-            "payload": payload,
-            "result_count": count,
-            "created_at": now,
-        }
-        for sequence, kind, payload, count in packed_rows(results)
-    ]
 
 
 # Sync hot-path statements are built once per dialect and executed with parameters: building
 # `.values(**row)` per call costs more CPU (cache keys for every literal) than SQLite's whole commit.
 _RUNS = table_of(RunRow)
 _RESULTS = table_of(RunResultRow)
-_RECORD_COLUMNS = (*(_RUNS.c[name] for name in _RECORD_FIELDS), _RUNS.c["metadata"])
+_RECORD_COLUMNS = (*(_RUNS.c[name] for name in RECORD_FIELDS), _RUNS.c["metadata"])
 
 
 @functools.cache
@@ -252,7 +102,7 @@ def _created_at_bind(dialect: Any) -> Callable[[Any], Any]:
 
 def _row_to_record(row: Any) -> RunRecord:
     values = tuple(row)
-    return RunRecord(**dict(zip(_RECORD_FIELDS, values[:-1], strict=True)), metadata=dict(values[-1] or {}))
+    return RunRecord(**dict(zip(RECORD_FIELDS, values[:-1], strict=True)), metadata=dict(values[-1] or {}))
 
 
 def insert_run_sync(conn: Connection, values: Mapping[str, Any]) -> bool:
@@ -317,49 +167,7 @@ def finish_run_sync(
     return None if row is None else _row_to_record(row)
 
 
-#: ledger metadata the host keeps for itself (e.g. the digest that tells a duplicate event from a conflicting
-#: one): never sent to clients or runners
-PRIVATE_METADATA_KEYS = frozenset({"event_digest"})
-
-
-def run_to_proto(record: RunRecord) -> host_service_pb2.Run:
-    """The wire form of a ledger record (`agentrunner.v1.Run`), for clients and runners alike."""
-    run = host_service_pb2.Run(
-        run_id=record.run_id,
-        event_id=record.event_id,
-        agent_id=record.agent_id,
-        binding_id=record.binding_id,
-        runner_id=record.runner_id,
-        conversation_id=record.conversation_id,
-        thread_id=record.thread_id,
-        status=record.status,
-        status_reason=record.status_reason,
-        last_sequence=record.last_sequence,
-        trace_id=record.trace_id,
-        bot_id=record.bot_id,
-        workspace_id=record.workspace_id,
-        metadata=dict_to_struct({k: v for k, v in record.metadata.items() if k not in PRIVATE_METADATA_KEYS}),
-    )
-    for field, value in (
-        ("create_time", record.created_at),
-        ("start_time", record.started_at),
-        ("finish_time", record.finished_at),
-        ("deadline_time", record.deadline_at),
-        ("cancel_request_time", record.cancel_requested_at),
-    ):
-        ts = to_timestamp(value)
-        if ts is not None:
-            getattr(run, field).CopyFrom(ts)
-    if record.usage:
-        json_to_message(record.usage, run.usage)
-    return run
-
-
-def usage_to_json(usage: common_pb2.Usage) -> dict[str, Any]:
-    return message_to_json(usage)
-
-
-class SqlRunLedger:
+class SqlRunLedger(LedgerReads):
     """`ports.RunLedger` on SQLite/PostgreSQL.
 
     `owner` names this host instance: `mark_interrupted` only touches runs it created, so a replica
@@ -367,14 +175,13 @@ class SqlRunLedger:
     """
 
     def __init__(self, db: Database, codec: CursorCodec, *, owner: str = "") -> None:
-        self.db = db
+        super().__init__(db, codec)
         self.uow = UnitOfWork(db)
-        self.codec = codec
         self.owner = owner
 
     async def create_run(self, record: RunRecord) -> RunRecord:
         row = RunRow(
-            **{name: getattr(record, name) for name in _RECORD_FIELDS},
+            **{name: getattr(record, name) for name in RECORD_FIELDS},
             meta=dict(record.metadata),
             owner=self.owner,
         )
@@ -391,12 +198,7 @@ class SqlRunLedger:
             existing = await session.scalar(select(RunRow).where(RunRow.event_id == record.event_id))
         if existing is None:
             raise AlreadyExistsError(f"run id {record.run_id} already exists")
-        return _to_record(existing)
-
-    async def get_run(self, run_id: str) -> RunRecord | None:
-        async with self.db.read() as session:
-            row = await session.scalar(select(RunRow).where(RunRow.run_id == run_id))
-        return None if row is None else _to_record(row)
+        return to_record(existing)
 
     async def mark_running(self, run_id: str, started_at: dt.datetime) -> None:
         async with self.db.write() as session:
@@ -489,27 +291,6 @@ class SqlRunLedger:
                     metadata={"runId": run_id, "sequence": result.sequence},
                 )
 
-    async def list_results(
-        self, run_id: str, after_sequence: int = 0, limit: int | None = None
-    ) -> Sequence[result_pb2.RunResult]:
-        # a row is keyed by the last sequence it holds: every row with a result after `after_sequence`
-        stmt = (
-            select(RunResultRow.payload, RunResultRow.result_count)
-            .where(RunResultRow.run_id == run_id, RunResultRow.sequence > after_sequence)
-            .order_by(RunResultRow.sequence)
-        )
-        if limit is not None:
-            stmt = stmt.limit(limit)  # each row holds at least one result
-        async with self.db.read() as session:
-            rows = (await session.execute(stmt)).all()
-        results = [
-            r
-            for payload, count in rows
-            for r in unpack_results(payload, count)
-            if r.sequence > after_sequence
-        ]
-        return results if limit is None else results[:limit]
-
     async def request_cancel(self, run_id: str, at: dt.datetime) -> RunRecord | None:
         async with self.db.write() as session:
             await session.execute(
@@ -522,7 +303,7 @@ class SqlRunLedger:
                 .values(cancel_requested_at=at)
             )
             row = await session.scalar(select(RunRow).where(RunRow.run_id == run_id))
-        return None if row is None else _to_record(row)
+        return None if row is None else to_record(row)
 
     async def finish_run(
         self,
@@ -543,76 +324,7 @@ class SqlRunLedger:
                 .values(**values)
             )
             row = await session.scalar(select(RunRow).where(RunRow.run_id == run_id))
-        return None if row is None else _to_record(row)
-
-    async def list_runs(
-        self,
-        conversation_id: str,
-        statuses: Sequence[int] = (),
-        before_cursor: str = "",
-        limit: int = 50,
-        max_bytes: int | None = None,
-    ) -> tuple[Sequence[RunRecord], str]:
-        """Newest first, at most `limit` records (and, with `max_bytes`, at most that many serialized
-        bytes, at least one record); returns them and the next cursor ('' when none)."""
-        stmt = select(RunRow).where(RunRow.conversation_id == conversation_id)
-        if statuses:
-            stmt = stmt.where(RunRow.status.in_(list(statuses)))
-        if before_cursor:
-            position = self.codec.decode(
-                before_cursor, kind="run", scope=conversation_id, field="before_cursor"
-            )
-            stmt = stmt.where(RunRow.id < position)
-        stmt = stmt.order_by(RunRow.id.desc()).limit(limit + 1)
-        async with self.db.read() as session:
-            rows = list((await session.scalars(stmt)).all())
-        more = len(rows) > limit
-        rows = rows[:limit]
-        records = [_to_record(r) for r in rows]
-        keep = _fitting(records, max_bytes)
-        more, rows, records = more or keep < len(records), rows[:keep], records[:keep]
-        cursor = self.codec.encode("run", conversation_id, rows[-1].id) if more and rows else ""
-        return records, cursor
-
-    async def search_runs(
-        self, query: RunQuery, page_token: str = "", page_size: int = 0, max_bytes: int | None = None
-    ) -> tuple[list[RunRecord], str]:
-        """`HostService.ListRuns`: runs matching `query`, newest first, one page (AIP-158) of at most
-        `page_size` runs and, with `max_bytes`, at most that many serialized bytes (at least one run).
-        The page token names the last run returned and is bound to the query: reusing it with other
-        filters is `INVALID_ARGUMENT`."""
-        if page_size < 0:
-            raise InvalidArgumentError("page_size must not be negative", field="page_size")
-        limit = min(page_size or DEFAULT_RUNS_PAGE, MAX_RUNS_PAGE)
-        stmt = select(RunRow)
-        if query.statuses:
-            stmt = stmt.where(RunRow.status.in_(sorted(set(query.statuses))))
-        for column, value in (
-            (RunRow.agent_id, query.agent_id),
-            (RunRow.runner_id, query.runner_id),
-            (RunRow.conversation_id, query.conversation_id),
-            (RunRow.binding_id, query.binding_id),
-        ):
-            if value:
-                stmt = stmt.where(column == value)
-        if query.bot_ids is not None:
-            stmt = stmt.where(RunRow.bot_id.in_(sorted(set(query.bot_ids))))
-        if query.agent_ids is not None:
-            stmt = stmt.where(RunRow.agent_id.in_(sorted(set(query.agent_ids))))
-        scope = query.digest()
-        if page_token:
-            position = self.codec.decode(page_token, kind="host-runs", scope=scope, field="page_token")
-            stmt = stmt.where(RunRow.id < position)
-        stmt = stmt.order_by(RunRow.id.desc()).limit(limit + 1)
-        async with self.db.read() as session:
-            rows = list((await session.scalars(stmt)).all())
-        more = len(rows) > limit
-        rows = rows[:limit]
-        records = [_to_record(r) for r in rows]
-        keep = _fitting(records, max_bytes)
-        more, rows, records = more or keep < len(records), rows[:keep], records[:keep]
-        token = self.codec.encode("host-runs", scope, rows[-1].id) if more and rows else ""
-        return records, token
+        return None if row is None else to_record(row)
 
     async def mark_interrupted(self) -> int:
         async with self.db.write() as session:
@@ -626,12 +338,3 @@ class SqlRunLedger:
                 )
             )
         return rowcount(result)
-
-    async def count_runs(self, conversation_id: str) -> int:
-        async with self.db.read() as session:
-            return int(
-                await session.scalar(
-                    select(func.count()).select_from(RunRow).where(RunRow.conversation_id == conversation_id)
-                )
-                or 0
-            )

@@ -163,7 +163,7 @@ class RunResultRow(Base):
     payload: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     #: results held: 1 = `payload` is one serialized result; more = consecutive `message.delta` results
-    #: ending at `sequence`, each framed with its length (`ledger.packed_rows`)
+    #: ending at `sequence`, each framed with its length (`ledger_rows.packed_rows`)
     result_count: Mapped[int] = mapped_column(Integer, nullable=False, default=1, server_default="1")
 
 

@@ -17,7 +17,7 @@ down_revision: str | Sequence[str] | None = "0003_interactions"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_FRAME = struct.Struct(">I")  # kept identical to agentrunner_host.store.ledger
+_FRAME = struct.Struct(">I")  # kept identical to agentrunner_host.store.ledger_rows
 
 
 def upgrade() -> None:
