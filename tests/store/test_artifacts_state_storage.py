@@ -17,7 +17,7 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import host_service_pb2
 from agentrunner_host.ports import RunRecord, utcnow
-from agentrunner_host.store.artifacts import ArtifactLimits
+from agentrunner_host.store.blobs import ArtifactLimits
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 from tests.store.conftest import make_snapshot

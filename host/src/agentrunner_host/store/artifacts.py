@@ -1,8 +1,9 @@
 """Artifacts: content-addressed bodies (sha256) with ownership, size, media type and expiry.
 
-Bodies up to `inline_max_bytes` live in the database; larger ones in `directory/<sha[:2]>/<sha>`
-(written atomically before the row commits). An artifact row owns a conversation and run; the blob is
-shared by identical bodies and deleted with its last artifact by `cleanup_expired`.
+This module keeps the rows: an artifact row owns a conversation and run, names its body by sha256 (or
+an external URL: a reference) and expires; `authorize` says whether a run may see it. The bodies are
+`store/blobs.py` (`BlobStore`: up to `inline_max_bytes` in the database, larger ones in their file);
+a blob is shared by identical bodies and deleted with its last artifact by `cleanup_expired`.
 
 Every write takes two steps: a `PreparedArtifact` (checks, decoding, a large body written to its file;
 no database) and its rows (`insert_prepared_sync`, in the caller's transaction). The run start prepares
@@ -18,13 +19,10 @@ import base64
 import binascii
 import dataclasses
 import datetime as dt
-import errno
-import hashlib
-import os
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from sqlalchemy import delete, exists, inspect
 from sqlalchemy.dialects import postgresql, sqlite
@@ -32,16 +30,15 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.errors import (
-    FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     PayloadTooLargeError,
-    RuntimeFailureError,
     UnauthorizedError,
 )
 from agentrunner.v1 import common_pb2, host_service_pb2, proxy_service_pb2, result_pb2
 from agentrunner_host.ports import AuthorizationSnapshot
 from agentrunner_host.store.base import table_of
+from agentrunner_host.store.blobs import ArtifactLimits, BlobStore, Body
 from agentrunner_host.store.common import (
     UnitOfWork,
     dict_to_struct,
@@ -56,20 +53,20 @@ from agentrunner_host.store.db import Database
 from agentrunner_host.store.models import ArtifactBlobRow, ArtifactRow
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ArtifactLimits:
-    #: largest accepted body (incoming attachments, artifact.created content)
-    max_bytes: int = 20 * 1024 * 1024
-    #: hard cap of a streamed upload (`UploadArtifact`; each run's grant is also applied)
-    upload_max_bytes: int = 1024 * 1024 * 1024
-    #: bodies up to this size are stored in the database
-    inline_max_bytes: int = 256 * 1024
-    #: hard cap of one ReadArtifact range
-    read_cap_bytes: int = 1024 * 1024
-    default_read_bytes: int = 64 * 1024
-    chunk_bytes: int = 64 * 1024
-    #: retention of artifacts without an explicit expiry; None keeps them
-    default_ttl: dt.timedelta | None = dt.timedelta(days=7)
+class ArtifactFields(TypedDict, total=False):
+    """What an artifact row says besides its body: its source, owners, description and expiry (the
+    keyword arguments of every `ArtifactStore.put_*`; `mime_type` defaults to
+    `application/octet-stream` for a body, `expires_at` to `ArtifactLimits.default_ttl` from now)."""
+
+    source: Required[str]
+    conversation_id: str
+    run_id: str
+    binding_id: str
+    mime_type: str
+    name: str
+    summary: str
+    expires_at: dt.datetime | None
+    metadata: Mapping[str, Any] | None
 
 
 def check_http_uri(uri: str, field: str = "uri") -> None:
@@ -159,32 +156,10 @@ class ArtifactStore:
     def __init__(self, db: Database, directory: Path, limits: ArtifactLimits | None = None) -> None:
         self.db = db
         self.uow = UnitOfWork(db)
-        self.directory = Path(directory)
         self.limits = limits or ArtifactLimits()
+        self.blobs = BlobStore(db, directory, self.limits)
 
     # -- writing -------------------------------------------------------------------------------
-
-    def _path(self, sha: str) -> Path:
-        return self.directory / sha[:2] / sha
-
-    def _write_file(self, sha: str, data: bytes) -> None:
-        path = self._path(sha)
-        if path.exists() and path.stat().st_size == len(data):
-            return
-        tmp = path.with_name(f".{sha}.{os.getpid()}.{new_id('t')}")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-        except OSError as exc:
-            # a full disk (or a directory the host may not write) leaves no partial file behind and
-            # fails this write alone, typed; the next write after space returns succeeds
-            tmp.unlink(missing_ok=True)
-            reason = errno.errorcode.get(exc.errno or 0, type(exc).__name__)
-            raise RuntimeFailureError(
-                f"the artifact store could not write the body: {exc.strerror or reason}",
-                metadata={"errno": reason},
-            ) from None
 
     def _expiry(self, expires_at: dt.datetime | None) -> dt.datetime | None:
         if expires_at is not None:
@@ -193,47 +168,10 @@ class ArtifactStore:
         return None if ttl is None else utcnow() + ttl
 
     async def put_bytes(
-        self,
-        data: bytes,
-        *,
-        source: str,
-        conversation_id: str = "",
-        run_id: str = "",
-        binding_id: str = "",
-        mime_type: str = "application/octet-stream",
-        name: str = "",
-        summary: str = "",
-        expires_at: dt.datetime | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        session: AsyncSession | None = None,
+        self, data: bytes, *, session: AsyncSession | None = None, **fields: Unpack[ArtifactFields]
     ) -> common_pb2.ArtifactRef:
-        prepared = await self._prepare_bytes(
-            data,
-            source=source,
-            conversation_id=conversation_id,
-            run_id=run_id,
-            binding_id=binding_id,
-            mime_type=mime_type,
-            name=name,
-            summary=summary,
-            expires_at=expires_at,
-            metadata=metadata,
-        )
-        return await self._write(prepared, session)
-
-    async def _prepare_bytes(self, data: bytes, **fields: Any) -> PreparedArtifact:
-        """A body capped at `max_bytes`: kept for the database up to `inline_max_bytes`, else written to
-        its file now."""
-        if len(data) > self.limits.max_bytes:
-            raise PayloadTooLargeError(
-                f"artifact of {len(data)} bytes exceeds the {self.limits.max_bytes}-byte cap",
-                metadata={"capBytes": self.limits.max_bytes},
-            )
-        sha = hashlib.sha256(data).hexdigest()
-        in_db = len(data) <= self.limits.inline_max_bytes
-        if not in_db:
-            await asyncio.to_thread(self._write_file, sha, data)
-        return self._prepared(sha, len(data), data if in_db else None, **fields)
+        """A body (`BlobStore.take_bytes`) and its artifact row, in `session` or a transaction of its own."""
+        return await self._write(self._prepared(await self.blobs.take_bytes(data), **fields), session)
 
     async def _write(
         self, prepared: PreparedArtifact, session: AsyncSession | None
@@ -249,154 +187,59 @@ class ArtifactStore:
         cap: int,
         size_bytes: int | None = None,
         sha256: str = "",
-        source: str,
-        conversation_id: str = "",
-        run_id: str = "",
-        binding_id: str = "",
-        mime_type: str = "application/octet-stream",
-        name: str = "",
-        summary: str = "",
-        expires_at: dt.datetime | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        **fields: Unpack[ArtifactFields],
     ) -> common_pb2.ArtifactRef:
-        """A body streamed in chunks (`UploadArtifact`): spooled to a temp file while hashed, refused as
-        soon as it passes `cap` (or a declared `size_bytes` / `sha256` does not match), then stored like
-        `put_bytes` (small bodies in the database, large ones moved into place). Nothing is kept of a
-        refused body."""
+        """A body streamed in chunks (`UploadArtifact`; `BlobStore.take_stream`), refused as soon as it
+        passes `cap` (at most `upload_max_bytes`), then stored like `put_bytes`."""
         cap = min(cap, self.limits.upload_max_bytes)
         if size_bytes is not None and size_bytes > cap:
             raise PayloadTooLargeError(
                 f"artifact of {size_bytes} bytes exceeds the {cap}-byte cap", metadata={"capBytes": cap}
             )
-        fields: dict[str, Any] = {
-            "source": source,
-            "conversation_id": conversation_id,
-            "run_id": run_id,
-            "binding_id": binding_id,
-            "mime_type": mime_type,
-            "name": name,
-            "summary": summary,
-            "expires_at": expires_at,
-            "metadata": metadata,
-        }
-        spool = self.directory / ".incoming"
-        await asyncio.to_thread(spool.mkdir, parents=True, exist_ok=True)
-        tmp = spool / f"{new_id('up')}.part"
-        try:
-            size, sha = await self._spool(chunks, tmp, cap)
-            if size_bytes is not None and size != size_bytes:
-                raise InvalidArgumentError(
-                    f"the body has {size} bytes, the header said {size_bytes}", field="size_bytes"
-                )
-            if sha256 and sha256.lower() != sha:
-                raise InvalidArgumentError("the body does not match its sha256", field="sha256")
-            body: bytes | None = None
-            if size <= self.limits.inline_max_bytes:
-                body = await asyncio.to_thread(tmp.read_bytes)
-            else:
-                await asyncio.to_thread(self._move_into_place, tmp, sha, size)
-            return await self._write(self._prepared(sha, size, body, **fields), None)
-        finally:
-            await asyncio.to_thread(tmp.unlink, missing_ok=True)
-
-    @staticmethod
-    async def _spool(chunks: AsyncIterator[bytes], tmp: Path, cap: int) -> tuple[int, str]:
-        """Writes the chunks to `tmp` while hashing; raises as soon as they pass `cap`."""
-        digest = hashlib.sha256()
-        size = 0
-        with await asyncio.to_thread(tmp.open, "wb") as fh:
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > cap:
-                    raise PayloadTooLargeError(
-                        f"artifact exceeds the {cap}-byte cap", metadata={"capBytes": cap}
-                    )
-                digest.update(chunk)
-                await asyncio.to_thread(fh.write, chunk)
-        return size, digest.hexdigest()
-
-    def _move_into_place(self, tmp: Path, sha: str, size: int) -> None:
-        path = self._path(sha)
-        if path.exists() and path.stat().st_size == size:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, path)
+        body = await self.blobs.take_stream(chunks, cap=cap, size_bytes=size_bytes, sha256=sha256)
+        return await self._write(self._prepared(body, **fields), None)
 
     def _prepared(
-        self,
-        sha: str,
-        size: int,
-        body: bytes | None,
-        *,
-        source: str,
-        conversation_id: str = "",
-        run_id: str = "",
-        binding_id: str = "",
-        mime_type: str = "",
-        name: str = "",
-        summary: str = "",
-        uri: str = "",
-        expires_at: dt.datetime | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        self, body: Body | None, *, uri: str = "", **fields: Unpack[ArtifactFields]
     ) -> PreparedArtifact:
-        """The rows of an artifact: a body (`sha`, `size`; `body` None when it is in its file, or for a
-        reference with `uri`) and its ownership, metadata and expiry."""
+        """The rows of an artifact: a body (None for a reference with `uri`) and its ownership, metadata
+        and expiry."""
         now = utcnow()
+        sha, size = (body.sha, body.size) if body is not None else ("", 0)
         row = ArtifactRow(
             artifact_id=new_id("art"),
             sha256=sha,
             size_bytes=size,
-            mime_type=mime_type or ("" if uri else "application/octet-stream"),
-            name=name,
+            mime_type=fields.get("mime_type") or ("" if uri else "application/octet-stream"),
+            name=fields.get("name", ""),
             uri=uri,
-            summary=summary,
-            source=source,
-            conversation_id=conversation_id,
-            run_id=run_id,
-            binding_id=binding_id,
-            meta=dict(metadata or {}),
+            summary=fields.get("summary", ""),
+            source=fields["source"],
+            conversation_id=fields.get("conversation_id", ""),
+            run_id=fields.get("run_id", ""),
+            binding_id=fields.get("binding_id", ""),
+            meta=dict(fields.get("metadata") or {}),
             created_at=now,
-            expires_at=self._expiry(expires_at),
+            expires_at=self._expiry(fields.get("expires_at")),
         )
         blob = None
-        if not uri:
-            location = "db" if body is not None else "file"
-            blob = {"sha256": sha, "size_bytes": size, "location": location, "body": body, "created_at": now}
+        if body is not None:
+            location = "db" if body.inline is not None else "file"
+            blob = {
+                "sha256": sha,
+                "size_bytes": size,
+                "location": location,
+                "body": body.inline,
+                "created_at": now,
+            }
         return PreparedArtifact(row, blob, self.to_ref(row))
 
     async def put_reference(
-        self,
-        uri: str,
-        *,
-        source: str,
-        conversation_id: str = "",
-        run_id: str = "",
-        binding_id: str = "",
-        mime_type: str = "",
-        name: str = "",
-        summary: str = "",
-        expires_at: dt.datetime | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        session: AsyncSession | None = None,
+        self, uri: str, *, session: AsyncSession | None = None, **fields: Unpack[ArtifactFields]
     ) -> common_pb2.ArtifactRef:
         """An external URL kept as a reference (never fetched, never a local path)."""
         check_http_uri(uri)
-        prepared = self._prepared(
-            "",
-            0,
-            None,
-            uri=uri,
-            source=source,
-            conversation_id=conversation_id,
-            run_id=run_id,
-            binding_id=binding_id,
-            mime_type=mime_type,
-            name=name,
-            summary=summary,
-            expires_at=expires_at,
-            metadata=metadata,
-        )
-        return await self._write(prepared, session)
+        return await self._write(self._prepared(None, uri=uri, **fields), session)
 
     async def prepare_attachment(
         self,
@@ -409,22 +252,20 @@ class ArtifactStore:
         """An incoming attachment made ready for its event's transaction (`insert_prepared_sync`):
         bytes or a data URL decoded and size-capped (a large body written to its file), or a URL
         reference."""
-        fields: dict[str, Any] = {
-            "source": "input",
-            "conversation_id": conversation_id,
-            "run_id": run_id,
-            "binding_id": binding_id,
-            "name": attachment.name,
-        }
+        fields = ArtifactFields(
+            source="input", conversation_id=conversation_id, run_id=run_id, binding_id=binding_id,
+            mime_type=attachment.mime_type, name=attachment.name,
+        )  # fmt: skip
         kind = attachment.WhichOneof("source")
         if kind == "content":
-            return await self._prepare_bytes(attachment.content, mime_type=attachment.mime_type, **fields)
+            return self._prepared(await self.blobs.take_bytes(attachment.content), **fields)
         if kind == "data_url":
             data, mime = decode_data_url(attachment.data_url, self.limits.max_bytes)
-            return await self._prepare_bytes(data, mime_type=attachment.mime_type or mime, **fields)
+            fields["mime_type"] = attachment.mime_type or mime
+            return self._prepared(await self.blobs.take_bytes(data), **fields)
         if kind == "uri":
             check_http_uri(attachment.uri)
-            return self._prepared("", 0, None, uri=attachment.uri, mime_type=attachment.mime_type, **fields)
+            return self._prepared(None, uri=attachment.uri, **fields)
         raise InvalidArgumentError("attachment has no content, data_url or uri", field="attachments")
 
     async def register_created(
@@ -436,25 +277,24 @@ class ArtifactStore:
     ) -> common_pb2.ArtifactRef:
         """An `artifact.created` result: inline content is stored, a URL is kept as a reference."""
         ref = created.artifact
-        common: dict[str, Any] = {
-            "source": "runner",
-            "conversation_id": snapshot.conversation_id,
-            "run_id": snapshot.run_id,
-            "binding_id": snapshot.binding_id,
-            "mime_type": ref.mime_type,
-            "name": ref.name,
-            "summary": ref.summary,
-            "expires_at": from_timestamp(ref.expires_at) if ref.HasField("expires_at") else None,
-            "metadata": struct_to_dict(ref.metadata) if ref.HasField("metadata") else None,
-            "session": session,
-        }
+        common = ArtifactFields(
+            source="runner",
+            conversation_id=snapshot.conversation_id,
+            run_id=snapshot.run_id,
+            binding_id=snapshot.binding_id,
+            mime_type=ref.mime_type,
+            name=ref.name,
+            summary=ref.summary,
+            expires_at=from_timestamp(ref.expires_at) if ref.HasField("expires_at") else None,
+            metadata=struct_to_dict(ref.metadata) if ref.HasField("metadata") else None,
+        )
         if created.content:
-            stored = await self.put_bytes(created.content, **common)
+            stored = await self.put_bytes(created.content, session=session, **common)
             if ref.sha256 and ref.sha256.lower() != stored.sha256:
                 raise InvalidArgumentError("artifact sha256 does not match its content", field="sha256")
             return stored
         if ref.uri:
-            return await self.put_reference(ref.uri, **common)
+            return await self.put_reference(ref.uri, session=session, **common)
         raise InvalidArgumentError("artifact.created needs content or a uri", field="artifact")
 
     # -- reading -------------------------------------------------------------------------------
@@ -484,46 +324,14 @@ class ArtifactStore:
             )
         return row
 
-    async def _blob(self, row: ArtifactRow) -> ArtifactBlobRow:
-        if not row.sha256:
-            raise FailedPreconditionError(
-                "artifact is an external reference; fetch its uri", metadata={"uri": row.uri}
-            )
-        async with self.db.read() as s:
-            blob = await s.get(ArtifactBlobRow, row.sha256)
-        if blob is None:
-            raise NotFoundError("artifact body is gone", metadata={"artifactId": row.artifact_id})
-        return blob
-
-    def _read_file(self, sha: str, offset: int, length: int) -> bytes:
-        with self._path(sha).open("rb") as fh:
-            fh.seek(offset)
-            return fh.read(length)
-
     async def read_range(self, row: ArtifactRow, offset: int, length: int) -> tuple[bytes, bool]:
-        """At most `read_cap_bytes` from `offset`; returns the bytes and whether more follow."""
-        if offset < 0 or length < 0:
-            raise InvalidArgumentError("offset and length must not be negative", field="offset")
-        length = min(length or self.limits.default_read_bytes, self.limits.read_cap_bytes)
-        blob = await self._blob(row)
-        if offset > blob.size_bytes:
-            raise InvalidArgumentError("offset is past the end of the artifact", field="offset")
-        if blob.location == "db":
-            data = (blob.body or b"")[offset : offset + length]
-        else:
-            data = await asyncio.to_thread(self._read_file, blob.sha256, offset, length)
-        return data, offset + len(data) < blob.size_bytes
+        """At most `read_cap_bytes` of the body from `offset` (`BlobStore.read_range`); returns the bytes
+        and whether more follow."""
+        return await self.blobs.read_range(row, offset, length)
 
-    async def iter_chunks(self, row: ArtifactRow) -> AsyncIterator[tuple[int, bytes]]:
-        """The whole body in `chunk_bytes` pieces, with their offsets."""
-        blob = await self._blob(row)
-        step = self.limits.chunk_bytes
-        for offset in range(0, blob.size_bytes, step):
-            if blob.location == "db":
-                chunk = (blob.body or b"")[offset : offset + step]
-            else:
-                chunk = await asyncio.to_thread(self._read_file, blob.sha256, offset, step)
-            yield offset, chunk
+    def iter_chunks(self, row: ArtifactRow) -> AsyncIterator[tuple[int, bytes]]:
+        """The whole body in `chunk_bytes` pieces, with their offsets (`BlobStore.iter_chunks`)."""
+        return self.blobs.iter_chunks(row)
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -545,7 +353,7 @@ class ArtifactStore:
             ).all()
         for sha, location in gone:
             if location == "file":
-                await asyncio.to_thread(self._path(sha).unlink, missing_ok=True)
+                await asyncio.to_thread(self.blobs.path(sha).unlink, missing_ok=True)
         return removed
 
     # -- wire forms ----------------------------------------------------------------------------

@@ -39,7 +39,8 @@ from agentrunner_host.ports import (
     StartedRun,
     utcnow,
 )
-from agentrunner_host.store.artifacts import ArtifactLimits, ArtifactStore
+from agentrunner_host.store.artifacts import ArtifactStore
+from agentrunner_host.store.blobs import ArtifactLimits
 from agentrunner_host.store.common import (
     CursorCodec,
     dialect_insert,
