@@ -9,6 +9,7 @@ another bot needs that bot in the agent's `resource_policy.platform_bots`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from google.protobuf import json_format
@@ -49,10 +50,17 @@ def _bot(call: ProxyCall, bot_id: str) -> str:
     return bot_id
 
 
-def delivery_handlers(
-    hub: DeliveryHub, adapters: AdapterRegistry, transcript: Transcript, store: DeliveryStore
-) -> HandlerTable:
-    async def send_reply(call: ProxyCall, request: pb.SendReplyRequest) -> pb.SendReplyResponse:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _DeliveryHandlers:
+    """One method per RPC, over the delivery hub, the platform adapters, the transcript (a finished
+    reply is recorded there) and the delivery store (`SendMessage` idempotency)."""
+
+    hub: DeliveryHub
+    adapters: AdapterRegistry
+    transcript: Transcript
+    store: DeliveryStore
+
+    async def send_reply(self, call: ProxyCall, request: pb.SendReplyRequest) -> pb.SendReplyResponse:
         snap = call.snapshot
         call.require(snap.reply, "reply", f"reply:{request.reply_id or '?'}")
         if not request.reply_id:
@@ -61,10 +69,10 @@ def delivery_handlers(
             raise InvalidArgumentError("mode must be FULL, UPDATE, FINISH or ABORT", field="mode")
         _check_size(request.message)
         call.audit["mode"] = _MODES[request.mode]
-        channel = hub.get(call.run_id)
+        channel = self.hub.get(call.run_id)
         if channel is None:
             raise FailedPreconditionError("the run is not open on this host", metadata={"runId": call.run_id})
-        adapter = adapters.for_surface(channel.delivery.surface)
+        adapter = self.adapters.for_surface(channel.delivery.surface)
         async with channel.lock:
             step = channel.book.apply(request.reply_id, request.mode, request.message, request.quote_origin)
             if step.push is None:
@@ -74,7 +82,7 @@ def delivery_handlers(
             if step.final is not None:
                 channel.mark_output()
                 if snap.conversation_id:
-                    await transcript.append(
+                    await self.transcript.append(
                         conversation_id=snap.conversation_id,
                         thread_id=snap.thread_id,
                         role="assistant",
@@ -88,7 +96,7 @@ def delivery_handlers(
         call.audit["delivered"] = response.delivered
         return response
 
-    async def send_message(call: ProxyCall, request: pb.SendMessageRequest) -> pb.SendMessageResponse:
+    async def send_message(self, call: ProxyCall, request: pb.SendMessageRequest) -> pb.SendMessageResponse:
         snap = call.snapshot
         target = f"{request.target_type}:{request.target_id}"
         call.require(SEND_MESSAGE in snap.platform_actions, "platform action 'send_message'", target)
@@ -97,24 +105,24 @@ def delivery_handlers(
         _check_size(request.message)
         bot = _bot(call, request.bot_id)
         if request.idempotency_key:
-            first = await store.sent(snap.binding_id, request.idempotency_key)
+            first = await self.store.sent(snap.binding_id, request.idempotency_key)
             if first is not None:
                 call.audit["replayed"] = True
                 return pb.SendMessageResponse.FromString(first)
-        adapter = adapters.for_action(SEND_MESSAGE)
+        adapter = self.adapters.for_action(SEND_MESSAGE)
         sent = pb.SendMessageRequest()
         sent.CopyFrom(request)
         sent.bot_id = bot
         response = await adapter.send_message(call.session, sent)
         if request.idempotency_key:
-            stored = await store.remember_send(
+            stored = await self.store.remember_send(
                 snap.binding_id, request.idempotency_key, call.run_id, target, response.SerializeToString()
             )
             response = pb.SendMessageResponse.FromString(stored)
         return response
 
     async def request_platform_action(
-        call: ProxyCall, request: pb.RequestPlatformActionRequest
+        self, call: ProxyCall, request: pb.RequestPlatformActionRequest
     ) -> pb.RequestPlatformActionResponse:
         if not request.action:
             raise InvalidArgumentError("action is required", field="action")
@@ -124,7 +132,7 @@ def delivery_handlers(
             request.action,
         )
         bot = _bot(call, request.bot_id)
-        adapter = adapters.for_action(request.action)  # NOT_IMPLEMENTED when none implements it
+        adapter = self.adapters.for_action(request.action)  # NOT_IMPLEMENTED when none implements it
         payload: dict[str, Any] = (
             json_format.MessageToDict(request.payload) if request.HasField("payload") else {}
         )
@@ -133,8 +141,13 @@ def delivery_handlers(
         response.result.update(result)
         return response
 
+
+def delivery_handlers(
+    hub: DeliveryHub, adapters: AdapterRegistry, transcript: Transcript, store: DeliveryStore
+) -> HandlerTable:
+    handlers = _DeliveryHandlers(hub, adapters, transcript, store)
     return {
-        "SendReply": send_reply,
-        "SendMessage": send_message,
-        "RequestPlatformAction": request_platform_action,
+        "SendReply": handlers.send_reply,
+        "SendMessage": handlers.send_message,
+        "RequestPlatformAction": handlers.request_platform_action,
     }

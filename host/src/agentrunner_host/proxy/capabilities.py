@@ -71,24 +71,23 @@ def tool_definition(tool: ToolInfo) -> Any:
     )
 
 
-def capability_handlers(
-    models: ModelRegistry,
-    tools: ToolRegistry,
-    knowledge: KnowledgeService,
-    *,
-    agent_model_options: AgentModelOptionsFn | None = None,
-) -> HandlerTable:
-    """The handler table for the model, tool and knowledge RPCs (StreamModel is an async generator)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ModelHandlers:
+    """`InvokeModel`, `StreamModel` (an async generator), `RerankDocuments`, `CountTokens`: the model
+    registry under the agent's model options."""
 
-    def options(call: ProxyCall, model_id: str) -> AgentModelOptions:
-        return agent_model_options(call, model_id) if agent_model_options else AgentModelOptions()
+    models: ModelRegistry
+    agent_model_options: AgentModelOptionsFn | None
+
+    def _options(self, call: ProxyCall, model_id: str) -> AgentModelOptions:
+        return self.agent_model_options(call, model_id) if self.agent_model_options else AgentModelOptions()
 
     async def invoke_model(
-        call: ProxyCall, request: proxy_service_pb2.InvokeModelRequest
+        self, call: ProxyCall, request: proxy_service_pb2.InvokeModelRequest
     ) -> proxy_service_pb2.InvokeModelResponse:
         _model_allowed(call, request.model_id, "invoke")
-        opts = options(call, request.model_id)
-        return await models.invoke(
+        opts = self._options(call, request.model_id)
+        return await self.models.invoke(
             request.model_id,
             request.messages,
             request.tools,
@@ -100,11 +99,11 @@ def capability_handlers(
         )
 
     async def stream_model(
-        call: ProxyCall, request: proxy_service_pb2.StreamModelRequest
+        self, call: ProxyCall, request: proxy_service_pb2.StreamModelRequest
     ) -> AsyncIterator[proxy_service_pb2.StreamModelResponse]:
         _model_allowed(call, request.model_id, "stream")
-        opts = options(call, request.model_id)
-        stream = models.stream(
+        opts = self._options(call, request.model_id)
+        stream = self.models.stream(
             request.model_id,
             request.messages,
             request.tools,
@@ -121,10 +120,10 @@ def capability_handlers(
             await stream.aclose()
 
     async def rerank_documents(
-        call: ProxyCall, request: proxy_service_pb2.RerankDocumentsRequest
+        self, call: ProxyCall, request: proxy_service_pb2.RerankDocumentsRequest
     ) -> proxy_service_pb2.RerankDocumentsResponse:
         _model_allowed(call, request.model_id, "rerank")
-        results = await models.rerank(
+        results = await self.models.rerank(
             request.model_id,
             request.query,
             list(request.documents),
@@ -138,23 +137,32 @@ def capability_handlers(
         )
 
     async def count_tokens(
-        call: ProxyCall, request: proxy_service_pb2.CountTokensRequest
+        self, call: ProxyCall, request: proxy_service_pb2.CountTokensRequest
     ) -> proxy_service_pb2.CountTokensResponse:
         _model_allowed(call, request.model_id, "count_tokens")
-        return models.count_tokens(request.model_id, request.messages, request.tools)
+        return self.models.count_tokens(request.model_id, request.messages, request.tools)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ToolHandlers:
+    """`GetToolDetail`, `CallTool`: the tool registry."""
+
+    tools: ToolRegistry
 
     async def get_tool_detail(
-        call: ProxyCall, request: proxy_service_pb2.GetToolDetailRequest
+        self, call: ProxyCall, request: proxy_service_pb2.GetToolDetailRequest
     ) -> proxy_service_pb2.GetToolDetailResponse:
         _tool_allowed(call, request.tool_name, "detail")
-        return proxy_service_pb2.GetToolDetailResponse(tool=tool_definition(tools.get(request.tool_name)))
+        return proxy_service_pb2.GetToolDetailResponse(
+            tool=tool_definition(self.tools.get(request.tool_name))
+        )
 
     async def call_tool(
-        call: ProxyCall, request: proxy_service_pb2.CallToolRequest
+        self, call: ProxyCall, request: proxy_service_pb2.CallToolRequest
     ) -> proxy_service_pb2.CallToolResponse:
         _tool_allowed(call, request.tool_name, "call")
         call.audit["tool_call_id"] = request.tool_call_id or f"call_{uuid.uuid4().hex[:16]}"
-        outcome = await tools.call(
+        outcome = await self.tools.call(
             request.tool_name,
             struct_to_dict(request.parameters),
             run_id=call.run_id,
@@ -169,12 +177,19 @@ def capability_handlers(
             response.artifact.CopyFrom(outcome.artifact)
         return response
 
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _KnowledgeHandlers:
+    """`ListKnowledgeBases`, `RetrieveKnowledge`: the knowledge service."""
+
+    knowledge: KnowledgeService
+
     async def list_knowledge_bases(
-        call: ProxyCall, request: proxy_service_pb2.ListKnowledgeBasesRequest
+        self, call: ProxyCall, request: proxy_service_pb2.ListKnowledgeBasesRequest
     ) -> proxy_service_pb2.ListKnowledgeBasesResponse:
         granted = call.snapshot.knowledge_bases
         call.require(any("list" in ops for ops in granted.values()), "knowledge base listing", "kb:*")
-        infos = {i.kb_id: i for i in knowledge.list_bases()}
+        infos = {i.kb_id: i for i in self.knowledge.list_bases()}
         return proxy_service_pb2.ListKnowledgeBasesResponse(
             knowledge_bases=[
                 context_pb2.KnowledgeBaseResource(
@@ -186,11 +201,11 @@ def capability_handlers(
         )
 
     async def retrieve_knowledge(
-        call: ProxyCall, request: proxy_service_pb2.RetrieveKnowledgeRequest
+        self, call: ProxyCall, request: proxy_service_pb2.RetrieveKnowledgeRequest
     ) -> proxy_service_pb2.RetrieveKnowledgeResponse:
         _kb_allowed(call, request.kb_id, "retrieve")
         call.time_remaining()
-        found = await knowledge.search(
+        found = await self.knowledge.search(
             request.kb_id, request.query_text, request.top_k, struct_to_dict(request.filters)
         )
         if found.degraded_reason:
@@ -209,15 +224,27 @@ def capability_handlers(
             degraded_reason=found.degraded_reason,
         )
 
+
+def capability_handlers(
+    models: ModelRegistry,
+    tools: ToolRegistry,
+    knowledge: KnowledgeService,
+    *,
+    agent_model_options: AgentModelOptionsFn | None = None,
+) -> HandlerTable:
+    """The handler table for the model, tool and knowledge RPCs, one handler class per area."""
+    m = _ModelHandlers(models, agent_model_options)
+    t = _ToolHandlers(tools)
+    k = _KnowledgeHandlers(knowledge)
     return {
-        "InvokeModel": invoke_model,
-        "StreamModel": stream_model,
-        "RerankDocuments": rerank_documents,
-        "CountTokens": count_tokens,
-        "GetToolDetail": get_tool_detail,
-        "CallTool": call_tool,
-        "ListKnowledgeBases": list_knowledge_bases,
-        "RetrieveKnowledge": retrieve_knowledge,
+        "InvokeModel": m.invoke_model,
+        "StreamModel": m.stream_model,
+        "RerankDocuments": m.rerank_documents,
+        "CountTokens": m.count_tokens,
+        "GetToolDetail": t.get_tool_detail,
+        "CallTool": t.call_tool,
+        "ListKnowledgeBases": k.list_knowledge_bases,
+        "RetrieveKnowledge": k.retrieve_knowledge,
     }
 
 
