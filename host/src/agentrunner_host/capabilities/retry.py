@@ -29,7 +29,7 @@ import email.utils
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
@@ -164,77 +164,100 @@ class Retrier:
         children of `span` (the call's; the current one when None), which gets the attempt count."""
         from tenacity import AsyncRetrying, retry_if_exception_type
 
-        stats = stats if stats is not None else CallStats()
-        waited = 0.0
-        next_wait: list[float] = [0.0]
-
-        def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            delay = exc.retry_after if isinstance(exc, Transient) else None
-            next_wait[0] = delay if delay is not None else self.backoff(state.attempt_number)
-            stats.wait_sources.append("backoff" if delay is None else "retry-after")
-            return next_wait[0]
-
-        def stop(state: RetryCallState) -> bool:
-            upcoming = state.upcoming_sleep
-            if state.attempt_number >= self.config.max_attempts or not self.budget.allows_retry():
-                return True
-            if waited + upcoming > self.config.max_wait:
-                return True
-            return deadline is not None and time.monotonic() + upcoming >= deadline
-
-        async def sleep(seconds: float) -> None:
-            nonlocal waited
-            waited += seconds
-            stats.waits.append(seconds)
-            await asyncio.sleep(seconds)
-
-        async def one() -> T:
-            stats.attempts += 1
-            left = None if deadline is None else deadline - time.monotonic()
-            attempt_span = _attempt_span(span, f"{span_name}/attempt", stats)
-            try:
-                result = await attempt(left)
-            except Transient as exc:
-                self.budget.failed()
-                _failed(attempt_span, exc.error, exc.retry_after)
-                log.info(
-                    "provider_attempt_failed",
-                    provider=self.what,
-                    attempt=stats.attempts,
-                    reason=exc.error.reason,
-                    error=exc.error.message,
-                    retry_after=exc.retry_after,
-                )
-                raise
-            except asyncio.CancelledError:
-                attempt_span.set_attribute("agentrunner.retry.cancelled", True)
-                raise
-            except BaseException as exc:
-                _failed(attempt_span, exc, None)
-                raise
-            finally:
-                attempt_span.end()
-            self.budget.succeeded()
-            return result
-
+        run = _Attempts(self, attempt, deadline, stats if stats is not None else CallStats(), span, span_name)
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(Transient),
-            wait=wait,
-            stop=stop,
-            sleep=sleep,
+            wait=run.wait,
+            stop=run.stop,
+            sleep=run.sleep,
             reraise=True,
         )
         try:
-            return await retrying(one)
+            return await retrying(run.one)
         except Transient as exc:
             error = exc.error
-            error.retry_delay = next_wait[0] if exc.retry_after is None else exc.retry_after
-            error.metadata["attempts"] = str(stats.attempts)
+            error.retry_delay = run.next_wait if exc.retry_after is None else exc.retry_after
+            error.metadata["attempts"] = str(run.stats.attempts)
             raise error from None
         finally:
             if span is not None:
-                span.set_attribute("agentrunner.retry.attempts", stats.attempts)
+                span.set_attribute("agentrunner.retry.attempts", run.stats.attempts)
+
+
+class _Attempts(Generic[T]):
+    """The attempts of one `Retrier.call`: what tenacity asks of the policy (`wait`, `stop`, `sleep`)
+    and one attempt (`one`: its span, the budget's bookkeeping, the log line of a failure)."""
+
+    def __init__(
+        self,
+        retrier: Retrier,
+        attempt: Callable[[float | None], Awaitable[T]],
+        deadline: float | None,
+        stats: CallStats,
+        span: Span | None,
+        span_name: str,
+    ) -> None:
+        self.retrier = retrier
+        self.attempt = attempt
+        self.deadline = deadline
+        self.stats = stats
+        self.span = span
+        self.span_name = span_name
+        #: seconds slept between attempts so far
+        self.waited = 0.0
+        #: the wait the last failure asked for (the provider's Retry-After, else the backoff)
+        self.next_wait = 0.0
+
+    def wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        delay = exc.retry_after if isinstance(exc, Transient) else None
+        self.next_wait = delay if delay is not None else self.retrier.backoff(state.attempt_number)
+        self.stats.wait_sources.append("backoff" if delay is None else "retry-after")
+        return self.next_wait
+
+    def stop(self, state: RetryCallState) -> bool:
+        upcoming = state.upcoming_sleep
+        config = self.retrier.config
+        if state.attempt_number >= config.max_attempts or not self.retrier.budget.allows_retry():
+            return True
+        if self.waited + upcoming > config.max_wait:
+            return True
+        return self.deadline is not None and time.monotonic() + upcoming >= self.deadline
+
+    async def sleep(self, seconds: float) -> None:
+        self.waited += seconds
+        self.stats.waits.append(seconds)
+        await asyncio.sleep(seconds)
+
+    async def one(self) -> T:
+        stats, budget = self.stats, self.retrier.budget
+        stats.attempts += 1
+        left = None if self.deadline is None else self.deadline - time.monotonic()
+        attempt_span = _attempt_span(self.span, f"{self.span_name}/attempt", stats)
+        try:
+            result = await self.attempt(left)
+        except Transient as exc:
+            budget.failed()
+            _failed(attempt_span, exc.error, exc.retry_after)
+            log.info(
+                "provider_attempt_failed",
+                provider=self.retrier.what,
+                attempt=stats.attempts,
+                reason=exc.error.reason,
+                error=exc.error.message,
+                retry_after=exc.retry_after,
+            )
+            raise
+        except asyncio.CancelledError:
+            attempt_span.set_attribute("agentrunner.retry.cancelled", True)
+            raise
+        except BaseException as exc:
+            _failed(attempt_span, exc, None)
+            raise
+        finally:
+            attempt_span.end()
+        budget.succeeded()
+        return result
 
 
 def _attempt_span(parent: Span | None, name: str, stats: CallStats) -> Span:
