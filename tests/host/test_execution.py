@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
+from agentrunner.errors import RuntimeFailureError
 from agentrunner.v1 import common_pb2, host_service_pb2, manifest_pb2, result_pb2, runner_service_pb2
 from agentrunner_host.config import parse_config
 from agentrunner_host.control import ControlHub
@@ -42,16 +43,21 @@ class ScriptedCall:
         self.run_id = request.context.run_id
         self.script = list(script)
         self.cancelled = False
+        self._cancel = asyncio.Event()
+        #: the stream ended (EOF sent): like grpc.aio, the call is done
+        self.ended = False
 
     async def read(self) -> Any:
         await asyncio.sleep(0)
         if self.cancelled:
             raise asyncio.CancelledError
         if not self.script:
+            self.ended = True
             return grpc.aio.EOF
         item = self.script.pop(0)
-        if item is STALL:
-            await asyncio.Event().wait()
+        if item is STALL:  # like grpc.aio, a read waiting when the call is cancelled raises
+            await self._cancel.wait()
+            raise asyncio.CancelledError
         if isinstance(item, BaseException):
             raise item
         if isinstance(item, runner_service_pb2.RunResponse):
@@ -59,10 +65,11 @@ class ScriptedCall:
         return item
 
     def done(self) -> bool:
-        return self.cancelled or not self.script
+        return self.cancelled or self.ended
 
     def cancel(self) -> bool:
         self.cancelled = True
+        self._cancel.set()
         return True
 
 
@@ -162,6 +169,9 @@ class MemoryStore:
     async def unregister(self, run_id: str) -> None:
         self.revoked.append(run_id)
 
+    async def request_cancel(self, run_id: str, at: dt.datetime) -> RunRecord | None:
+        return self.runs.get(run_id)
+
     async def claim(self, **_: Any) -> int:
         return 0
 
@@ -173,15 +183,38 @@ class MemoryDeliveries:
         return []
 
 
-def service(script: list[Any]) -> tuple[RunService, MemoryStore, FakeEndpoint]:
+class RefusingStore(MemoryStore):
+    """A store whose first `finish_run` fails (nothing of it is written), as a store outage would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: list[list[result_pb2.RunResult]] = []
+
+    async def finish_run(
+        self,
+        snapshot: AuthorizationSnapshot,
+        results: Sequence[result_pb2.RunResult],
+        status: Any,
+        reason: str,
+        usage: Any = None,
+    ) -> RunRecord:
+        if not self.refused:
+            self.refused.append(list(results))
+            raise RuntimeFailureError("the database is away")
+        return await super().finish_run(snapshot, results, status, reason, usage)
+
+
+def service(
+    script: list[Any], store: MemoryStore | None = None
+) -> tuple[RunService, MemoryStore, FakeEndpoint]:
     config = parse_config(
         {
             "agents": [{"id": "a", "runner_id": RUNNER_ID, "timeout_seconds": 30}],
             "bindings": [{"id": "b", "event": "*", "target": {"agent": "a"}}],
-            "limits": {"post_terminal_drain_seconds": 0.05},
+            "limits": {"post_terminal_drain_seconds": 0.05, "cancel_grace_seconds": 0.05},
         }
     )
-    store, endpoint = MemoryStore(), FakeEndpoint(script)
+    store, endpoint = store or MemoryStore(), FakeEndpoint(script)
     runs = RunService(
         config,
         FakeRegistry(endpoint),  # type: ignore[arg-type]
@@ -288,3 +321,57 @@ async def test_a_stream_closed_before_it_was_read_still_ends_its_run() -> None:
     (record,) = store.runs.values()
     assert record.status == common_pb2.RUN_STATUS_CANCELLED
     assert runs.open_runs == 0 and endpoint.calls == []  # the runner was never called
+
+
+async def test_an_undecodable_runner_message_ends_the_run_with_a_protocol_error() -> None:
+    # grpc.aio hands the reader None for a message it could not deserialize
+    runs, store, _ = service([result(message_delta=result_pb2.MessageDelta(text="x")), None, STALL])
+    updates = await run_once(runs)
+    assert kinds(updates) == ["accepted", "message_delta", "run_failed", "finished"]
+    assert updates[-2].result.run_failed.code == "runner.protocol_error"
+    run_id = updates[0].accepted.run_id
+    assert [r.sequence for r in store.results[run_id]] == [1, 2]
+    assert store.runs[run_id].status == common_pb2.RUN_STATUS_FAILED
+    assert runs.open_runs == 0
+
+
+async def test_a_terminal_the_store_refuses_is_never_shown_and_the_hosts_failure_takes_its_place() -> None:
+    done = result_pb2.RunCompleted(message=common_pb2.AssistantMessage(content="ok"))
+    refusing = RefusingStore()
+    runs, store, _ = service(
+        [result(message_delta=result_pb2.MessageDelta(text="x")), result(run_completed=done)], refusing
+    )
+    updates = await run_once(runs)
+    assert kinds(updates) == ["accepted", "message_delta", "run_failed", "finished"]
+    failed = updates[-2].result
+    assert failed.run_failed.code == "host.store_error" and failed.sequence == 2
+    run_id = updates[0].accepted.run_id
+    assert [r.WhichOneof("payload") for r in refusing.refused[0]] == ["message_delta", "run_completed"]
+    # the rolled-back delta is written with the host's terminal: the ledger has no gap
+    assert [(r.sequence, r.WhichOneof("payload")) for r in store.results[run_id]] == [
+        (1, "message_delta"),
+        (2, "run_failed"),
+    ]
+    assert store.runs[run_id].status == common_pb2.RUN_STATUS_FAILED
+    assert runs.open_runs == 0 and store.revoked == [run_id]
+
+
+async def test_a_cancel_request_stops_a_stalled_runner_after_the_grace_and_the_run_ends_cancelled() -> None:
+    runs, store, endpoint = service([result(message_delta=result_pb2.MessageDelta(text="x")), STALL])
+    request = host_service_pb2.HostServiceRunRequest()
+    request.event.input.text = "hi"
+    stream = await runs.open(request)
+    try:
+        accepted = await stream.__anext__()
+        await stream.__anext__()  # the delta; the runner then sends nothing more
+        run_id = accepted.accepted.run_id
+        await runs.cancel_run(run_id, "stop now")
+        rest = [u async for u in stream]
+    finally:
+        await stream.aclose()
+    assert kinds(rest) == ["run_failed", "finished"]
+    assert rest[0].result.run_failed.code == "cancelled"
+    assert rest[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED
+    assert endpoint.calls[0].cancelled
+    assert store.runs[run_id].status == common_pb2.RUN_STATUS_CANCELLED
+    assert runs.open_runs == 0
