@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -261,21 +260,6 @@ class InteractionStore:
                 .where(InteractionRow.interaction_id == interaction_id)
                 .values(submitted_run_id=run_id)
             )
-
-    async def cancel_for_conversations(self, conversation_ids: Sequence[str]) -> int:
-        """Withdraws the PENDING interactions of deleted conversations (CANCELLED)."""
-        if not conversation_ids:
-            return 0
-        async with self.db.write() as s:
-            result = await s.execute(
-                update(InteractionRow)
-                .where(
-                    InteractionRow.status == PENDING,
-                    InteractionRow.conversation_id.in_(list(conversation_ids)),
-                )
-                .values(status=CANCELLED)
-            )
-        return rowcount(result)
 
 
 __all__ = [

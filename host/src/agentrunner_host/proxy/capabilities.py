@@ -15,7 +15,7 @@ from typing import Any
 from google.protobuf import json_format, struct_pb2
 
 from agentrunner.errors import InvalidArgumentError
-from agentrunner.v1 import context_pb2, manifest_pb2, proxy_service_pb2
+from agentrunner.v1 import common_pb2, context_pb2, manifest_pb2, proxy_service_pb2
 from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import MODEL_OPERATIONS, ModelRegistry, struct_to_dict
 from agentrunner_host.capabilities.tools import ToolInfo, ToolRegistry
@@ -63,9 +63,7 @@ def _kb_allowed(call: ProxyCall, kb_id: str, op: str) -> None:
     )
 
 
-def tool_definition(tool: ToolInfo) -> Any:
-    from agentrunner.v1 import common_pb2
-
+def tool_definition(tool: ToolInfo) -> common_pb2.ToolDefinition:
     return common_pb2.ToolDefinition(
         name=tool.name, description=tool.description, parameters=_struct(tool.parameters)
     )
@@ -268,10 +266,6 @@ class SelectedResources:
     rerank_models: list[str] = dataclasses.field(default_factory=list)
     knowledge_bases: list[str] = dataclasses.field(default_factory=list)
     unknown: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def model_ids(self) -> list[str]:
-        return list(dict.fromkeys([*self.llm_models, *self.rerank_models]))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -208,40 +208,6 @@ class EventLog:
             )
             return (await s.execute(stmt)).scalar_one_or_none()
 
-    async def record_incoming(
-        self,
-        envelope: host_service_pb2.EventEnvelope,
-        *,
-        run_id: str = "",
-        runner_id: str = "",
-        extra: Mapping[str, Any] | None = None,
-        session: AsyncSession | None = None,
-    ) -> int | None:
-        """Logs an incoming event (summary and small data only); None when already logged."""
-        return await self.append(
-            **incoming_fields(envelope, run_id=run_id, runner_id=runner_id, extra=extra), session=session
-        )
-
-    async def record_error(
-        self,
-        *,
-        code: str,
-        message: str,
-        run_id: str = "",
-        runner_id: str = "",
-        conversation_id: str = "",
-        data: Mapping[str, Any] | None = None,
-    ) -> int | None:
-        return await self.append(
-            kind="error",
-            event_type=code,
-            run_id=run_id,
-            runner_id=runner_id,
-            conversation_id=conversation_id,
-            summary=message,
-            data=data,
-        )
-
     async def record_proxy_call(
         self,
         *,

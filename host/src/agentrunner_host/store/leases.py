@@ -29,7 +29,6 @@ log = structlog.get_logger("agentrunner_host.leases")
 
 #: a lease not renewed for this long is free
 LEASE_SECONDS = 15.0
-HEARTBEAT_SECONDS = LEASE_SECONDS / 3
 
 
 class InstanceLeaseError(RuntimeError):

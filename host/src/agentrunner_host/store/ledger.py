@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import BindParameter, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -94,13 +94,13 @@ def _sqlite_insert_results(rows: int) -> str:
 
 
 @functools.cache
-def _created_at_bind(dialect: Any) -> Callable[[Any], Any]:
+def _created_at_bind(dialect: Dialect) -> Callable[[Any], Any]:
     """The bind conversion SQLAlchemy applies to `run_results.created_at` on this dialect."""
     processor = bind_processor(_RESULTS.c.created_at.type, dialect)
     return processor or (lambda value: value)
 
 
-def _row_to_record(row: Any) -> RunRecord:
+def _row_to_record(row: Sequence[Any]) -> RunRecord:
     values = tuple(row)
     return RunRecord(**dict(zip(RECORD_FIELDS, values[:-1], strict=True)), metadata=dict(values[-1] or {}))
 
