@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 
 from agentrunner.errors import InvalidArgumentError
 from agentrunner.v1 import result_pb2
@@ -66,23 +66,38 @@ def _fitting(records: Sequence[RunRecord], max_bytes: int | None) -> int:
     return len(records)
 
 
-def _page(rows: list[RunRow], limit: int, max_bytes: int | None) -> tuple[list[RunRecord], int | None]:
-    """A page of runs from the `limit + 1` newest rows read (at most `limit`, `_fitting` in `max_bytes`),
-    and the id of its last run when another page follows (None: this is the last page)."""
-    more = len(rows) > limit
-    rows = rows[:limit]
-    records = [to_record(r) for r in rows]
-    keep = _fitting(records, max_bytes)
-    more, rows, records = more or keep < len(records), rows[:keep], records[:keep]
-    return records, rows[-1].id if more and rows else None
-
-
 class LedgerReads:
     """The reads of `ports.RunLedger` on SQLite/PostgreSQL (see `SqlRunLedger`)."""
 
     def __init__(self, db: Database, codec: CursorCodec) -> None:
         self.db = db
         self.codec = codec
+
+    async def _page(
+        self,
+        stmt: Select[RunRow],
+        kind: str,
+        scope: str,
+        token: tuple[str, str],
+        limit: int,
+        max_bytes: int | None,
+    ) -> tuple[list[RunRecord], str]:
+        """One page of the runs `stmt` selects, newest first, after the run the page token names
+        (`token`: the token, '' for the first page, and its request field; a cursor of `kind` bound to
+        `scope`): at most `limit` runs (`_fitting` in `max_bytes`), and the next page's token ('' when
+        none follows)."""
+        cursor, field = token
+        if cursor:
+            stmt = stmt.where(RunRow.id < self.codec.decode(cursor, kind=kind, scope=scope, field=field))
+        stmt = stmt.order_by(RunRow.id.desc()).limit(limit + 1)
+        async with self.db.read() as session:
+            rows = list((await session.scalars(stmt)).all())
+        more = len(rows) > limit
+        rows = rows[:limit]
+        records = [to_record(r) for r in rows]
+        keep = _fitting(records, max_bytes)
+        more, rows, records = more or keep < len(records), rows[:keep], records[:keep]
+        return records, self.codec.encode(kind, scope, rows[-1].id) if more and rows else ""
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with self.db.read() as session:
@@ -123,16 +138,9 @@ class LedgerReads:
         stmt = select(RunRow).where(RunRow.conversation_id == conversation_id)
         if statuses:
             stmt = stmt.where(RunRow.status.in_(list(statuses)))
-        if before_cursor:
-            position = self.codec.decode(
-                before_cursor, kind="run", scope=conversation_id, field="before_cursor"
-            )
-            stmt = stmt.where(RunRow.id < position)
-        stmt = stmt.order_by(RunRow.id.desc()).limit(limit + 1)
-        async with self.db.read() as session:
-            rows = list((await session.scalars(stmt)).all())
-        records, last = _page(rows, limit, max_bytes)
-        return records, "" if last is None else self.codec.encode("run", conversation_id, last)
+        return await self._page(
+            stmt, "run", conversation_id, (before_cursor, "before_cursor"), limit, max_bytes
+        )
 
     async def search_runs(
         self, query: RunQuery, page_token: str = "", page_size: int = 0, max_bytes: int | None = None
@@ -159,15 +167,8 @@ class LedgerReads:
             stmt = stmt.where(RunRow.bot_id.in_(sorted(set(query.bot_ids))))
         if query.agent_ids is not None:
             stmt = stmt.where(RunRow.agent_id.in_(sorted(set(query.agent_ids))))
-        scope = query.digest()
-        if page_token:
-            position = self.codec.decode(page_token, kind="host-runs", scope=scope, field="page_token")
-            stmt = stmt.where(RunRow.id < position)
-        stmt = stmt.order_by(RunRow.id.desc()).limit(limit + 1)
-        async with self.db.read() as session:
-            rows = list((await session.scalars(stmt)).all())
-        records, last = _page(rows, limit, max_bytes)
-        return records, "" if last is None else self.codec.encode("host-runs", scope, last)
+        scope = query.digest()  # a token is bound to these filters
+        return await self._page(stmt, "host-runs", scope, (page_token, "page_token"), limit, max_bytes)
 
     async def count_runs(self, conversation_id: str) -> int:
         async with self.db.read() as session:
