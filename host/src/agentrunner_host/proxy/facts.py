@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.message import Message
 
 from agentrunner.errors import (
     FailedPreconditionError,
@@ -61,6 +62,21 @@ def _fits(sizes: Sequence[int], budget: int) -> int:
     return len(sizes)
 
 
+def _cut(page: Message, items: Any, budget: int, *, keep_first: bool) -> bool:
+    """Cuts a page's `items` to `budget` bytes (`_fits`), keeping the first or the last ones; True when
+    something was cut. Item by item only when the whole page (`page` holds the items) may not fit."""
+    if page.ByteSize() + 6 * len(items) <= budget:  # `_fits` would keep them all
+        return False
+    sizes = [i.ByteSize() for i in items]
+    if keep_first:
+        keep = _fits(sizes, budget)
+        del items[keep:]
+        return keep < len(sizes)
+    drop = len(sizes) - _fits(sizes[::-1], budget)
+    del items[:drop]
+    return drop > 0
+
+
 def _conversation(call: ProxyCall, requested: str) -> tuple[str, str | None]:
     """The conversation to read and the thread filter: the run's own conversation (and thread) unless
     the snapshot grants cross-conversation reads."""
@@ -104,47 +120,38 @@ def fact_handlers(
             decode(conversation, request.before_cursor, "before_cursor") if request.before_cursor else None
         )
         after = decode(conversation, request.after_cursor, "after_cursor") if request.after_cursor else None
-        rows, has_more, total = await stores.transcript.page(
+        response = pb.ListHistoryResponse(max_page_bytes=settings.page_max_bytes)
+        items = response.items
+        has_more, total = await stores.transcript.page_into(
+            items,
             conversation_id=conversation,
             thread_id=thread,
             before_seq=before,
             after_seq=after,
             forward=forward,
             limit=limit,
-            with_count=True,
+            include_artifacts=request.include_artifacts,
         )
         # Thread-filtered totals count the thread; the conversation's end is the bound either way.
         end = total if thread is None else await stores.transcript.latest_seq(conversation)
         for field, position in (("before_cursor", before), ("after_cursor", after)):
             if position is not None and position > (end or 0) + 1:
                 raise _stale(field)
-        items = [stores.transcript.to_proto(r, include_artifacts=request.include_artifacts) for r in rows]
+        if total is not None:
+            response.total_count = total
         # the page's byte cap: forward pages keep their oldest items, backward pages their newest (the
         # ones next to the cursor); what is cut comes with the next page
-        if forward:
-            keep = _fits([i.ByteSize() for i in items], settings.page_max_bytes)
-            cut = keep < len(items)
-            items, rows = items[:keep], rows[:keep]
-        else:
-            keep = _fits([i.ByteSize() for i in reversed(items)], settings.page_max_bytes)
-            cut = keep < len(items)
-            items, rows = items[len(items) - keep :], rows[len(rows) - keep :]
-        response = pb.ListHistoryResponse(
-            items=items,
-            has_more=has_more or cut,
-            total_count=total,
-            max_page_bytes=settings.page_max_bytes,
-        )
-        has_more = has_more or cut
-        cursor = stores.transcript.cursor
+        cut = _cut(response, items, settings.page_max_bytes, keep_first=forward)
+        has_more = response.has_more = has_more or cut
+        # the page's own items carry the cursors of its ends
         if forward:
             # Always continuable: new items may be appended after the newest one.
-            response.next_cursor = cursor(conversation, rows[-1].seq) if rows else request.after_cursor
-            response.prev_cursor = cursor(conversation, rows[0].seq) if rows else ""
+            response.next_cursor = items[-1].cursor if items else request.after_cursor
+            response.prev_cursor = items[0].cursor if items else ""
         else:
-            response.next_cursor = cursor(conversation, rows[0].seq) if rows and has_more else ""
-            response.prev_cursor = cursor(conversation, rows[-1].seq) if rows else ""
-        call.audit["items"] = len(rows)
+            response.next_cursor = items[0].cursor if items and has_more else ""
+            response.prev_cursor = items[-1].cursor if items else ""
+        call.audit["items"] = len(items)
         return response
 
     async def search_history(call: ProxyCall, request: pb.SearchHistoryRequest) -> pb.SearchHistoryResponse:
@@ -162,11 +169,10 @@ def fact_handlers(
             roles=list(request.roles),
             top_k=top_k,
         )
-        items = [stores.transcript.to_proto(r) for r in rows]
-        items = items[: _fits([i.ByteSize() for i in items], settings.page_max_bytes)]
-        return pb.SearchHistoryResponse(
-            items=items, query=request.query, max_page_bytes=settings.page_max_bytes
-        )
+        response = pb.SearchHistoryResponse(query=request.query, max_page_bytes=settings.page_max_bytes)
+        stores.transcript.fill_items(response.items, rows)
+        _cut(response, response.items, settings.page_max_bytes, keep_first=True)
+        return response
 
     # -- events ----------------------------------------------------------------------------------
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import datetime as dt
 import hashlib
 import hmac
 import json
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
@@ -126,6 +127,14 @@ class UnitOfWork:
             yield new
 
 
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
+def _b64(data: bytes) -> bytes:
+    """Unpadded URL-safe base64 (`base64.urlsafe_b64encode(...).rstrip(b"=")` in three C calls)."""
+    return binascii.b2a_base64(data, newline=False).translate(_URLSAFE).rstrip(b"=")
+
+
 class CursorCodec:
     """Opaque, tamper-evident cursors (PROTOCOL_V1 §7.4).
 
@@ -153,12 +162,25 @@ class CursorCodec:
         return hmac.digest(self._secret, msg, "sha256")[:16]
 
     def encode(self, kind: str, scope: str, position: int) -> str:
-        body = f"{kind}.{position}".encode()
-        return (
-            base64.urlsafe_b64encode(body).rstrip(b"=").decode()
-            + "."
-            + base64.urlsafe_b64encode(self._mac(kind, scope, position)).rstrip(b"=").decode()
-        )
+        return self.encoder(kind, scope)(position)
+
+    def encoder(self, kind: str, scope: str) -> Callable[[int], str]:
+        """`encode` for many positions of one kind and scope (a history page mints one per item): the
+        MAC state is keyed and fed the shared prefix once."""
+        prefix = self._keyed.copy()
+        prefix.update(f"{kind}\x1f{scope}\x1f".encode())
+        head = f"{kind}.".encode()
+
+        copy, b2a, table = prefix.copy, binascii.b2a_base64, _URLSAFE
+
+        def encode(position: int) -> str:
+            digits = b"%d" % position
+            state = copy()
+            state.update(digits)
+            body = b2a(head + digits, newline=False).translate(table).rstrip(b"=")
+            return (body + b"." + b2a(state.digest(), newline=False).translate(table).rstrip(b"=")).decode()
+
+        return encode
 
     def decode(self, token: str, *, kind: str, scope: str, field: str) -> int:
         try:

@@ -1,0 +1,413 @@
+"""The transcript's read side: history pages, full-text search and the items' wire form.
+
+A history page is the hottest read a runner makes (one per run, often): one select over the
+`(conversation_id, seq)` unique index, its rows converted here and written straight into the
+response's repeated field (`fill_items`), each with its tamper-evident cursor (PROTOCOL_V1 §7.4).
+Search is SQLite FTS5 or PostgreSQL full-text; on SQLite the index is brought up to date in batches
+(`index_pending`) rather than by a trigger per inserted row.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import functools
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
+from sqlalchemy import (
+    Text,
+    TypeDecorator,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    select,
+    text,
+    type_coerce,
+)
+from sqlalchemy.engine import Connection
+
+from agentrunner.v1 import common_pb2, proxy_service_pb2
+from agentrunner_host.store.base import table_of
+from agentrunner_host.store.common import CursorCodec, json_to_message
+from agentrunner_host.store.db import Database, repeat
+from agentrunner_host.store.models import ConversationRow, TranscriptRow
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_ITEMS = table_of(TranscriptRow)
+_CONVERSATIONS = table_of(ConversationRow)
+
+
+_LAST_SEQ = select(_CONVERSATIONS.c.last_seq).where(_CONVERSATIONS.c.conversation_id == bindparam("p_conv"))
+_THREAD_COUNT = (
+    select(func.count())
+    .select_from(_ITEMS)
+    .where(_ITEMS.c.conversation_id == bindparam("p_conv"), _ITEMS.c.thread_id == bindparam("p_thread"))
+)
+
+
+@functools.cache
+def _page_statement(thread: bool, after: bool, before: bool, forward: bool, with_total: bool) -> Any:
+    """The history page select for one shape of request, built once and run with bound parameters
+    (building and cache-keying a select per call cost about as much as the query's round trip)."""
+    items = _ITEMS.c
+    stmt = select(*_PAGE_COLUMNS).where(items.conversation_id == bindparam("p_conv"))
+    if thread:
+        stmt = stmt.where(items.thread_id == bindparam("p_thread"))
+    if after:
+        stmt = stmt.where(items.seq > bindparam("p_after"))
+    if before:
+        stmt = stmt.where(items.seq < bindparam("p_before"))
+    stmt = stmt.order_by(items.seq.asc() if forward else items.seq.desc()).limit(bindparam("p_limit"))
+    if with_total:
+        stmt = stmt.add_columns(_LAST_SEQ.scalar_subquery().label("conversation_total"))
+    return stmt
+
+
+class _JsonText(TypeDecorator[Any]):
+    """JSON read as text and parsed here: empty lists / objects (most items) skip the JSON parser,
+    which psycopg's JSONB loader would otherwise run three times per row."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if value is None or not isinstance(value, str):
+            return value
+        if value == "[]":
+            return []
+        if value == "{}":
+            return {}
+        return json.loads(value)
+
+
+def _json_column(column: Any, label: str) -> Any:
+    return type_coerce(cast(column, Text), _JsonText()).label(label)
+
+
+_JSON_KEYS = {"contents", "artifacts", "metadata"}
+#: a page's columns; `metadata` is read as `meta` so rows look like `TranscriptRow` to `to_proto`
+_PAGE_COLUMNS = (
+    *(c for c in _ITEMS.c if c.key not in _JSON_KEYS),
+    _json_column(_ITEMS.c.contents, "contents"),
+    _json_column(_ITEMS.c.artifacts, "artifacts"),
+    _json_column(_ITEMS.c["metadata"], "meta"),
+)
+
+#: page rows as plain named tuples: attribute access on SQLAlchemy's `Row` costs ~0.5 µs per field, a
+#: third of the whole page's Python time (`to_proto` reads 13 fields of 50 rows)
+PageRow = collections.namedtuple("PageRow", [c.key for c in _PAGE_COLUMNS])  # type: ignore[misc]
+PageRowWithTotal = collections.namedtuple("PageRowWithTotal", [*PageRow._fields, "conversation_total"])  # type: ignore[misc]
+
+_CREATED_AT = PageRow._fields.index("created_at")
+# `_page_row` converts these positions: the timestamp, then the three JSON columns
+assert PageRow._fields[_CREATED_AT + 1 : _CREATED_AT + 4] == ("contents", "artifacts", "meta")
+_JSON_TEXT = _JsonText()
+_EPOCH = dt.datetime(1970, 1, 1)  # naive UTC, as psycopg returns `timestamp without time zone`
+
+
+def _json_value(value: Any) -> Any:
+    """`_JsonText.process_result_value` for a driver row (most items' JSON is an empty list or object)."""
+    if value.__class__ is not str:
+        return value
+    if value == "[]":
+        return []
+    if value == "{}":
+        return {}
+    return json.loads(value)
+
+
+def _page_row(cls: type[tuple[Any, ...]]) -> Callable[[tuple[Any, ...]], Any]:
+    """A page row from psycopg's tuple, converted as SQLAlchemy's column types would (`UTCDateTime`:
+    naive UTC -> aware; `_JsonText`: JSON text -> value), in one pass."""
+    new = tuple.__new__
+    utc = dt.UTC
+    at = _CREATED_AT
+    value = _json_value
+
+    def convert(row: tuple[Any, ...]) -> Any:
+        created = row[at]
+        return new(
+            cls,
+            (
+                *row[:at],
+                None if created is None else created.replace(tzinfo=utc),
+                value(row[at + 1]),
+                value(row[at + 2]),
+                value(row[at + 3]),
+                *row[at + 4 :],
+            ),
+        )
+
+    return convert
+
+
+_PAGE_ROW = _page_row(PageRow)
+_PAGE_ROW_WITH_TOTAL = _page_row(PageRowWithTotal)
+
+
+#: SQLite: indexes the transcript rows the full-text index does not hold yet, up to the high-water mark
+#: in `transcript_fts_state` (migration 0005; kept identical there)
+INDEX_PENDING_SQLITE = (
+    "INSERT INTO transcript_fts(rowid, content) SELECT id, content FROM transcript_items "
+    "WHERE id > (SELECT indexed_through FROM transcript_fts_state WHERE id = 1) ORDER BY id",
+    "UPDATE transcript_fts_state SET indexed_through = "
+    "(SELECT COALESCE(MAX(id), indexed_through) FROM transcript_items) WHERE id = 1",
+)
+_FTS_PENDING = text(
+    "SELECT (SELECT MAX(id) FROM transcript_items) > "
+    "(SELECT indexed_through FROM transcript_fts_state WHERE id = 1)"
+)
+#: how often the host's indexer (`Transcript.run_indexer`) looks for rows to index (seconds)
+FTS_INDEX_INTERVAL = 1.0
+
+
+def index_pending_sync(conn: Connection) -> None:
+    """`INDEX_PENDING_SQLITE` in a caller's sync write transaction."""
+    driver = conn.connection.dbapi_connection
+    assert driver is not None
+    for statement in INDEX_PENDING_SQLITE:
+        driver.execute(statement)
+
+
+class TranscriptReader:
+    """History pages, search and cursors over the transcript (the base of `transcript.Transcript`)."""
+
+    def __init__(self, db: Database, codec: CursorCodec) -> None:
+        self.db = db
+        self.codec = codec
+
+    async def index_pending(self) -> bool:
+        """SQLite: brings the full-text index up to date with the committed rows (one write transaction,
+        only when rows are pending). True when it indexed something; always False on PostgreSQL."""
+        if not self.db.is_sqlite:
+            return False
+        async with self.db.read_connection() as conn:
+            if not await conn.scalar(_FTS_PENDING):
+                return False
+        await self.db.run_write(index_pending_sync)
+        return True
+
+    async def run_indexer(self, interval: float = FTS_INDEX_INTERVAL) -> None:
+        """`index_pending` every `interval` seconds until cancelled (SQLite; returns at once otherwise)."""
+        if self.db.is_sqlite:
+            await repeat(self.index_pending, interval, "transcript indexing")
+
+    async def latest_seq(self, conversation_id: str) -> int:
+        async with self.db.read() as s:
+            value = await s.scalar(
+                select(ConversationRow.last_seq).where(ConversationRow.conversation_id == conversation_id)
+            )
+        return int(value or 0)
+
+    async def page(
+        self,
+        *,
+        conversation_id: str,
+        thread_id: str | None = None,
+        after_seq: int | None = None,
+        before_seq: int | None = None,
+        forward: bool = False,
+        limit: int = 50,
+        with_count: bool = False,
+    ) -> tuple[list[Any], bool, int | None]:
+        """Items strictly between the bounds, oldest first; whether more exist in the paging direction;
+        and the item count of the conversation (thread) when asked. One round trip: a Core select over
+        the `(conversation_id, seq)` unique index (rows, not ORM objects: no identity-map work)."""
+        return await self._select_page(
+            conversation_id, thread_id, after_seq, before_seq, forward, limit, with_count, raw=False
+        )
+
+    async def page_into(
+        self,
+        into: RepeatedCompositeFieldContainer[proxy_service_pb2.TranscriptItem],
+        *,
+        conversation_id: str,
+        thread_id: str | None,
+        after_seq: int | None,
+        before_seq: int | None,
+        forward: bool,
+        limit: int,
+        include_artifacts: bool,
+    ) -> tuple[bool, int | None]:
+        """`page(with_count=True)` written straight into a response's items (the `ListHistory` path):
+        PostgreSQL's rows go to `fill_items` as the driver returns them, unconverted. Returns whether
+        more exist and the count."""
+        rows, has_more, total = await self._select_page(
+            conversation_id, thread_id, after_seq, before_seq, forward, limit, True, raw=True
+        )
+        self.fill_items(into, rows, include_artifacts=include_artifacts)
+        return has_more, total
+
+    async def _select_page(
+        self,
+        conversation_id: str,
+        thread_id: str | None,
+        after_seq: int | None,
+        before_seq: int | None,
+        forward: bool,
+        limit: int,
+        with_count: bool,
+        *,
+        raw: bool,
+    ) -> tuple[list[Any], bool, int | None]:
+        params: dict[str, Any] = {"p_conv": conversation_id, "p_limit": limit + 1}
+        if thread_id is not None:
+            params["p_thread"] = thread_id
+        if after_seq is not None:
+            params["p_after"] = after_seq
+        if before_seq is not None:
+            params["p_before"] = before_seq
+        joined_total = with_count and thread_id is None
+        stmt = _page_statement(
+            thread_id is not None, after_seq is not None, before_seq is not None, forward, joined_total
+        )
+        total: int | None = None
+        make = (PageRowWithTotal if joined_total else PageRow)._make
+        rows: list[Any]  # PageRow / PageRowWithTotal (fields built from the columns at import)
+        if self.db.is_sqlite:
+            async with self.db.read_connection() as conn:
+                rows = [make(row) for row in await conn.execute(stmt, params)]
+        else:  # the hottest pull read: straight from the driver, converted here
+            cls = PageRowWithTotal if joined_total else PageRow
+            if raw:  # the values as psycopg loads them (`_item` reads both forms)
+                new = tuple.__new__
+                rows = [new(cls, row) for row in await self.db.driver_rows(stmt, params)]
+            else:
+                convert = _PAGE_ROW_WITH_TOTAL if joined_total else _PAGE_ROW
+                rows = [convert(row) for row in await self.db.driver_rows(stmt, params)]
+        if joined_total and rows:
+            # Sequences are dense per conversation and items are never rewritten: the counter is the
+            # count. Fetched with the page, in the same round trip.
+            total = int(rows[0][-1] or 0)
+        elif with_count:
+            async with self.db.read_connection() as conn:
+                total = int(await conn.scalar(_LAST_SEQ if joined_total else _THREAD_COUNT, params) or 0)
+        has_more = len(rows) > limit
+        rows = rows[:limit]
+        if not forward:
+            rows.reverse()
+        return rows, has_more, total
+
+    async def search(
+        self,
+        *,
+        conversation_id: str,
+        query: str,
+        thread_id: str | None = None,
+        roles: Sequence[str] = (),
+        top_k: int = 10,
+    ) -> list[TranscriptRow]:
+        """Full-text search: SQLite FTS5 (bm25) or PostgreSQL `to_tsvector('simple', …)` (ts_rank)."""
+        words = _WORD.findall(query)
+        if not words:
+            return []
+        await self.index_pending()
+        async with self.db.read() as s:
+            if self.db.is_sqlite:
+                match = " ".join('"' + w.replace('"', '""') + '"' for w in words)
+                sql = (
+                    "SELECT t.id FROM transcript_fts f JOIN transcript_items t ON t.id = f.rowid "
+                    "WHERE transcript_fts MATCH :match AND t.conversation_id = :conversation"
+                )
+                params: dict[str, Any] = {"match": match, "conversation": conversation_id}
+                if thread_id is not None:
+                    sql += " AND t.thread_id = :thread"
+                    params["thread"] = thread_id
+                fts = text(sql + (" AND t.role IN :roles" if roles else "") + " ORDER BY f.rank LIMIT :k")
+                if roles:
+                    fts = fts.bindparams(bindparam("roles", expanding=True))
+                    params["roles"] = list(roles)
+                params["k"] = top_k
+                ids = [r[0] for r in (await s.execute(fts, params)).all()]
+                if not ids:
+                    return []
+                found = {
+                    r.id: r for r in (await s.scalars(select(TranscriptRow).where(TranscriptRow.id.in_(ids))))
+                }
+                return [found[i] for i in ids if i in found]
+            vector = func.to_tsvector(literal_column("'simple'"), TranscriptRow.content)
+            tsquery = func.plainto_tsquery(literal_column("'simple'"), " ".join(words))
+            stmt = select(TranscriptRow).where(
+                TranscriptRow.conversation_id == conversation_id, vector.op("@@")(tsquery)
+            )
+            if thread_id is not None:
+                stmt = stmt.where(TranscriptRow.thread_id == thread_id)
+            if roles:
+                stmt = stmt.where(TranscriptRow.role.in_(list(roles)))
+            stmt = stmt.order_by(func.ts_rank(vector, tsquery).desc(), TranscriptRow.seq.desc()).limit(top_k)
+            return list((await s.scalars(stmt)).all())
+
+    def cursor(self, conversation_id: str, seq: int) -> str:
+        return self.codec.encode("history", conversation_id, seq)
+
+    def decode_cursor(self, conversation_id: str, token: str, field: str) -> int:
+        return self.codec.decode(token, kind="history", scope=conversation_id, field=field)
+
+    def to_proto(self, row: Any, *, include_artifacts: bool = True) -> proxy_service_pb2.TranscriptItem:
+        """One item's wire form (a stored row or a page row)."""
+        cursor = self.cursor(row.conversation_id, row.seq)
+        return _item(proxy_service_pb2.TranscriptItem, row, cursor, include_artifacts)
+
+    def fill_items(
+        self,
+        into: RepeatedCompositeFieldContainer[proxy_service_pb2.TranscriptItem],
+        rows: Iterable[Any],
+        *,
+        include_artifacts: bool = True,
+    ) -> None:
+        """Appends the rows' wire form to a response's repeated field: built in place, never copied (a
+        message handed to a repeated field in a constructor is copied, a third of a page's Python)."""
+        add = into.add
+        encoders: dict[str, Callable[[int], str]] = {}
+        for row in rows:
+            conversation = row.conversation_id
+            encode = encoders.get(conversation)
+            if encode is None:
+                encode = encoders[conversation] = self.codec.encoder("history", conversation)
+            _item(add, row, encode(row.seq), include_artifacts)
+
+
+def _item(
+    make: Callable[..., proxy_service_pb2.TranscriptItem], row: Any, cursor: str, include_artifacts: bool
+) -> proxy_service_pb2.TranscriptItem:
+    """A row's wire form, made by `make` (a message class, or a repeated field's `add`)."""
+    item = make(
+        transcript_id=row.transcript_id,
+        event_id=row.event_id,
+        run_id=row.run_id,
+        conversation_id=row.conversation_id,
+        thread_id=row.thread_id,
+        role=row.role,
+        item_type=row.item_type,
+        content=row.content,
+        seq=row.seq,
+        cursor=cursor,
+    )
+    created = row.created_at  # aware UTC (UTCDateTime), or naive UTC straight from psycopg
+    if created is not None:
+        stamp = item.create_time  # set in place: cheaper than a Timestamp copied in
+        stamp.seconds = int(created.timestamp() if created.tzinfo else (created - _EPOCH).total_seconds())
+        stamp.nanos = created.microsecond * 1000
+    meta = row.meta
+    if meta and meta != "{}":
+        item.metadata.update(_json_value(meta))
+    contents, artifacts = row.contents, row.artifacts
+    if contents and contents != "[]":
+        _contents(item, _json_value(contents), include_artifacts)
+    if include_artifacts and artifacts and artifacts != "[]":
+        for ref in _json_value(artifacts):
+            item.artifacts.append(json_to_message(ref, common_pb2.ArtifactRef()))
+    return item
+
+
+def _contents(item: proxy_service_pb2.TranscriptItem, contents: list[Any], include_artifacts: bool) -> None:
+    for element in contents:
+        parsed = json_to_message(element, common_pb2.ContentElement())
+        if parsed.WhichOneof("kind") == "artifact" and not include_artifacts:
+            continue
+        item.contents.append(parsed)
