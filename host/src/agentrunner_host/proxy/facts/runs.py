@@ -16,7 +16,7 @@ from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
 from agentrunner_host.proxy.api import ProxyCall, StreamHandler, UnaryHandler
 from agentrunner_host.proxy.facts.paging import conversation_of, fits, limit_of
 from agentrunner_host.store.fact_stores import FactStores
-from agentrunner_host.store.ledger import run_to_proto
+from agentrunner_host.store.ledger_rows import run_to_proto
 
 pb = proxy_service_pb2
 
