@@ -103,6 +103,7 @@ async def _fill(stores: FactStores) -> None:
             await s.execute(insert(TranscriptRow), rows[start : start + 2000])
     async with stores.db.engine.connect() as conn:
         await conn.exec_driver_sql("ANALYZE transcript_items")
+        await conn.commit()  # statistics are transactional: without the commit the table had none
 
 
 async def _interleaved_p50(
