@@ -19,7 +19,8 @@ from agentrunner_host.capabilities.knowledge import (
     RetrievedChunk,
     ingest_directory,
 )
-from agentrunner_host.proxy.capabilities import Backends, project_resources, resolve_selectors
+from agentrunner_host.proxy.capabilities import Backends, project_resources
+from agentrunner_host.proxy.selectors import resolve_selectors
 from tests.capabilities.conftest import CORPUS, make_proxy, make_snapshot
 
 pytestmark = pytest.mark.asyncio

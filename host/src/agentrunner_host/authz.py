@@ -18,7 +18,8 @@ from agentrunner.v1 import common_pb2, context_pb2, manifest_pb2
 from agentrunner_host.capabilities.models import MODEL_OPERATIONS
 from agentrunner_host.config import AgentConfig, Selector
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token
-from agentrunner_host.proxy.capabilities import Backends, project_resources, resolve_selectors
+from agentrunner_host.proxy.capabilities import Backends, project_resources
+from agentrunner_host.proxy.selectors import resolve_selectors
 
 _MODEL_OPS = {
     manifest_pb2.MODEL_OPERATION_INVOKE: "invoke",

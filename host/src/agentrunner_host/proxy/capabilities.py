@@ -1,21 +1,21 @@
 """Proxy handlers for models, tools and knowledge bases, plus the resource-builder helpers.
 
 Each handler checks the request against the run's frozen authorization snapshot (`call.require`) and
-then calls a backend; nothing here recomputes authorization. `resolve_selectors` maps an agent's
-config selectors to resource ids, and `project_*` builds the `ctx.resources` entries the runner sees.
-"""
+then calls a backend; nothing here recomputes authorization. `project_*` builds the `ctx.resources`
+entries the runner sees from the granted resources (which ids an agent's config selects is
+`proxy/selectors.py`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
 from agentrunner.errors import InvalidArgumentError
-from agentrunner.v1 import common_pb2, context_pb2, manifest_pb2, proxy_service_pb2
+from agentrunner.v1 import common_pb2, context_pb2, proxy_service_pb2
 from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import MODEL_OPERATIONS, ModelRegistry, struct_to_dict
 from agentrunner_host.capabilities.tools import ToolInfo, ToolRegistry
@@ -246,98 +246,11 @@ def capability_handlers(
     }
 
 
-# --------------------------------------------------------------------------- selectors
-
-_SELECTOR_TYPES: dict[int, str] = {
-    manifest_pb2.CONFIG_FIELD_TYPE_MODEL_FALLBACK_SELECTOR: "model-fallback-selector",
-    manifest_pb2.CONFIG_FIELD_TYPE_LLM_MODEL_SELECTOR: "llm-model-selector",
-    manifest_pb2.CONFIG_FIELD_TYPE_RERANK_MODEL_SELECTOR: "rerank-model-selector",
-    manifest_pb2.CONFIG_FIELD_TYPE_KNOWLEDGE_BASE_MULTI_SELECTOR: "knowledge-base-multi-selector",
-}
-
-
-@dataclasses.dataclass(slots=True)
-class SelectedResources:
-    """What an agent's config selects, before permissions and policy are intersected.
-
-    `llm_models` keeps the fallback order (primary first); unknown ids are listed in `unknown`."""
-
-    llm_models: list[str] = dataclasses.field(default_factory=list)
-    rerank_models: list[str] = dataclasses.field(default_factory=list)
-    knowledge_bases: list[str] = dataclasses.field(default_factory=list)
-    unknown: list[str] = dataclasses.field(default_factory=list)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Backends:
     models: ModelRegistry
     tools: ToolRegistry | None = None
     knowledge: KnowledgeService | None = None
-
-
-def _field_name_type(field: Any) -> tuple[str, str]:
-    if isinstance(field, manifest_pb2.ConfigField):
-        return field.name, _SELECTOR_TYPES.get(field.type, "")
-    if isinstance(field, Mapping):
-        kind = field.get("type", "")
-        if isinstance(kind, int):
-            kind = _SELECTOR_TYPES.get(kind, "")
-        return str(field.get("name", "")), str(kind).lower().replace("_", "-")
-    return "", ""
-
-
-def _default(field: Any) -> Any:
-    if isinstance(field, manifest_pb2.ConfigField):
-        return json_format.MessageToDict(field.default_value) if field.HasField("default_value") else None
-    if isinstance(field, Mapping):
-        return field.get("default")
-    return None
-
-
-def _ids(value: Any) -> list[str]:
-    if value is None or value == "":
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Mapping):
-        if "primary" in value or "fallbacks" in value:
-            return [*_ids(value.get("primary")), *_ids(value.get("fallbacks"))]
-        for key in ("uuid", "id", "model_id", "kb_id"):
-            if key in value:
-                return _ids(value[key])
-        return []
-    if isinstance(value, Iterable):
-        return [i for v in value for i in _ids(v)]
-    return []
-
-
-def resolve_selectors(
-    config_schema: Sequence[Any], runner_config: Mapping[str, Any], backends: Backends
-) -> SelectedResources:
-    """Maps selector fields of a manifest `config_schema` (protobuf `ConfigField`s or dicts with
-    `name`/`type` as LangBot writes them) to the model and knowledge base ids the config selects."""
-    selected = SelectedResources()
-    known_models = {c.id: c.model_type for c in backends.models.configs()}
-    known_kbs = {i.kb_id for i in backends.knowledge.list_bases()} if backends.knowledge else set()
-    for field in config_schema:
-        name, kind = _field_name_type(field)
-        if not kind or not name:
-            continue
-        value = runner_config.get(name, _default(field))
-        for item in _ids(value):
-            if kind in ("model-fallback-selector", "llm-model-selector"):
-                target, ok = selected.llm_models, known_models.get(item) == "llm"
-            elif kind == "rerank-model-selector":
-                target, ok = selected.rerank_models, known_models.get(item) == "rerank"
-            elif kind == "knowledge-base-multi-selector":
-                target, ok = selected.knowledge_bases, item in known_kbs
-            else:
-                continue
-            if not ok:
-                selected.unknown.append(item)
-            elif item not in target:
-                target.append(item)
-    return selected
 
 
 # --------------------------------------------------------------------------- projections
