@@ -1,7 +1,7 @@
 """SQLite: transcript full-text index written in batches, not by a trigger per inserted row
 
 The FTS5 trigger made every transcript insert write a new index segment at its commit: about a third
-of the run-start transaction. Rows are now indexed in batches (`transcript.index_pending_sync`: by the
+of the run-start transaction. Rows are now indexed in batches (`transcript_search.index_pending_sync`: by the
 host's indexer loop, and before every search, so a search still sees every committed row) up to the
 high-water mark kept in `transcript_fts_state`. PostgreSQL (a GIN expression index) is unchanged.
 
@@ -20,7 +20,7 @@ down_revision: str | Sequence[str] | None = "0004_packed_deltas"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Kept identical to agentrunner_host.store.transcript (INDEX_PENDING_SQLITE).
+# Kept identical to agentrunner_host.store.transcript_search (INDEX_PENDING_SQLITE).
 _INDEX_PENDING = [
     "INSERT INTO transcript_fts(rowid, content) SELECT id, content FROM transcript_items "
     "WHERE id > (SELECT indexed_through FROM transcript_fts_state WHERE id = 1) ORDER BY id",
