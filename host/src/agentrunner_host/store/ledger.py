@@ -30,9 +30,6 @@ from agentrunner_host.store.db import Database
 from agentrunner_host.store.errors import StoreError
 from agentrunner_host.store.ledger_reads import LedgerReads
 from agentrunner_host.store.ledger_rows import RECORD_FIELDS, packed_rows, result_rows, to_record
-
-# (also imported from here by proxy/facts.py)
-from agentrunner_host.store.ledger_rows import run_to_proto as run_to_proto
 from agentrunner_host.store.models import RunResultRow, RunRow
 from agentrunner_host.store.sqlite.compiled import bind_processor, driver_execute, fast_execute
 
