@@ -21,9 +21,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentrunner.v1 import common_pb2
 from agentrunner_host.capabilities.knowledge import KnowledgeService, create_knowledge_schema
+from agentrunner_host.capabilities.mcp_tools import McpServerConfig
 from agentrunner_host.capabilities.models import ModelConfig, ModelRegistry
+from agentrunner_host.capabilities.native_tools import NativeToolsConfig
 from agentrunner_host.capabilities.retry import RetryConfig
-from agentrunner_host.capabilities.tools import McpServerConfig, NativeToolsConfig, ToolRegistry, ToolsConfig
+from agentrunner_host.capabilities.tools import ToolRegistry, ToolsConfig
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession
 from agentrunner_host.proxy.api import ProxyCall
 from agentrunner_host.proxy.capabilities import capability_handlers

@@ -18,8 +18,9 @@ from agentrunner.errors import (
     UnauthorizedError,
 )
 from agentrunner.v1 import proxy_service_pb2 as pb
+from agentrunner_host.capabilities.mcp_tools import McpServerConfig
 from agentrunner_host.capabilities.models import ModelRegistry
-from agentrunner_host.capabilities.tools import McpServerConfig, ToolRegistry, ToolsConfig
+from agentrunner_host.capabilities.tools import ToolRegistry, ToolsConfig
 from agentrunner_host.proxy.capabilities import Backends, project_resources
 from tests.capabilities.conftest import (
     RecordingArtifactSink,

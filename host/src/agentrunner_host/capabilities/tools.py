@@ -3,20 +3,21 @@
 Every tool, whether it lives in an MCP server (stdio or streamable HTTP) or in the host itself, sits
 behind one `ToolSource` interface, so authorization, timeouts and result size caps apply uniformly and
 runners never learn where a tool runs.
+
+This module is the registry over them (`ToolRegistry`: the tools of every source, a call by name under
+its timeout, the result size cap) and the `tools` config; the sources are
+`capabilities/mcp_tools.py` and `capabilities/native_tools.py`, their interface
+`capabilities/tool_source.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import datetime as dt
 import json
-import zoneinfo
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,47 +29,15 @@ from agentrunner.errors import (
     RuntimeFailureError,
 )
 from agentrunner.v1 import common_pb2
+from agentrunner_host.capabilities.mcp_tools import McpServerConfig, McpToolSource
+from agentrunner_host.capabilities.native_tools import NativeToolsConfig, NativeToolSource
+from agentrunner_host.capabilities.tool_source import SourceUnavailable, ToolInfo, ToolOutcome, ToolSource
 from agentrunner_host.observability import TOOL_CALL_DURATION, observed_call
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
 log = structlog.get_logger(__name__)
-
-
-# --------------------------------------------------------------------------- config
-
-
-class McpServerConfig(BaseModel):
-    """One MCP server. `stdio`: command/args/env/cwd; `streamable-http`: url/headers."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    transport: Literal["stdio", "streamable-http"]
-    command: str | None = None
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
-    url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
-    #: seconds to connect and list tools
-    startup_timeout: float = 20.0
-    #: per-call timeout; the run deadline clips it
-    call_timeout: float = 60.0
-    #: prepended to every tool name of this server (avoids clashes between servers)
-    tool_prefix: str = ""
-
-
-class NativeToolsConfig(BaseModel):
-    """Host-native tools. `fetch_url` exists only when `fetch_url_allow` lists URL prefixes."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    current_time: bool = True
-    fetch_url_allow: list[str] = Field(default_factory=list)
-    fetch_url_timeout: float = 15.0
-    fetch_url_max_bytes: int = 1_000_000
 
 
 class ToolsConfig(BaseModel):
@@ -82,339 +51,12 @@ class ToolsConfig(BaseModel):
     call_timeout: float = 60.0
 
 
-# --------------------------------------------------------------------------- values
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ToolInfo:
-    """A tool as listed in `resources.tools`."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    tool_type: str  # `mcp` or `native`
-    source: str
-
-
-@dataclasses.dataclass(slots=True)
-class ToolOutcome:
-    """A tool's result before the size cap."""
-
-    contents: list[common_pb2.ContentElement]
-    structured: dict[str, Any] | None = None
-    is_error: bool = False
-    truncated: bool = False
-    artifact: common_pb2.ArtifactRef | None = None
-
-
 class ArtifactSink(Protocol):
     """Stores an oversized tool result so the runner can read it whole through the artifact RPCs."""
 
     async def store_tool_result(
         self, run_id: str, name: str, data: bytes, mime_type: str
     ) -> common_pb2.ArtifactRef: ...
-
-
-class ToolSource(Protocol):
-    """A set of tools behind one connection (an MCP server, the host itself, a plugin runtime)."""
-
-    name: str
-
-    async def start(self) -> None: ...
-
-    async def list_tools(self) -> list[ToolInfo]: ...
-
-    async def call(self, tool: str, arguments: dict[str, Any], time_limit: float) -> ToolOutcome: ...
-
-    async def close(self) -> None: ...
-
-
-def text_outcome(text: str, *, is_error: bool = False) -> ToolOutcome:
-    return ToolOutcome(contents=[common_pb2.ContentElement(text=text)], is_error=is_error)
-
-
-class SourceUnavailable(Exception):
-    """The source's connection is gone; its tools are withdrawn until a refresh reconnects it."""
-
-
-# --------------------------------------------------------------------------- MCP
-
-
-class McpToolSource:
-    """One MCP server reached through the `mcp` SDK.
-
-    The SDK's transports are anyio context managers that must be entered and exited in one task, so
-    a dedicated task owns the connection for its whole life; calls from other tasks go through the
-    session, which is safe within one event loop.
-    """
-
-    def __init__(self, config: McpServerConfig) -> None:
-        self.config = config
-        self.name = config.name
-        self._session: Any = None
-        self._task: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
-        self._ready: asyncio.Future[None] | None = None
-
-    async def start(self) -> None:
-        await self.close()
-        loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        self._ready = loop.create_future()
-        self._task = asyncio.create_task(self._run(self._ready), name=f"mcp:{self.name}")
-        try:
-            await asyncio.wait_for(asyncio.shield(self._ready), self.config.startup_timeout)
-        except BaseException:
-            await self.close()
-            raise
-
-    @property
-    def alive(self) -> bool:
-        return self._task is not None and not self._task.done() and self._session is not None
-
-    async def _run(self, ready: asyncio.Future[None]) -> None:
-        from mcp import ClientSession
-
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                read, write = await stack.enter_async_context(self._transport())
-                session = await stack.enter_async_context(ClientSession(read, write))
-                await session.initialize()
-                self._session = session
-                ready.set_result(None)
-                await self._stop.wait()
-        except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(
-                    exc if isinstance(exc, Exception) else RuntimeError(f"MCP server {self.name} stopped")
-                )
-            elif not self._stop.is_set():
-                log.warning("mcp_server_lost", server=self.name, error=repr(exc))
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-        finally:
-            self._session = None
-
-    def _transport(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        cfg = self.config
-        if cfg.transport == "stdio":
-            from mcp.client.stdio import StdioServerParameters, stdio_client
-
-            if not cfg.command:
-                raise ValueError(f"MCP server {cfg.name}: stdio needs a command")
-            return stdio_client(
-                StdioServerParameters(command=cfg.command, args=cfg.args, env=cfg.env or None, cwd=cfg.cwd)
-            )
-        if not cfg.url:
-            raise ValueError(f"MCP server {cfg.name}: streamable-http needs a url")
-        return _http_transport(cfg.url, cfg.headers)
-
-    def _require_session(self) -> Any:
-        if not self.alive:
-            raise SourceUnavailable(self.name)
-        return self._session
-
-    async def list_tools(self) -> list[ToolInfo]:
-        session = self._require_session()
-        tools: list[ToolInfo] = []
-        cursor: str | None = None
-        from mcp import types
-
-        try:
-            while True:
-                params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-                result = await asyncio.wait_for(
-                    session.list_tools(params=params), self.config.startup_timeout
-                )
-                for tool in result.tools:
-                    tools.append(
-                        ToolInfo(
-                            name=self.config.tool_prefix + tool.name,
-                            description=tool.description or "",
-                            parameters=dict(tool.input_schema or {"type": "object", "properties": {}}),
-                            tool_type="mcp",
-                            source=self.name,
-                        )
-                    )
-                cursor = result.next_cursor
-                if not cursor:
-                    return tools
-        except (TimeoutError, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            raise SourceUnavailable(f"{self.name}: {exc!r}") from exc
-
-    async def call(self, tool: str, arguments: dict[str, Any], time_limit: float) -> ToolOutcome:
-        session = self._require_session()
-        remote = tool.removeprefix(self.config.tool_prefix)
-        try:
-            async with asyncio.timeout(time_limit):
-                result = await session.call_tool(remote, arguments, read_timeout_seconds=time_limit)
-        except TimeoutError:
-            raise
-        except Exception as exc:
-            if not self.alive or _is_connection_error(exc):
-                raise SourceUnavailable(f"{self.name}: {exc!r}") from exc
-            return text_outcome(f"tool {tool} failed: {exc}", is_error=True)
-        contents: list[common_pb2.ContentElement] = []
-        for block in getattr(result, "content", None) or []:
-            kind = getattr(block, "type", "")
-            if kind == "text":
-                contents.append(common_pb2.ContentElement(text=block.text))
-            elif kind == "image":
-                contents.append(
-                    common_pb2.ContentElement(
-                        image=common_pb2.ImageContent(
-                            uri=f"data:{block.mime_type};base64,{block.data}", mime_type=block.mime_type
-                        )
-                    )
-                )
-            else:
-                contents.append(common_pb2.ContentElement(text=json.dumps(block.model_dump(mode="json"))))
-        structured = getattr(result, "structured_content", None)
-        return ToolOutcome(
-            contents=contents,
-            structured=dict(structured) if isinstance(structured, dict) else None,
-            is_error=bool(getattr(result, "is_error", False)),
-        )
-
-    async def close(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
-            return
-        self._stop.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), 5)
-        except BaseException:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-
-
-@contextlib.asynccontextmanager
-async def _http_transport(url: str, headers: Mapping[str, str]) -> Any:
-    from mcp.client.streamable_http import streamable_http_client
-
-    if headers:
-        from mcp.shared._httpx_utils import create_mcp_http_client
-
-        client = create_mcp_http_client(headers=dict(headers))
-        async with client, streamable_http_client(url, http_client=client) as streams:
-            yield streams
-    else:
-        async with streamable_http_client(url) as streams:
-            yield streams
-
-
-def _is_connection_error(exc: BaseException) -> bool:
-    import anyio
-
-    if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)):
-        return True
-    text = str(exc).lower()
-    return "connection closed" in text or "connection lost" in text
-
-
-# --------------------------------------------------------------------------- native tools
-
-
-class NativeToolSource:
-    """Tools implemented by the host itself: `current_time` and an allow-listed `fetch_url`."""
-
-    name = "native"
-
-    def __init__(self, config: NativeToolsConfig, http_client: httpx.AsyncClient | None = None) -> None:
-        self.config = config
-        self._client = http_client
-
-    async def start(self) -> None:
-        if self._client is None:
-            self._client = httpx.AsyncClient(follow_redirects=False)
-
-    async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-
-    async def list_tools(self) -> list[ToolInfo]:
-        tools = []
-        if self.config.current_time:
-            tools.append(
-                ToolInfo(
-                    name="current_time",
-                    description="The current date and time (ISO 8601) in a time zone.",
-                    parameters={
-                        "type": "object",
-                        "properties": {
-                            "timezone": {"type": "string", "description": "IANA time zone, default UTC"}
-                        },
-                    },
-                    tool_type="native",
-                    source=self.name,
-                )
-            )
-        if self.config.fetch_url_allow:
-            tools.append(
-                ToolInfo(
-                    name="fetch_url",
-                    description="Fetches a web page or API response (only from allowed addresses) as text.",
-                    parameters={
-                        "type": "object",
-                        "properties": {"url": {"type": "string", "description": "http(s) URL"}},
-                        "required": ["url"],
-                    },
-                    tool_type="native",
-                    source=self.name,
-                )
-            )
-        return tools
-
-    async def call(self, tool: str, arguments: dict[str, Any], time_limit: float) -> ToolOutcome:
-        if tool == "current_time" and self.config.current_time:
-            zone = str(arguments.get("timezone") or "UTC")
-            try:
-                tz = zoneinfo.ZoneInfo(zone)
-            except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-                return text_outcome(f"unknown time zone {zone!r}", is_error=True)
-            now = dt.datetime.now(tz)
-            return ToolOutcome(
-                contents=[common_pb2.ContentElement(text=now.isoformat())],
-                structured={"iso": now.isoformat(), "timezone": zone, "unix": now.timestamp()},
-            )
-        if tool == "fetch_url" and self.config.fetch_url_allow:
-            return await self._fetch(str(arguments.get("url") or ""), time_limit)
-        raise NotFoundError(f"tool {tool!r} does not exist")
-
-    async def _fetch(self, url: str, time_limit: float) -> ToolOutcome:
-        if not url.startswith(("http://", "https://")):
-            return text_outcome("url must be an http(s) URL", is_error=True)
-        if not any(url.startswith(prefix) for prefix in self.config.fetch_url_allow):
-            return text_outcome(f"{url} is not in the host's allow-list", is_error=True)
-        assert self._client is not None
-        budget = min(time_limit, self.config.fetch_url_timeout)
-        try:
-            async with asyncio.timeout(budget), self._client.stream("GET", url, timeout=budget) as response:
-                body = bytearray()
-                async for piece in response.aiter_bytes():
-                    body += piece
-                    if len(body) >= self.config.fetch_url_max_bytes:
-                        break
-        except (httpx.TimeoutException, TimeoutError):
-            return text_outcome(f"fetching {url} timed out", is_error=True)
-        except httpx.HTTPError as exc:
-            return text_outcome(f"fetching {url} failed: {type(exc).__name__}", is_error=True)
-        mime = response.headers.get("content-type", "").split(";")[0].strip()
-        if 300 <= response.status_code < 400:
-            return text_outcome(f"{url} redirects to {response.headers.get('location')}", is_error=True)
-        text = bytes(body[: self.config.fetch_url_max_bytes]).decode(response.encoding or "utf-8", "replace")
-        return ToolOutcome(
-            contents=[common_pb2.ContentElement(text=text)],
-            structured={"status": response.status_code, "content_type": mime, "url": url},
-            is_error=response.status_code >= 400,
-        )
-
-
-# --------------------------------------------------------------------------- registry
 
 
 class ToolRegistry:
@@ -654,13 +296,6 @@ def _element_json(element: common_pb2.ContentElement) -> dict[str, Any]:
 
 __all__ = [
     "ArtifactSink",
-    "McpServerConfig",
-    "McpToolSource",
-    "NativeToolSource",
-    "NativeToolsConfig",
-    "ToolInfo",
-    "ToolOutcome",
     "ToolRegistry",
-    "ToolSource",
     "ToolsConfig",
 ]

@@ -18,7 +18,8 @@ from agentrunner.errors import InvalidArgumentError
 from agentrunner.v1 import common_pb2, context_pb2, proxy_service_pb2
 from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import MODEL_OPERATIONS, ModelRegistry, struct_to_dict
-from agentrunner_host.capabilities.tools import ToolInfo, ToolRegistry
+from agentrunner_host.capabilities.tool_source import ToolInfo
+from agentrunner_host.capabilities.tools import ToolRegistry
 from agentrunner_host.proxy.api import HandlerTable, ProxyCall
 
 
