@@ -1,6 +1,6 @@
 """Paired A/B benchmark of one host technique against the same host without it (not part of `make bench`).
 
-    uv run python bench/ab_techniques.py TECHNIQUE [--pairs N] [--seconds S]
+    uv run python bench/ab_techniques.py TECHNIQUE [--pairs N] [--seconds S] [--sequential RUNS]
 
 TECHNIQUE is one of `VARIANTS` (or `aa`: the host against an identical copy of itself, to calibrate).
 With `--tree COMMIT`, variant B is `host/src` as it was at COMMIT (`git archive`) with TECHNIQUE's
@@ -12,6 +12,11 @@ on their own SQLite databases, against the same bench runner; the client measure
 hits both alike. Per window: runs finished per second (wall clock) and host-process CPU seconds per run
 (psutil: user + system of the host process, robust to other processes' load). Prints each pair's B/A
 ratios and their median and range; a figure outside the A/A range is a real difference.
+
+With `--sequential RUNS`, each pair is RUNS sequential one-delta runs per host instead, alternating
+the two hosts run by run (the order swapped pair by pair), and the figure is the B/A ratio of the
+median time to the first result (the `ttfb_p50_ratio` workload of `bench_host.py`) and of host CPU
+seconds per run.
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ VARIANTS: dict[str, tuple[str, str, str, str, int]] = {
     "aa": ("run/start.py", "", "", "burst:3", 20),
     # the host-wide delta batch at its size vs at a tenth of it: delta-heavy runs
     "delta_batch": ("run/journal.py", "DELTA_BATCH = 2048", "DELTA_BATCH = 204", "burst:200", 50),
+    # the run start's transaction run on the event loop when no other write waits (`run_write(inline=True)`)
+    # vs always on the writer thread: measure with `--sequential` (the latency it is for) and without
+    "inline_start": ("store/incoming.py", "run_write(write, inline=True)", "run_write(write)", "burst:3", 20),
 }
 
 
@@ -144,8 +152,42 @@ async def _window(
     return runs / wall, cpu / max(runs, 1)
 
 
+async def _first_result(stub: host_service_pb2_grpc.HostServiceStub) -> float:
+    """Seconds from starting one `Run` to its first result (the stream is read to its end)."""
+    started = time.perf_counter()
+    first = 0.0
+    async for update in stub.Run(_request("hello"), timeout=30):
+        if not first and update.HasField("result"):
+            first = time.perf_counter() - started
+    return first
+
+
+async def _sequential_pair(
+    stubs: dict[str, host_service_pb2_grpc.HostServiceStub],
+    procs: dict[str, psutil.Process],
+    order: list[str],
+    runs: int,
+) -> tuple[float, float]:
+    """(ttfb p50 B/A, host CPU s/run B/A) over `runs` sequential runs per host, alternated run by run."""
+    times: dict[str, list[float]] = {name: [] for name in order}
+    cpu: dict[str, float] = dict.fromkeys(order, 0.0)
+    for _ in range(runs):
+        for name in order:
+            cpu0 = sum(procs[name].cpu_times()[:2])
+            times[name].append(await _first_result(stubs[name]))
+            cpu[name] += sum(procs[name].cpu_times()[:2]) - cpu0
+    p50 = {name: statistics.median(t) for name, t in times.items()}
+    return p50["b"] / p50["a"], cpu["b"] / max(cpu["a"], 1e-9)
+
+
 async def _measure(
-    addresses: dict[str, str], pids: dict[str, int], text: str, workers: int, pairs: int, seconds: float
+    addresses: dict[str, str],
+    pids: dict[str, int],
+    text: str,
+    workers: int,
+    pairs: int,
+    seconds: float,
+    sequential: int = 0,
 ) -> list[tuple[float, float]]:
     channels = {k: grpc.aio.insecure_channel(v) for k, v in addresses.items()}
     stubs = {k: host_service_pb2_grpc.HostServiceStub(c) for k, c in channels.items()}
@@ -154,12 +196,18 @@ async def _measure(
         for name in stubs:  # warm-up
             await _window(stubs[name], procs[name], text, workers, 1.0)
         out = []
+        label = "ttfb p50" if sequential else "runs/s"
         for i in range(pairs):
             order = ["a", "b"] if i % 2 == 0 else ["b", "a"]
-            got = {name: await _window(stubs[name], procs[name], text, workers, seconds) for name in order}
-            ratio = (got["b"][0] / got["a"][0], got["b"][1] / got["a"][1])
+            if sequential:
+                ratio = await _sequential_pair(stubs, procs, order, sequential)
+            else:
+                got = {
+                    name: await _window(stubs[name], procs[name], text, workers, seconds) for name in order
+                }
+                ratio = (got["b"][0] / got["a"][0], got["b"][1] / got["a"][1])
             print(
-                f"pair {i + 1} ({''.join(order).upper()}): runs/s B/A x{ratio[0]:.3f}  CPU s/run B/A x{ratio[1]:.3f}",
+                f"pair {i + 1} ({''.join(order).upper()}): {label} B/A x{ratio[0]:.3f}  CPU s/run B/A x{ratio[1]:.3f}",
                 flush=True,
             )
             out.append(ratio)
@@ -175,6 +223,13 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--tree", help="variant B: host/src at this commit instead of a patch")
+    parser.add_argument(
+        "--sequential",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="time to first result of RUNS sequential runs",
+    )
     args = parser.parse_args()
     _, _, _, text, workers = VARIANTS[args.technique]
     procs: list[subprocess.Popen[str]] = []
@@ -209,6 +264,7 @@ def main() -> int:
                     workers,
                     args.pairs,
                     args.seconds,
+                    args.sequential,
                 )
             )
         finally:
@@ -220,7 +276,7 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     proc.kill()
     what = f"{args.technique} at {args.tree}" if args.tree else args.technique
-    for i, label in enumerate(("runs/s", "host CPU s/run")):
+    for i, label in enumerate(("ttfb p50" if args.sequential else "runs/s", "host CPU s/run")):
         values = [r[i] for r in ratios]
         print(
             f"{what} B/A {label}: median x{statistics.median(values):.3f} range x{min(values):.3f}-x{max(values):.3f} ({len(values)} pairs)"

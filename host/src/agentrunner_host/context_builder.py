@@ -131,71 +131,19 @@ class ContextBuilder:
         manifest: manifest_pb2.RunnerManifest | None = None,
     ) -> context_pb2.RunContext:
         ctx = context_pb2.RunContext(run_id=snapshot.run_id)
-        ctx.trigger.type = event.event_type
-        ctx.trigger.source = event.trigger_source or context_pb2.TRIGGER_SOURCE_API
-        ctx.trigger.timestamp.CopyFrom(event.event_time)
-        ev = ctx.event
-        ev.event_id = event.event_id
-        ev.event_type = event.event_type
-        ev.event_time.CopyFrom(event.event_time)
-        ev.source = event.source or "api"
-        ev.source_event_type = event.source_event_type
-        ev.data.CopyFrom(event.data)
-        if event.HasField("conversation"):
-            ctx.conversation.CopyFrom(event.conversation)
-        ctx.conversation.bot_id = ctx.conversation.bot_id or event.bot_id
-        ctx.conversation.workspace_id = ctx.conversation.workspace_id or event.workspace_id
-        if event.HasField("actor"):
-            ctx.actor.CopyFrom(event.actor)
-        if event.HasField("subject"):
-            ctx.subject.CopyFrom(event.subject)
-        ctx.input.text = event.input.text
-        ctx.input.contents.extend(event.input.contents)
         position = position or ContextPosition()
-        if position.attachments:
-            # Bodies never travel in the context: attachments are artifact references (stored bodies are
-            # read through the artifact RPCs; external URIs stay URIs).
-            ctx.input.attachments.extend(position.attachments)
-        else:
-            for attachment in event.input.attachments:
-                ref = ctx.input.attachments.add(name=attachment.name, mime_type=attachment.mime_type)
-                if attachment.WhichOneof("source") == "uri":
-                    ref.uri = attachment.uri
+        _project_event(ctx, event, position)
         ctx.delivery.CopyFrom(event.delivery)
         ctx.delivery.surface = agent.delivery_policy.surface or event.delivery.surface or "grpc"
         if agent.delivery_policy.streaming is not None:
             ctx.delivery.supports_streaming = agent.delivery_policy.streaming
         ctx.resources.CopyFrom(resources)
-        access = ctx.context
-        access.conversation_id = snapshot.conversation_id
-        access.thread_id = snapshot.thread_id
-        access.latest_cursor = position.latest_cursor
-        if position.event_seq is not None:
-            access.event_seq = position.event_seq
-        if position.transcript_seq is not None:
-            access.transcript_seq = position.transcript_seq
-        access.has_history_before = position.has_history_before
-        access.inline_policy.mode = context_pb2.INLINE_MODE_CURRENT_EVENT
-        access.inline_policy.delivered_count = 1
-        access.inline_policy.messages_complete = False
-        access.inline_policy.reason = (
-            "event-first: history is pulled through the proxy service, never inlined"
-        )
-        access.available_apis.CopyFrom(project_apis(snapshot))
+        _project_access(ctx.context, snapshot, position)
         if state and snapshot.state_scopes:
             for scope, values in state.items():
                 if scope in snapshot.state_scopes:
                     getattr(ctx.state, scope).update(dict(values))
-        rt = ctx.runtime
-        rt.host = "langbot-agentrunner-host"
-        rt.protocol_version = PROTOCOL_VERSION
-        rt.host_version = __version__
-        rt.trace_id = trace_id
-        if deadline_at.tzinfo is None:
-            rt.deadline_at.FromDatetime(deadline_at)
-        else:
-            _set_ts(rt.deadline_at, deadline_at)
-        rt.metadata.fields["streaming_supported"].bool_value = ctx.delivery.supports_streaming
+        _project_runtime(ctx, trace_id, deadline_at)
         if runner_config:
             ctx.config.update(json.loads(json.dumps(dict(runner_config))))
         if event.HasField("adapter_extra"):
@@ -211,3 +159,71 @@ class ContextBuilder:
             adapter_actions=self.adapter_actions,
         )
         return ctx
+
+
+def _project_event(
+    ctx: context_pb2.RunContext, event: host_service_pb2.EventEnvelope, position: ContextPosition
+) -> None:
+    """The trigger, the event, conversation, actor, subject and input of `ctx`."""
+    ctx.trigger.type = event.event_type
+    ctx.trigger.source = event.trigger_source or context_pb2.TRIGGER_SOURCE_API
+    ctx.trigger.timestamp.CopyFrom(event.event_time)
+    ev = ctx.event
+    ev.event_id = event.event_id
+    ev.event_type = event.event_type
+    ev.event_time.CopyFrom(event.event_time)
+    ev.source = event.source or "api"
+    ev.source_event_type = event.source_event_type
+    ev.data.CopyFrom(event.data)
+    if event.HasField("conversation"):
+        ctx.conversation.CopyFrom(event.conversation)
+    ctx.conversation.bot_id = ctx.conversation.bot_id or event.bot_id
+    ctx.conversation.workspace_id = ctx.conversation.workspace_id or event.workspace_id
+    if event.HasField("actor"):
+        ctx.actor.CopyFrom(event.actor)
+    if event.HasField("subject"):
+        ctx.subject.CopyFrom(event.subject)
+    ctx.input.text = event.input.text
+    ctx.input.contents.extend(event.input.contents)
+    if position.attachments:
+        # Bodies never travel in the context: attachments are artifact references (stored bodies are
+        # read through the artifact RPCs; external URIs stay URIs).
+        ctx.input.attachments.extend(position.attachments)
+    else:
+        for attachment in event.input.attachments:
+            ref = ctx.input.attachments.add(name=attachment.name, mime_type=attachment.mime_type)
+            if attachment.WhichOneof("source") == "uri":
+                ref.uri = attachment.uri
+
+
+def _project_access(
+    access: context_pb2.ContextAccess, snapshot: AuthorizationSnapshot, position: ContextPosition
+) -> None:
+    """`ctx.context`: where the event sits, what is inlined (the event only) and the APIs granted."""
+    access.conversation_id = snapshot.conversation_id
+    access.thread_id = snapshot.thread_id
+    access.latest_cursor = position.latest_cursor
+    if position.event_seq is not None:
+        access.event_seq = position.event_seq
+    if position.transcript_seq is not None:
+        access.transcript_seq = position.transcript_seq
+    access.has_history_before = position.has_history_before
+    access.inline_policy.mode = context_pb2.INLINE_MODE_CURRENT_EVENT
+    access.inline_policy.delivered_count = 1
+    access.inline_policy.messages_complete = False
+    access.inline_policy.reason = "event-first: history is pulled through the proxy service, never inlined"
+    access.available_apis.CopyFrom(project_apis(snapshot))
+
+
+def _project_runtime(ctx: context_pb2.RunContext, trace_id: str, deadline_at: dt.datetime) -> None:
+    """`ctx.runtime`: the host, protocol, trace, deadline and streaming support."""
+    rt = ctx.runtime
+    rt.host = "langbot-agentrunner-host"
+    rt.protocol_version = PROTOCOL_VERSION
+    rt.host_version = __version__
+    rt.trace_id = trace_id
+    if deadline_at.tzinfo is None:
+        rt.deadline_at.FromDatetime(deadline_at)
+    else:
+        _set_ts(rt.deadline_at, deadline_at)
+    rt.metadata.fields["streaming_supported"].bool_value = ctx.delivery.supports_streaming

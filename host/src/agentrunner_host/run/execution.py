@@ -129,6 +129,9 @@ class RunExecution:
         )
         self.phase = Phase.RUNNING
         call.start_reading(f"read-{self.run_id}")
+        # grpc.aio sends the request from a task of its own: let it go out now, before the caller's
+        # `accepted` is written, so the runner starts while the host answers its client
+        await asyncio.sleep(0)
         return call
 
     # -- the stream: call -> pump -> conclude -> release -----------------------------------------------

@@ -75,7 +75,8 @@ def normalize_event(event: host_service_pb2.EventEnvelope) -> host_service_pb2.E
     if not out.event_type:
         out.event_type = "message.received"
     if not out.HasField("event_time"):
-        out.event_time.GetCurrentTime()
+        out.event_time.seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
+        out.event_time.nanos = nanos - nanos % 1000  # (microseconds, as `GetCurrentTime` keeps)
     if not out.trigger_source:
         out.trigger_source = context_pb2.TRIGGER_SOURCE_API
     return out

@@ -95,11 +95,15 @@ def json_text(value: Any) -> str:
             return "[]"
         if kind is dict:
             return "{}"
-    text = json.dumps(value, allow_nan=False)
+    text = _JSON.encode(value)
     if "\\u0000" in text and _JSON_NUL.search(text):
         raise ValueError("a JSON value with a NUL character cannot be stored")
     return text
 
+
+#: `json.dumps(value, allow_nan=False)` without an encoder built per call (dumps builds one for any
+#: non-default option)
+_JSON = json.JSONEncoder(allow_nan=False)
 
 #: `\u0000` in JSON text that is an escape (not an escaped backslash followed by `u0000`)
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
