@@ -92,6 +92,30 @@ def start(args: list[str], marker: str) -> tuple[subprocess.Popen[str], str]:
     return proc, line.split()[1]
 
 
+def host_config(tmp: pathlib.Path, runner_addr: str) -> pathlib.Path:
+    """The benchmark host's config file in `tmp` (SQLite there, one agent on the bench runner)."""
+    config = tmp / "host.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "listen": {"address": "127.0.0.1:0"},
+                "database": {"url": f"sqlite+aiosqlite:///{tmp}/bench.db"},
+                "runners": [{"id": "ref", "address": runner_addr}],
+                "agents": [
+                    {
+                        "id": "bench",
+                        "runner_id": REF_ID,
+                        "event_types": ["*"],
+                        "timeout_seconds": 300,
+                    }
+                ],
+                "bindings": [{"id": "all", "event": "*", "target": {"agent": "bench"}}],
+            }
+        )
+    )
+    return config
+
+
 def request(text: str) -> host_service_pb2.HostServiceRunRequest:
     req = host_service_pb2.HostServiceRunRequest()
     req.event.event_type = "message.received"
@@ -208,25 +232,7 @@ async def main() -> int:
         relay, relay_addr = start([py, __file__, "--relay", "0", runner_addr], "AGENTRUNNER_HOST_LISTENING")
         procs.append(relay)
         with tempfile.TemporaryDirectory() as tmp:
-            config = pathlib.Path(tmp) / "host.yaml"
-            config.write_text(
-                yaml.safe_dump(
-                    {
-                        "listen": {"address": "127.0.0.1:0"},
-                        "database": {"url": f"sqlite+aiosqlite:///{tmp}/bench.db"},
-                        "runners": [{"id": "ref", "address": runner_addr}],
-                        "agents": [
-                            {
-                                "id": "bench",
-                                "runner_id": REF_ID,
-                                "event_types": ["*"],
-                                "timeout_seconds": 300,
-                            }
-                        ],
-                        "bindings": [{"id": "all", "event": "*", "target": {"agent": "bench"}}],
-                    }
-                )
-            )
+            config = host_config(pathlib.Path(tmp), runner_addr)
             subprocess.run(  # noqa: ASYNC221 - setup, before anything is measured
                 [py, "-m", "agentrunner_host", "db", "upgrade", "--config", str(config)],
                 check=True,
