@@ -71,13 +71,7 @@ class _JsonText(TypeDecorator[Any]):
     cache_ok = True
 
     def process_result_value(self, value: Any, dialect: Any) -> Any:
-        if value is None or not isinstance(value, str):
-            return value
-        if value == "[]":
-            return []
-        if value == "{}":
-            return {}
-        return json.loads(value)
+        return _json_value(value)
 
 
 def _json_column(column: Any, label: str) -> Any:
@@ -101,12 +95,12 @@ PageRowWithTotal = collections.namedtuple("PageRowWithTotal", [*PageRow._fields,
 _CREATED_AT = PageRow._fields.index("created_at")
 # `_page_row` converts these positions: the timestamp, then the three JSON columns
 assert PageRow._fields[_CREATED_AT + 1 : _CREATED_AT + 4] == ("contents", "artifacts", "meta")
-_JSON_TEXT = _JsonText()
 _EPOCH = dt.datetime(1970, 1, 1)  # naive UTC, as psycopg returns `timestamp without time zone`
 
 
 def _json_value(value: Any) -> Any:
-    """`_JsonText.process_result_value` for a driver row (most items' JSON is an empty list or object)."""
+    """JSON text as its value (most items' JSON is an empty list or object: no parser); a value that is
+    not text (None, or already parsed) as it is."""
     if value.__class__ is not str:
         return value
     if value == "[]":

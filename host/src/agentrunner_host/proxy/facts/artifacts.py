@@ -10,17 +10,13 @@ from google.protobuf import json_format
 from agentrunner.errors import InvalidArgumentError
 from agentrunner.v1 import proxy_service_pb2
 from agentrunner_host.proxy.api import ProxyCall, StreamHandler, UnaryHandler
-from agentrunner_host.store.fact_stores import FactStores
+from agentrunner_host.proxy.facts.paging import FactArea
 
 pb = proxy_service_pb2
 
 
-class Artifacts:
+class Artifacts(FactArea):
     """GetArtifactMetadata, ReadArtifact, DownloadArtifact, UploadArtifact."""
-
-    def __init__(self, stores: FactStores) -> None:
-        self.stores = stores
-        self.settings = stores.settings
 
     def table(self) -> dict[str, UnaryHandler | StreamHandler]:
         return {

@@ -9,8 +9,7 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import proxy_service_pb2
 from agentrunner_host.proxy.api import ProxyCall, StreamHandler, UnaryHandler
-from agentrunner_host.proxy.facts.paging import conversation_of, cut, fits, limit_of
-from agentrunner_host.store.fact_stores import FactStores
+from agentrunner_host.proxy.facts.paging import FactArea, conversation_of, cut, fits, limit_of
 from agentrunner_host.store.transcript import ROLES
 
 pb = proxy_service_pb2
@@ -20,12 +19,8 @@ def _stale(field: str) -> InvalidArgumentError:
     return InvalidArgumentError("the cursor is stale: it points past this conversation", field=field)
 
 
-class ConversationReads:
+class ConversationReads(FactArea):
     """ListHistory, SearchHistory, GetEvent, ListEvents."""
-
-    def __init__(self, stores: FactStores) -> None:
-        self.stores = stores
-        self.settings = stores.settings
 
     def table(self) -> dict[str, UnaryHandler | StreamHandler]:
         return {

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from agentrunner.errors import InvalidArgumentError
 from agentrunner.v1 import common_pb2, proxy_service_pb2
 from agentrunner_host.proxy.api import ProxyCall, StreamHandler, UnaryHandler
+from agentrunner_host.proxy.facts.paging import FactArea
 from agentrunner_host.store.fact_stores import FactStores
 
 pb = proxy_service_pb2
@@ -18,12 +19,11 @@ PromptLookup = Callable[
 ]
 
 
-class AgentInputs:
+class AgentInputs(FactArea):
     """GetPrompt, PullSteering."""
 
     def __init__(self, stores: FactStores, prompt_lookup: PromptLookup | None = None) -> None:
-        self.stores = stores
-        self.settings = stores.settings
+        super().__init__(stores)
         self.prompt_lookup = prompt_lookup
 
     def table(self) -> dict[str, UnaryHandler | StreamHandler]:

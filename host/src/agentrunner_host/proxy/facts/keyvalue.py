@@ -5,9 +5,8 @@ from __future__ import annotations
 from agentrunner.errors import InvalidArgumentError
 from agentrunner.v1 import proxy_service_pb2
 from agentrunner_host.proxy.api import ProxyCall, StreamHandler, UnaryHandler
-from agentrunner_host.proxy.facts.paging import limit_of
+from agentrunner_host.proxy.facts.paging import FactArea, limit_of
 from agentrunner_host.store.common import python_to_value, value_to_python
-from agentrunner_host.store.fact_stores import FactStores
 from agentrunner_host.store.state import scope_name
 from agentrunner_host.store.storage import area_name
 
@@ -24,12 +23,8 @@ def _storage_resource(call: ProxyCall, area: int, key: str) -> None:
     call.audit["resource"] = f"storage:{name}:{key}"
 
 
-class KeyValue:
+class KeyValue(FactArea):
     """GetState, SetState, DeleteState, ListState and the same four for storage."""
-
-    def __init__(self, stores: FactStores) -> None:
-        self.stores = stores
-        self.settings = stores.settings
 
     def table(self) -> dict[str, UnaryHandler | StreamHandler]:
         return {

@@ -14,6 +14,7 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import proxy_service_pb2
 from agentrunner_host.proxy.api import ProxyCall
+from agentrunner_host.store.fact_stores import FactStores
 
 pb = proxy_service_pb2
 
@@ -65,3 +66,11 @@ def conversation_of(call: ProxyCall, requested: str) -> tuple[str, str | None]:
     own = conversation == snap.conversation_id
     thread = snap.thread_id if own and snap.thread_id and not snap.cross_conversation else None
     return conversation, thread
+
+
+class FactArea:
+    """What every area's handler class holds: the stores and their paging settings."""
+
+    def __init__(self, stores: FactStores) -> None:
+        self.stores = stores
+        self.settings = stores.settings

@@ -14,7 +14,7 @@ from agentrunner.protocol import is_terminal
 from agentrunner.v1 import proxy_service_pb2, result_pb2
 from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
 from agentrunner_host.proxy.api import ProxyCall, StreamHandler, UnaryHandler
-from agentrunner_host.proxy.facts.paging import conversation_of, fits, limit_of
+from agentrunner_host.proxy.facts.paging import FactArea, conversation_of, fits, limit_of
 from agentrunner_host.store.fact_stores import FactStores
 from agentrunner_host.store.ledger_rows import run_to_proto
 
@@ -36,7 +36,7 @@ def _open_elsewhere(record: RunRecord, what: str) -> FailedPreconditionError:
     )
 
 
-class RunRecords:
+class RunRecords(FactArea):
     """GetRunRecord, ListRunRecords, ListRunRecordEvents, CancelRunRecord, AppendRunResult, FinalizeRunRecord."""
 
     def __init__(
@@ -47,8 +47,7 @@ class RunRecords:
         on_append: AppendHook | None = None,
         is_open: Callable[[str], bool] | None = None,
     ) -> None:
-        self.stores = stores
-        self.settings = stores.settings
+        super().__init__(stores)
         self.on_cancel = on_cancel
         self.on_append = on_append
         self.is_open = is_open
