@@ -130,9 +130,15 @@ class UnitOfWork:
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
-def _b64(data: bytes) -> bytes:
-    """Unpadded URL-safe base64 (`base64.urlsafe_b64encode(...).rstrip(b"=")` in three C calls)."""
-    return binascii.b2a_base64(data, newline=False).translate(_URLSAFE).rstrip(b"=")
+def _token(body: bytes, mac: bytes) -> str:
+    """`body.mac`, each in unpadded URL-safe base64 (`base64.urlsafe_b64encode(...).rstrip(b"=")` in C
+    calls only)."""
+    b2a, table = binascii.b2a_base64, _URLSAFE
+    return (
+        b2a(body, newline=False).translate(table).rstrip(b"=")
+        + b"."
+        + b2a(mac, newline=False).translate(table).rstrip(b"=")
+    ).decode()
 
 
 class CursorCodec:
@@ -162,23 +168,21 @@ class CursorCodec:
         return hmac.digest(self._secret, msg, "sha256")[:16]
 
     def encode(self, kind: str, scope: str, position: int) -> str:
-        return self.encoder(kind, scope)(position)
+        return _token(f"{kind}.{position}".encode(), self._mac(kind, scope, position))
 
     def encoder(self, kind: str, scope: str) -> Callable[[int], str]:
         """`encode` for many positions of one kind and scope (a history page mints one per item): the
-        MAC state is keyed and fed the shared prefix once."""
+        MAC state is keyed and fed the shared prefix once (the same MAC as `_mac`)."""
         prefix = self._keyed.copy()
         prefix.update(f"{kind}\x1f{scope}\x1f".encode())
         head = f"{kind}.".encode()
-
-        copy, b2a, table = prefix.copy, binascii.b2a_base64, _URLSAFE
+        copy = prefix.copy
 
         def encode(position: int) -> str:
             digits = b"%d" % position
             state = copy()
             state.update(digits)
-            body = b2a(head + digits, newline=False).translate(table).rstrip(b"=")
-            return (body + b"." + b2a(state.digest(), newline=False).translate(table).rstrip(b"=")).decode()
+            return _token(head + digits, state.digest())
 
         return encode
 

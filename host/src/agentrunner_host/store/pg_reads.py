@@ -32,7 +32,6 @@ class HotReads:
         self._max_size = max_size
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._opening = False
 
     async def _open(self) -> AsyncConnectionPool[AsyncConnection[Any]]:
         loop = asyncio.get_running_loop()
