@@ -217,19 +217,19 @@ class TranscriptReader(TranscriptSearch):
             thread_id is not None, after_seq is not None, before_seq is not None, forward, joined_total
         )
         total: int | None = None
-        make = (PageRowWithTotal if joined_total else PageRow)._make
-        rows: list[Any]  # PageRow / PageRowWithTotal (fields built from the columns at import)
+        cls = PageRowWithTotal if joined_total else PageRow  # fields built from the columns at import
+        rows: list[Any]
         if self.db.is_sqlite:
             async with self.db.read_connection() as conn:
-                rows = [make(row) for row in await conn.execute(stmt, params)]
-        else:  # the hottest pull read: straight from the driver, converted here
-            cls = PageRowWithTotal if joined_total else PageRow
+                rows = [cls._make(row) for row in await conn.execute(stmt, params)]
+        else:  # the hottest pull read: straight from the driver
+            fetched = await self.db.driver_rows(stmt, params)
             if raw:  # the values as psycopg loads them (`_item` reads both forms)
                 new = tuple.__new__
-                rows = [new(cls, row) for row in await self.db.driver_rows(stmt, params)]
-            else:
+                rows = [new(cls, row) for row in fetched]
+            else:  # converted as the column types would
                 convert = _PAGE_ROW_WITH_TOTAL if joined_total else _PAGE_ROW
-                rows = [convert(row) for row in await self.db.driver_rows(stmt, params)]
+                rows = [convert(row) for row in fetched]
         if joined_total and rows:
             # Sequences are dense per conversation and items are never rewritten: the counter is the
             # count. Fetched with the page, in the same round trip.
