@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 
+import bench_host  # (run as bench/ab_techniques.py: bench/ is on the path)
 import grpc
 import psutil
 import yaml
@@ -54,20 +55,6 @@ VARIANTS: dict[str, tuple[str, str, str, str, int]] = {
     # vs always on the writer thread: measure with `--sequential` (the latency it is for) and without
     "inline_start": ("store/incoming.py", "run_write(write, inline=True)", "run_write(write)", "burst:3", 20),
 }
-
-
-def _start(
-    args: list[str], marker: str, env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})}
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line.startswith(marker):
-        proc.kill()
-        raise RuntimeError(f"{args[:4]} did not start: {line!r}")
-    return proc, line.split()[1]
 
 
 def _variant(tmp: pathlib.Path, technique: str, tree: str | None = None) -> pathlib.Path:
@@ -114,7 +101,7 @@ def _host(tmp: pathlib.Path, name: str, runner: str, pythonpath: str) -> tuple[s
         capture_output=True,
         env={**os.environ, **env},
     )
-    return _start(
+    return bench_host.start(
         [py, "-m", "agentrunner_host", "serve", "--config", str(config), "--log-level", "WARNING"],
         "AGENTRUNNER_HOST_LISTENING",
         env,
@@ -236,21 +223,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = pathlib.Path(tmp_name)
         try:
-            runner, runner_addr = _start(
-                [
-                    sys.executable,
-                    "-m",
-                    "agentrunner",
-                    "serve",
-                    "bench_runner:BenchRunner",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                ],
-                "AGENTRUNNER_LISTENING",
-                {"PYTHONPATH": str(HERE)},
-            )
+            runner, runner_addr = bench_host.start_runner({"PYTHONPATH": str(HERE)})
             procs.append(runner)
             host_a, addr_a = _host(tmp, "a", runner_addr, str(ROOT / "host" / "src"))
             procs.append(host_a)
@@ -268,13 +241,7 @@ def main() -> int:
                 )
             )
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            bench_host.stop(procs)
     what = f"{args.technique} at {args.tree}" if args.tree else args.technique
     for i, label in enumerate(("ttfb p50" if args.sequential else "runs/s", "host CPU s/run")):
         values = [r[i] for r in ratios]

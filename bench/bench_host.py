@@ -82,14 +82,42 @@ async def serve_relay(port: int, runner: str) -> None:
 
 
 # -- process helpers -------------------------------------------------------------------------------------
-def start(args: list[str], marker: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+def start(
+    args: list[str], marker: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """Starts a process (`env` on top of this one's) and waits for its `marker` line: (process, address)."""
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=None if env is None else {**os.environ, **env},
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith(marker):
         proc.kill()
         raise RuntimeError(f"{args[:4]} did not start: {line!r}")
     return proc, line.split()[1]
+
+
+def start_runner(env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """The bench runner (`bench_runner.py`) via the SDK CLI, on a free port."""
+    args = ["-m", "agentrunner", "serve", "bench_runner:BenchRunner", "--host", "127.0.0.1", "--port", "0"]
+    return start([sys.executable, *args], "AGENTRUNNER_LISTENING", env)
+
+
+def stop(procs: list[subprocess.Popen[str]], timeout: float = 15) -> None:
+    """Terminates the processes, then kills whichever has not exited within `timeout` seconds."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def host_config(tmp: pathlib.Path, runner_addr: str) -> pathlib.Path:
@@ -212,20 +240,7 @@ async def measure(addresses: dict[str, str], pids: dict[str, int]) -> dict[str, 
 async def main() -> int:
     py = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    runner, runner_addr = start(
-        [
-            py,
-            "-m",
-            "agentrunner",
-            "serve",
-            "bench_runner:BenchRunner",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-        ],
-        "AGENTRUNNER_LISTENING",
-    )
+    runner, runner_addr = start_runner()
     results: dict[str, object] = {}
     procs: list[subprocess.Popen[str]] = [runner]
     try:
@@ -250,11 +265,7 @@ async def main() -> int:
                     )
                 )
             finally:
-                host.terminate()
-                try:
-                    host.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    host.kill()
+                stop([host])
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -240,20 +240,7 @@ def main() -> int:
         py = sys.executable
         procs: list[subprocess.Popen[str]] = []
         try:
-            runner, runner_addr = bench_host.start(
-                [
-                    py,
-                    "-m",
-                    "agentrunner",
-                    "serve",
-                    "bench_runner:BenchRunner",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                ],
-                "AGENTRUNNER_LISTENING",
-            )
+            runner, runner_addr = bench_host.start_runner()
             procs.append(runner)
             relay, relay_addr = bench_host.start(
                 [py, str(src / "bench_host_relay.py"), "--relay", "0", runner_addr],
@@ -275,13 +262,7 @@ def main() -> int:
                 [py, str(tmp / "client.py"), str(src), host_addr, relay_addr, str(args.runs + 30)], check=True
             )
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            bench_host.stop(procs)
         _report(marks, warmup=60)
     return 0
 
