@@ -241,13 +241,32 @@ class RecordedEvent:
     state: dict[str, dict[str, Any]] | None = None
 
 
+class HeldCommit(Protocol):
+    """A run-start transaction whose statements ran and whose COMMIT is still to come."""
+
+    def commit(self) -> None:
+        """Commits (a second call is a no-op); raises `StoreError` with nothing recorded."""
+        ...
+
+    def rollback(self) -> None: ...
+
+
 @dataclasses.dataclass(slots=True)
 class StartedRun:
-    """What `RunStore.start_run` committed: the run (the stored one for a duplicate event) and the
-    event (None for a duplicate: nothing was written)."""
+    """What `RunStore.start_run` recorded: the run (the stored one for a duplicate event), the event
+    (None for a duplicate: nothing was written) and, when the store held the transaction open, its
+    commit, still to come (`commit`)."""
 
     record: RunRecord
     recorded: RecordedEvent | None
+    held: HeldCommit | None = None
+
+    def commit(self) -> None:
+        """Commits the run start if it is still held; a no-op once committed. Raises `StoreError`
+        (then nothing of the run is recorded)."""
+        held, self.held = self.held, None
+        if held is not None:
+            held.commit()
 
 
 RunStatus: TypeAlias = common_pb2.RunStatus.ValueType
@@ -300,9 +319,12 @@ class RunStore(Protocol):
         envelope: host_service_pb2.EventEnvelope,
         session: RunSession | None = None,
         state_of: AuthorizationSnapshot | None = None,
+        *,
+        hold: bool = False,
     ) -> StartedRun:
         """The run row, the event (log + transcript message), the session and the state snapshot's read
-        in ONE transaction: a whole run or nothing."""
+        in ONE transaction: a whole run or nothing. `hold`: the store may return it still open
+        (`StartedRun.held`), for the caller to commit once the runner call is on its way."""
         ...
 
     async def record_event(

@@ -2,7 +2,7 @@
 
 Stages: `open` (done by `RunService.open`: binding, discard, duplicate, steer-or-start and the
 run-start transaction, all before anything streams) -> `_call` (context, delivery channel, runner call,
-reader) -> the pump (`run/pump.py`: one loop over the run's outbox, dispatched by item kind; it hands
+reader; a held run start commits once the call is on its way) -> the pump (`run/pump.py`: one loop over the run's outbox, dispatched by item kind; it hands
 every result but a delta to `take`) -> `_conclude` (the
 terminal failure if the run needs one, delivery closed, `finished`) -> `release` (the one exit path,
 idempotent). `stream` strings them together for the caller.
@@ -57,6 +57,8 @@ class Phase(enum.Enum):
     FINISHED = "finished"
     #: everything the run held is let go (token, delivery channel, control stream, tasks)
     RELEASED = "released"
+    #: the run-start transaction did not commit: the run never existed
+    UNRECORDED = "unrecorded"
 
 
 class RunExecution:
@@ -95,7 +97,7 @@ class RunExecution:
 
     @property
     def finished(self) -> bool:
-        return self.phase in (Phase.FINISHED, Phase.RELEASED)
+        return self.phase in (Phase.FINISHED, Phase.RELEASED, Phase.UNRECORDED)
 
     def publish(self, update: Update) -> None:
         self.followers.publish(update)
@@ -114,7 +116,8 @@ class RunExecution:
 
     # -- call ------------------------------------------------------------------------------------------
     async def _call(self) -> RunnerCall:
-        """Builds the context, opens the delivery channel, sends the runner call and starts its reader."""
+        """Builds the context, opens the delivery channel, sends the runner call, starts its reader and
+        commits the run start while the runner starts (before anything of the run reaches a client)."""
         host, start = self.host, self.start
         runner = start.runner
         assert runner is not None and start.snapshot is not None and start.deadline_at is not None
@@ -129,10 +132,24 @@ class RunExecution:
         )
         self.phase = Phase.RUNNING
         call.start_reading(f"read-{self.run_id}")
-        # grpc.aio sends the request from a task of its own: let it go out now, before the caller's
-        # `accepted` is written, so the runner starts while the host answers its client
+        # grpc.aio sends the request from a task of its own: let it go out now, before the run start's
+        # COMMIT and the caller's `accepted`, so the runner starts while the host finishes its part
         await asyncio.sleep(0)
+        self._commit_start()
         return call
+
+    def _commit_start(self) -> None:
+        """Commits the run start if it is still held (a no-op otherwise). Until then no client has seen
+        the run, and no proxy call of it was served: the runner cannot have its request before the loop
+        turn this runs in. If the commit fails the run never existed: its runner call is cancelled and
+        the `StoreError` raised, as a failed run start is."""
+        try:
+            self.start.commit()
+        except BaseException:
+            self.phase = Phase.UNRECORDED
+            if self.call is not None:
+                self.call.cancel()
+            raise
 
     # -- the stream: call -> pump -> conclude -> release -----------------------------------------------
     async def stream(self) -> AsyncGenerator[Update, None]:
@@ -168,7 +185,10 @@ class RunExecution:
 
     def _failure_of(self, exc: BaseException) -> result_pb2.RunResult | None:
         """The terminal failure an error of the call or the pump ends the run with (None: the run has
-        its terminal already); re-raises a cancellation of the caller's task (the caller went away)."""
+        its terminal already); re-raises what is not the run's to handle (the caller went away, the run
+        start did not commit)."""
+        if self.phase is Phase.UNRECORDED:
+            raise exc
         if isinstance(exc, grpc.aio.AioRpcError):
             if self.terminal is not None:
                 log.warning("run.error_after_terminal", code=exc.code().name)
@@ -190,6 +210,7 @@ class RunExecution:
                 self.validator.retract(terminal)
                 self.terminal = None
             return outcomes.failed(self.run_id, "host.store_error")
+        self._commit_start()  # (failed before the runner call went out)
         log.error("run.host_error", exc_info=exc)
         return outcomes.failed(self.run_id, "host.error") if self.terminal is None else None
 
@@ -312,6 +333,8 @@ class RunExecution:
         self.host.hub.close(self.run_id)
         if self.cancel_task is not None and self.cancel_task is not asyncio.current_task():
             self.cancel_task.cancel()
+        if self.phase is Phase.UNRECORDED:
+            return  # (nothing of it is stored)
         self.phase = Phase.RELEASED
         try:
             if not self.journal.concluded:
@@ -326,11 +349,20 @@ class RunExecution:
             log.error("run.release_failed", error=exc.message)
 
     async def _exit(self) -> None:
-        """Runs when the stream ends on any path: a run the caller abandoned before it finished ends
-        `cancelled` and is released."""
+        """Runs when the stream ends on any path: the run start is committed if it still is held (the
+        caller left before the runner call went out), and a run the caller abandoned before it finished
+        ends `cancelled` and is released."""
+        if self.phase is not Phase.UNRECORDED:
+            try:
+                self._commit_start()
+            except Exception as exc:
+                log.error("run.start_commit_failed", error=repr(exc))
         if self.call is not None:
             self.call.cancel()
-        if not self.finished:
+        if self.phase is Phase.UNRECORDED:
+            log.error("run.not_recorded", reason="the run-start transaction did not commit")
+            await self.release()
+        elif not self.finished:
             await self._abandon()
         structlog.contextvars.unbind_contextvars("run_id", "trace_id")
         self.span.end()

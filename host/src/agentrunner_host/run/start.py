@@ -1,7 +1,11 @@
 """A run's start: what is prepared without I/O (runner, effective config, frozen snapshot, run token)
-and the ONE run-start transaction that records the whole run or nothing (`RunStore.start_run`). It
-commits before the runner is called; a start that cannot commit raises its typed error from
-`RunService.open`, before anything streams, and leaves nothing behind.
+and the ONE run-start transaction that records the whole run or nothing (`RunStore.start_run`).
+
+A run that will call its runner may get its transaction back still open (`StartedRun.held`, SQLite's
+inline path): it commits once the runner call is on its way (`RunExecution._commit_start`), before
+anything of the run reaches a client or a proxy call of it is served. A start whose statements fail
+raises its typed error from `RunService.open`; one whose held commit fails cancels the runner call and
+raises it from the stream, before `accepted`. Either way nothing is left behind.
 """
 
 from __future__ import annotations
@@ -53,6 +57,11 @@ class RunStart:
     def recorded(self) -> RecordedEvent:
         assert self.started is not None and self.started.recorded is not None
         return self.started.recorded
+
+    def commit(self) -> None:
+        """Commits the run-start transaction if it is still held (a no-op otherwise)."""
+        if self.started is not None:
+            self.started.commit()
 
     async def context(self, contexts: ContextBuilder, backends: Backends | None) -> context_pb2.RunContext:
         """The run context the runner gets (event-first; positions and state from the start transaction)."""
@@ -131,7 +140,7 @@ async def start_run(
 ) -> RunStart:
     """Resolves the runner, freezes the snapshot and issues the token (no I/O), then writes the run row
     (already `running` when the runner will be called), the event (log + transcript), the session and
-    the state snapshot's read in ONE transaction. A duplicate
+    the state snapshot's read in ONE transaction, held open for a run that calls its runner. A duplicate
     event id writes nothing: `start.started.recorded` is None and `started.record` the stored run."""
     start = RunStart(record=record, event=event, agent=agent)
     runner = start.runner = await registry.resolve(agent.runner_id)
@@ -167,6 +176,6 @@ async def start_run(
         record.status = common_pb2.RUN_STATUS_RUNNING
         record.started_at = utcnow()
     state_of = start.snapshot if start.snapshot is not None and start.snapshot.state_scopes else None
-    start.started = await store.start_run(record, event, session, state_of)
+    start.started = await store.start_run(record, event, session, state_of, hold=start.failure is None)
     start.record = start.started.record
     return start

@@ -40,7 +40,8 @@ from agentrunner_host.store.errors import store_error
 from agentrunner_host.store.pg_reads import HotReads
 from agentrunner_host.store.sqlite import connection as sqlite_connection
 from agentrunner_host.store.sqlite.checkpoint import WAL_CHECKPOINT_SECONDS, Checkpointer
-from agentrunner_host.store.sqlite.writer import SqliteWriter
+from agentrunner_host.store.sqlite.writer import HeldWrite, SqliteWriter
+from agentrunner_host.store.sqlite.writer import with_then as with_then  # (for the stores)
 
 DEFAULT_URL = "sqlite+aiosqlite:///var/agentrunner-host.db"
 
@@ -233,6 +234,25 @@ class Database:
                 async with self.engine.begin() as conn:
                     return await conn.run_sync(fn)
             return await self._writer.run(fn, inline=inline)
+        except _DB_ERRORS as exc:
+            raise store_error(exc, "write") from exc
+
+    async def run_write_held(
+        self, fn: Callable[[Connection], T], then: Callable[[Connection], Any] | None = None
+    ) -> tuple[T, HeldWrite | None]:
+        """`run_write(fn, inline=True)` whose COMMIT the caller issues (`SqliteWriter.run_held`): on
+        SQLite's free inline path `fn`'s statements run here and the transaction comes back open (the
+        `HeldWrite`, to commit or roll back on every path, soon); elsewhere (a write already running or
+        queued, PostgreSQL) it commits before returning and the handle is None. `then(conn)` runs in the
+        same transaction right before its COMMIT, in both cases.
+
+        What it is for: the run start sends the runner call first and commits right after, so the
+        commit and the statements nothing before it needs overlap the runner's start."""
+        try:
+            if self._writer is None:
+                async with self.engine.begin() as conn:
+                    return await conn.run_sync(with_then(fn, then)), None
+            return await self._writer.run_held(fn, then)
         except _DB_ERRORS as exc:
             raise store_error(exc, "write") from exc
 

@@ -151,10 +151,12 @@ class FactStores:
         envelope: host_service_pb2.EventEnvelope,
         session: RunSession | None = None,
         state_of: AuthorizationSnapshot | None = None,
+        *,
+        hold: bool = False,
     ) -> StartedRun:
         """The run row, the incoming event (attachments too), the run session and the state snapshot in
-        ONE transaction: the whole run or nothing (`store/incoming.py`)."""
-        return await self.incoming.start_run(record, envelope, session, state_of)
+        ONE transaction: the whole run or nothing (`store/incoming.py`); `hold`: possibly still open."""
+        return await self.incoming.start_run(record, envelope, session, state_of, hold=hold)
 
     async def finish_run(
         self,

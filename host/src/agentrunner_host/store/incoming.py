@@ -6,8 +6,9 @@ artifacts and, for `message.received` in a conversation, the user's transcript m
 
 - `IncomingEvents.start_run`: a new run. The run row, the event, the run session and the state snapshot
   the run is granted, in ONE transaction: the whole run or nothing, with or without attachments. A
-  refused attachment, or a store failure anywhere in the start, leaves no run row, no event and no
-  token, so a corrected retry of the same event id starts the run.
+  refused attachment, or a store failure anywhere in the start (its COMMIT too, held until the runner
+  call went out), leaves no run row, no event and no token, so a corrected retry of the same event id
+  starts the run.
 - `IncomingEvents.record_event`: an event without a run of its own (steering input for an open run).
 
 Attachments are prepared before the transaction (`ArtifactStore.prepare_attachment`: every attachment
@@ -17,6 +18,7 @@ checked first, then decoded and a large body written to its file), so the transa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
@@ -31,14 +33,14 @@ from agentrunner_host.store.artifacts import (
     check_attachment,
     insert_prepared_sync,
 )
-from agentrunner_host.store.db import Database
+from agentrunner_host.store.db import Database, with_then
 from agentrunner_host.store.events import append_sync as append_event_sync
 from agentrunner_host.store.events import incoming_fields, log_values
 from agentrunner_host.store.ledger import get_run_by_event_sync, insert_run_sync, run_values
 from agentrunner_host.store.models import ArtifactRow, EventLogRow, TranscriptRow
 from agentrunner_host.store.sessions import register_sync
 from agentrunner_host.store.state import StateStore
-from agentrunner_host.store.transcript import Transcript, latest_seq_sync
+from agentrunner_host.store.transcript import Transcript, insert_item_sync, latest_seq_sync, next_seq_sync
 from agentrunner_host.store.transcript import append_sync as append_transcript_sync
 
 
@@ -49,10 +51,12 @@ def record_incoming_sync(
     *,
     run_id: str,
     runner_id: str,
+    later: list[Callable[[Connection], None]] | None = None,
 ) -> tuple[int | None, int | None]:
     """The rows of an incoming event in the caller's transaction: its event-log entry, its prepared
     attachments and its user message. Returns (event seq, transcript seq); (None, None) when the event
-    id was logged before, and then nothing is written."""
+    id was logged before, and then nothing is written. With `later`, the user message takes its
+    position now and its insert is added to `later`, for the caller to run in the same transaction."""
     refs = [a.ref for a in attachments]
     extra = {"attachments": [r.artifact_id for r in refs]} if refs else None
     fields = incoming_fields(envelope, run_id=run_id, runner_id=runner_id, extra=extra)
@@ -62,7 +66,12 @@ def record_incoming_sync(
     for attachment in attachments:
         insert_prepared_sync(conn, attachment)
     item = _user_item(envelope, run_id)
-    transcript_seq = append_transcript_sync(conn, **item, artifacts=refs) if item is not None else None
+    if item is None:
+        return seq, None
+    if later is None:
+        return seq, append_transcript_sync(conn, **item, artifacts=refs)
+    transcript_seq = next_seq_sync(conn, item["conversation_id"])
+    later.append(lambda c: insert_item_sync(c, transcript_seq, **item, artifacts=refs))
     return seq, transcript_seq
 
 
@@ -123,21 +132,32 @@ class IncomingEvents:
         envelope: host_service_pb2.EventEnvelope,
         session: RunSession | None = None,
         state_of: AuthorizationSnapshot | None = None,
+        *,
+        hold: bool = False,
     ) -> StartedRun:
         """Everything a run needs before the runner is called, in ONE transaction: the run row (status
         as given, e.g. already `running`), the incoming event (`record_incoming_sync`), the run session
         and, for `state_of`, the state snapshot it grants. When the event id already has a run, nothing
-        is written and that run comes back in `record` (with `recorded` None)."""
+        is written and that run comes back in `record` (with `recorded` None).
+
+        `hold=True`: the transaction may come back open (`StartedRun.held`, `Database.run_write_held`):
+        the run row, the event and the message's transcript position are written (so a duplicate event
+        is refused and the context's positions are known), while the message itself, the session and
+        the COMMIT wait for `StartedRun.commit()`, which the caller issues once the runner call is on
+        its way."""
         attachments = await self._prepare(envelope, record.run_id, record.binding_id)
         values = run_values(record, self.owner)
         conversation_id = envelope.conversation.conversation_id
+        #: the statements nothing before the commit needs (the user message, the session)
+        later: list[Callable[[Connection], None]] = []
 
         def write(conn: Connection) -> _Written:
+            later.clear()  # (a write retried after a lock conflict starts over)
             if not insert_run_sync(conn, values):
                 return _Written(existing=get_run_by_event_sync(conn, record.event_id), duplicate=True)
             out = _Written()
             out.seq, out.transcript_seq = record_incoming_sync(
-                conn, envelope, attachments, run_id=record.run_id, runner_id=record.runner_id
+                conn, envelope, attachments, run_id=record.run_id, runner_id=record.runner_id, later=later
             )
             out.created = out.seq is not None
             if not out.created:  # the event was logged before (e.g. as steering): its stored position
@@ -146,11 +166,21 @@ class IncomingEvents:
                 out.latest = latest_seq_sync(conn, conversation_id)
             out.state = self.state.snapshot_sync(conn, state_of) if state_of is not None else None
             if session is not None:
-                register_sync(conn, session)
+                later.append(lambda c: register_sync(c, session))
             return out
 
-        written = await self.db.run_write(write, inline=True)
+        def write_later(conn: Connection) -> None:
+            for step in later:
+                step(conn)
+
+        held = None
+        if hold:
+            written, held = await self.db.run_write_held(write, then=write_later)
+        else:
+            written = await self.db.run_write(with_then(write, write_later), inline=True)
         if written.duplicate:
+            if held is not None:
+                held.commit()  # (nothing was written: this only ends the transaction)
             if written.existing is None:
                 raise AlreadyExistsError(f"run id {record.run_id} already exists")
             return StartedRun(written.existing, None)
@@ -161,7 +191,7 @@ class IncomingEvents:
             conversation_id, written.seq, written.transcript_seq, written.latest, refs, written.created
         )
         recorded.state = written.state
-        return StartedRun(record, recorded)
+        return StartedRun(record, recorded, held)
 
     async def _prepare(
         self, envelope: host_service_pb2.EventEnvelope, run_id: str, binding_id: str

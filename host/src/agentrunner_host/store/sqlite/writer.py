@@ -7,6 +7,9 @@ thread meanwhile are committed together in one transaction, each inside a savepo
 commit: concurrent run starts and ends share a commit, a hand-off to the thread and back, and the WAL
 pages they touch). `lock` serializes the writer with this process's other writers of the database
 (`Database.write()`, the checkpointer's second step).
+
+The run start may instead run on the event loop and come back still open (`run_held`, `HeldWrite`): its
+statements ran, its COMMIT is the caller's to issue, and the write lock stays held until then.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from typing import Any, TypeVar
 
 import grpc
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, StatementError
 
-from agentrunner_host.store.errors import StoreError
+from agentrunner_host.store.errors import StoreError, store_error
 from agentrunner_host.store.sqlite.connection import (
     BUSY_TIMEOUT_MS,
     begin_immediate,
@@ -53,6 +56,81 @@ def _end_write(conn: Connection, driver: sqlite3.Connection, *, commit: bool) ->
         with contextlib.suppress(Exception):
             _end_write(conn, driver, commit=False)
         raise
+
+
+def with_then(
+    fn: Callable[[Connection], T], then: Callable[[Connection], Any] | None
+) -> Callable[[Connection], T]:
+    """`fn`, then `then` in the same transaction; `fn`'s result."""
+    if then is None:
+        return fn
+
+    def both(conn: Connection) -> T:
+        result = fn(conn)
+        then(conn)
+        return result
+
+    return both
+
+
+class HeldWrite:
+    """A write transaction from `SqliteWriter.run_held`: its statements ran, its COMMIT is still to come,
+    and the write lock is held until `commit` or `rollback` (exactly one of them, on every path; a
+    second call is a no-op). Both are synchronous: they run on the event loop, as the statements did.
+    A failed commit raises `StoreError`, as `Database.run_write` does."""
+
+    __slots__ = ("_conn", "_driver", "_then", "_writer")
+
+    def __init__(
+        self,
+        writer: SqliteWriter,
+        conn: Connection,
+        driver: sqlite3.Connection,
+        then: Callable[[Connection], Any] | None,
+    ) -> None:
+        self._writer: SqliteWriter | None = writer
+        self._conn = conn
+        self._driver = driver
+        #: statements nothing before the commit needs, run just before it
+        self._then = then
+
+    @property
+    def open(self) -> bool:
+        return self._writer is not None
+
+    def commit(self) -> None:
+        """Runs the `then` statements and commits; on any error everything is rolled back and the error
+        raised (the write never happened)."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            try:
+                if self._then is not None:
+                    self._then(self._conn)
+            except BaseException:
+                _end_write(self._conn, self._driver, commit=False)
+                raise
+            _end_write(self._conn, self._driver, commit=True)
+        except StatementError as exc:
+            writer._busy_off = False  # the connection may have been replaced: set it again next time
+            raise store_error(exc, "write") from exc
+        except BaseException:
+            writer._busy_off = False
+            raise
+        finally:
+            writer.lock.release()
+
+    def rollback(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            _end_write(self._conn, self._driver, commit=False)
+        except Exception:  # the connection is replaced at the next write if it is broken
+            writer._busy_off = False
+        finally:
+            writer.lock.release()
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -114,6 +192,32 @@ class SqliteWriter:
                         raise
                     return await self._submit(fn)
         return await self._grouped(fn)
+
+    async def run_held(
+        self, fn: Callable[[Connection], T], then: Callable[[Connection], Any] | None = None
+    ) -> tuple[T, HeldWrite | None]:
+        """`run(with_then(fn, then), inline=True)` whose COMMIT the caller issues: when the inline path
+        is free, `fn`'s statements run here and the transaction stays open, holding `lock`, until the
+        returned `HeldWrite` is committed or rolled back (the caller must do one on every path, soon,
+        and without awaiting anything slow in between: every other write waits). Otherwise (another
+        write running or queued, another process holding the database lock) the write commits as `run`
+        would and the handle is None. `then(conn)` runs in the same transaction right before its
+        COMMIT, in both cases."""
+        if self.lock.locked() or self._queued:
+            return await self._grouped(with_then(fn, then)), None
+        await self.lock.acquire()  # free (checked above): returns without waiting
+        try:
+            conn, driver = self._write_connection()
+            result = self._write_begun(conn, driver, fn, busy_timeout_ms=0)
+        except (OperationalError, sqlite3.OperationalError) as exc:
+            self.lock.release()
+            if not is_busy(exc):
+                raise
+            return await self._submit(with_then(fn, then)), None  # another process writes: wait for it
+        except BaseException:
+            self.lock.release()
+            raise
+        return result, HeldWrite(self, conn, driver, then)
 
     async def _grouped(self, fn: Callable[[Connection], T]) -> T:
         """`fn` on the writer thread, in one transaction with every other write queued meanwhile (group
