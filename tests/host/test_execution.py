@@ -204,6 +204,45 @@ class RefusingStore(MemoryStore):
         return await super().finish_run(snapshot, results, status, reason, usage)
 
 
+class HoldingStore(MemoryStore):
+    """A store that hands the run start back still open (`StartedRun.held`), as SQLite's inline path
+    does: the run exists once `commit` ran; `fail` makes that commit fail (nothing recorded)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.fail = fail
+        self.endpoint: FakeEndpoint | None = None
+        #: calls the runner had been sent when the commit ran, per commit
+        self.calls_at_commit: list[int] = []
+        self.rolled_back = 0
+
+    async def start_run(
+        self,
+        record: RunRecord,
+        envelope: host_service_pb2.EventEnvelope,
+        session: RunSession | None = None,
+        state_of: AuthorizationSnapshot | None = None,
+        *,
+        hold: bool = False,
+    ) -> StartedRun:
+        assert hold  # (a run that calls its runner asks for it)
+        store = self
+
+        class Held:
+            def commit(self) -> None:
+                assert store.endpoint is not None
+                store.calls_at_commit.append(len(store.endpoint.calls))
+                if store.fail:
+                    raise RuntimeFailureError("database write failed: IntegrityError")
+                store.runs[record.run_id] = record
+                store.commits.append("start")
+
+            def rollback(self) -> None:
+                store.rolled_back += 1
+
+        return StartedRun(record, RecordedEvent(1, 1, "", False, [], True, {}), Held())
+
+
 def service(
     script: list[Any], store: MemoryStore | None = None
 ) -> tuple[RunService, MemoryStore, FakeEndpoint]:
@@ -215,6 +254,8 @@ def service(
         }
     )
     store, endpoint = store or MemoryStore(), FakeEndpoint(script)
+    if isinstance(store, HoldingStore):
+        store.endpoint = endpoint
     runs = RunService(
         config,
         FakeRegistry(endpoint),  # type: ignore[arg-type]
@@ -375,3 +416,53 @@ async def test_a_cancel_request_stops_a_stalled_runner_after_the_grace_and_the_r
     assert endpoint.calls[0].cancelled
     assert store.runs[run_id].status == common_pb2.RUN_STATUS_CANCELLED
     assert runs.open_runs == 0
+
+
+async def test_a_held_run_start_commits_once_the_runner_call_went_out_and_before_accepted() -> None:
+    holding = HoldingStore()
+    done = result_pb2.RunCompleted(message=common_pb2.AssistantMessage(content="ok"))
+    runs, store, _ = service([result(run_completed=done)], holding)
+    request = host_service_pb2.HostServiceRunRequest()
+    request.event.input.text = "hi"
+    stream = await runs.open(request)
+    try:
+        assert holding.calls_at_commit == [] and store.runs == {}  # nothing committed yet
+        accepted = await stream.__anext__()
+        assert holding.calls_at_commit == [1]  # committed after the call was sent, before `accepted`
+        rest = [u async for u in stream]
+    finally:
+        await stream.aclose()
+    run_id = accepted.accepted.run_id
+    assert kinds(rest) == ["run_completed", "finished"]
+    assert store.runs[run_id].status == common_pb2.RUN_STATUS_COMPLETED
+    assert holding.calls_at_commit == [1] and runs.open_runs == 0  # (committed once)
+
+
+async def test_a_held_run_start_that_cannot_commit_cancels_the_call_and_leaves_nothing() -> None:
+    holding = HoldingStore(fail=True)
+    runs, store, endpoint = service([STALL], holding)
+    request = host_service_pb2.HostServiceRunRequest()
+    request.event.input.text = "hi"
+    stream = await runs.open(request)
+    seen: list[Update] = []
+    with pytest.raises(RuntimeFailureError, match="database write failed"):
+        try:
+            async for update in stream:
+                seen.append(update)
+        finally:
+            await stream.aclose()
+    assert seen == []  # not even `accepted`: the run never existed
+    assert endpoint.calls[0].cancelled
+    assert store.runs == {} and store.results == {} and store.revoked == []
+    assert runs.open_runs == 0 and holding.calls_at_commit == [1]
+
+
+async def test_a_held_run_start_closed_before_it_was_read_is_committed_and_ends_cancelled() -> None:
+    holding = HoldingStore()
+    runs, store, endpoint = service([result(run_completed=result_pb2.RunCompleted())], holding)
+    stream = await runs.open(host_service_pb2.HostServiceRunRequest())
+    await stream.aclose()
+    (record,) = store.runs.values()
+    assert holding.calls_at_commit == [0]  # committed on the way out: the runner was never called
+    assert record.status == common_pb2.RUN_STATUS_CANCELLED
+    assert runs.open_runs == 0 and endpoint.calls == []

@@ -274,6 +274,57 @@ async def test_a_write_is_one_transaction_whichever_way_its_statements_run(
         await db.dispose()
 
 
+async def test_a_held_write_commits_when_its_caller_says_so_and_other_writes_wait_for_it(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """`run_write_held` (the run start): the statements ran, nothing is visible and every other write
+    waits until the caller commits; `then` statements join the same commit; a failing `then` or a
+    rollback leaves nothing; with another write already queued the write commits at once instead."""
+    target = _copy_template(sqlite_template, tmp_path)
+    db = Database(f"sqlite+aiosqlite:///{target}")
+
+    def broken(conn: Connection) -> None:
+        raise RuntimeError("boom")
+
+    try:
+        result, pending = await db.run_write_held(_entries("a"), then=_entries("a-then"))
+        assert result == "a" and pending is not None and pending.open
+        other = asyncio.create_task(db.run_write(_entries("b"), inline=True))
+        await asyncio.sleep(0.05)
+        assert _keys(target) == [] and not other.done()  # uncommitted, and the next write waits its turn
+        pending.commit()
+        pending.commit()  # (a no-op)
+        await asyncio.wait_for(other, timeout=5)
+        assert _keys(target) == ["a", "a-then", "b"]
+
+        _, pending = await db.run_write_held(_entries("c"), then=broken)
+        assert pending is not None
+        with pytest.raises(RuntimeError):
+            pending.commit()
+        _, pending = await db.run_write_held(_entries("d"))
+        assert pending is not None
+        pending.rollback()
+        assert _keys(target) == ["a", "a-then", "b"]
+
+        _, pending = await db.run_write_held(_entries("e"), then=_entries("e", fail=True))
+        assert pending is not None
+        with pytest.raises(StoreError):  # a statement of the commit breaks a constraint: a typed error
+            pending.commit()
+        assert _keys(target) == ["a", "a-then", "b"]
+
+        # a write queued already: no holding, everything (`then` too) committed before it returns
+        _, first = await db.run_write_held(_entries("f"))
+        queued = asyncio.create_task(db.run_write_held(_entries("g"), then=_entries("g-then")))
+        await asyncio.sleep(0.05)
+        assert first is not None
+        first.commit()
+        result, second = await asyncio.wait_for(queued, timeout=5)
+        assert result == "g" and second is None
+        assert _keys(target) == ["a", "a-then", "b", "f", "g", "g-then"]
+    finally:
+        await db.dispose()
+
+
 async def test_writes_queued_meanwhile_commit_together_each_with_its_own_outcome(
     sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,7 +18,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from opentelemetry import context as otel_context
@@ -28,7 +28,13 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import Counter, Gauge, Histogram
 
+if TYPE_CHECKING:
+    from agentrunner_host.ports import RunRecord
+
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+#: the run path's logger (`report_finished` logs the run's last line)
+_run_log = structlog.get_logger("agentrunner_host.run")
 
 RUNS = Counter("agentrunner_runs_total", "Runs by final status", ["status"])
 TIME_TO_FIRST_RESULT = Histogram(
@@ -239,3 +245,25 @@ def trace_id_of(span: trace.Span) -> str:
 
 def traceparent_of(metadata: Mapping[str, str]) -> str:
     return metadata.get("traceparent", "")
+
+
+def report_finished(
+    span: trace.Span, record: RunRecord, status: str, reason: str, accepted_at: float
+) -> None:
+    """A finished run's telemetry: the outcome counter, the duration metric (from `accepted_at`, a
+    monotonic time), the span's attributes and status, the log line."""
+    RUNS.labels(status).inc()
+    RUN_DURATION.labels(status).observe(time.monotonic() - accepted_at)
+    if span.is_recording():
+        span.set_attributes(
+            {
+                "agentrunner.run_id": record.run_id,
+                "agentrunner.agent_id": record.agent_id,
+                "agentrunner.runner_id": record.runner_id,
+                "agentrunner.run.status": status,
+                "agentrunner.run.reason": reason,
+            }
+        )
+        if status != "completed":
+            span.set_status(trace.Status(trace.StatusCode.ERROR, reason))
+    _run_log.info("run.finished", status=status, reason=reason)

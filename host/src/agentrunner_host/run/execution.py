@@ -31,7 +31,7 @@ from agentrunner.protocol import FINISH_ACKNOWLEDGED
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
 from agentrunner_host.delivery.channel import RunChannel
 from agentrunner_host.delivery.interactions import record_requested
-from agentrunner_host.observability import RUN_DURATION, RUNS
+from agentrunner_host.observability import report_finished
 from agentrunner_host.ports import AuthorizationSnapshot, RunRecord
 from agentrunner_host.run import outcomes
 from agentrunner_host.run.followers import Followers, accepted_of
@@ -296,28 +296,9 @@ class RunExecution:
         finished = outcomes.finished(self.run_id, status, reason, record, terminal)
         update = Update(finished=finished)
         self.followers.publish(update)
-        self._report(finished)
+        status_name = outcomes.terminal_status_name(finished.status)
+        report_finished(self.span, self.record, status_name, finished.reason, self.accepted_at)
         return update
-
-    def _report(self, finished: host_service_pb2.RunFinished) -> None:
-        """The finished run's telemetry: the outcome counter, the duration metric, the span's attributes
-        and status, the log line."""
-        status = outcomes.terminal_status_name(finished.status)
-        RUNS.labels(status).inc()
-        RUN_DURATION.labels(status).observe(time.monotonic() - self.accepted_at)
-        if self.span.is_recording():
-            self.span.set_attributes(
-                {
-                    "agentrunner.run_id": self.run_id,
-                    "agentrunner.agent_id": self.record.agent_id,
-                    "agentrunner.runner_id": self.record.runner_id,
-                    "agentrunner.run.status": status,
-                    "agentrunner.run.reason": finished.reason,
-                }
-            )
-            if status != "completed":
-                self.span.set_status(trace.Status(trace.StatusCode.ERROR, finished.reason))
-        log.info("run.finished", status=status, reason=finished.reason)
 
     async def release(self) -> None:
         """The one exit path: lets go of what the run holds in this process (open-run table, delta
