@@ -51,9 +51,19 @@ VARIANTS: dict[str, tuple[str, str, str, str, int]] = {
     "aa": ("run/start.py", "", "", "burst:3", 20),
     # the host-wide delta batch at its size vs at a tenth of it: delta-heavy runs
     "delta_batch": ("run/journal.py", "DELTA_BATCH = 2048", "DELTA_BATCH = 204", "burst:200", 50),
-    # the run start's transaction run on the event loop when no other write waits (`run_write(inline=True)`)
-    # vs always on the writer thread: measure with `--sequential` (the latency it is for) and without
-    "inline_start": ("store/incoming.py", "run_write(write, inline=True)", "run_write(write)", "burst:3", 20),
+    # the run start's transaction run on the event loop when no other write waits (and held open until
+    # the runner call went out) vs always on the writer thread: measure with `--sequential` (the latency
+    # it is for) and without
+    "inline_start": (
+        "store/incoming.py",
+        "await self.db.run_write_held(write, then=write_later)",
+        "await self.db.run_write(with_then(write, write_later)), None",
+        "burst:3",
+        20,
+    ),
+    # the run start's COMMIT (with the user message and the session) after the runner call went out
+    # (`StartedRun.held`) vs before the runner is called (still inline on the event loop)
+    "held_start": ("run/start.py", "hold=start.failure is None", "hold=False", "burst:3", 20),
 }
 
 
