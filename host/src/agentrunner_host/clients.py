@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import ipaddress
 import os
@@ -96,8 +97,10 @@ def is_loopback_address(address: str) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=1024)
 def is_loopback_peer(peer: str) -> bool:
-    """Whether a gRPC peer string (`ipv4:127.0.0.1:5000`, `ipv6:[::1]:5000`, `unix:...`) is local."""
+    """Whether a gRPC peer string (`ipv4:127.0.0.1:5000`, `ipv6:[::1]:5000`, `unix:...`) is local
+    (remembered per peer string: a connection's calls share it, and `ipaddress` parses slowly)."""
     kind, _, rest = peer.partition(":")
     if kind == "unix":
         return True

@@ -36,7 +36,7 @@ from agentrunner.errors import (
     RateLimitedError,
 )
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
-from agentrunner_host.bindings import BindingResolver, EventKey
+from agentrunner_host.bindings import BindingResolver, EventKey, Resolution
 from agentrunner_host.config import HostConfig
 from agentrunner_host.context_builder import ContextBuilder
 from agentrunner_host.control import ControlHub
@@ -171,9 +171,14 @@ class RunService:
 
     # -- open ------------------------------------------------------------------------------------------
     async def open(
-        self, request: host_service_pb2.HostServiceRunRequest, metadata: Iterable[tuple[str, Any]] = ()
+        self,
+        request: host_service_pb2.HostServiceRunRequest,
+        metadata: Iterable[tuple[str, Any]] = (),
+        resolution: Resolution | None = None,
     ) -> UpdateStream[Update]:
-        """The event's stream (see the module docstring); raises typed errors before it."""
+        """The event's stream (see the module docstring); raises typed errors before it. `resolution`:
+        the event's binding when the caller resolved it already (from the same config: the client
+        gate's check), else resolved here."""
         event = normalize_event(request.event)
         conv = event.conversation
         key = EventKey(
@@ -182,7 +187,8 @@ class RunService:
             workspace_id=event.workspace_id or conv.workspace_id,
             conversation_id=conv.conversation_id,
         )
-        resolution = self.resolver.resolve(key, request.agent_id)
+        if resolution is None:
+            resolution = self.resolver.resolve(key, request.agent_id)
         if resolution.agent is None:
             RUNS.labels("discarded").inc()
             log.info("run.discarded", event_id=event.event_id, binding_id=resolution.binding_id)

@@ -25,7 +25,7 @@ from agentrunner.errors import (
 )
 from agentrunner.protocol import INTERACTION_SUBMITTED_EVENT
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
-from agentrunner_host.bindings import EventKey
+from agentrunner_host.bindings import EventKey, Resolution
 from agentrunner_host.boundary import admit, request_deserializer
 from agentrunner_host.clients import ClientGate, Principal
 from agentrunner_host.context_parity import check_envelope
@@ -122,11 +122,12 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
         context: grpc.aio.ServicerContext[Any, Any],
         principal: Principal | None,
         request: host_service_pb2.HostServiceRunRequest,
-    ) -> None:
+    ) -> Resolution | None:
         """The bot and the agent the event would reach must be ones the client may use (the binding is
-        resolved here for the check; `RunService.open` resolves it again, from the same config)."""
+        resolved here for the check and handed to `RunService.open`, which resolves it itself when there
+        is no gate). None: no gate."""
         if principal is None or self.gate is None:
-            return
+            return None
         event = request.event
         conv = event.conversation
         key = EventKey(
@@ -135,7 +136,8 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
             workspace_id=event.workspace_id or conv.workspace_id,
             conversation_id=conv.conversation_id,
         )
-        agent = self.runs.resolver.resolve(key, request.agent_id).agent
+        resolution = self.runs.resolver.resolve(key, request.agent_id)
+        agent = resolution.agent
         agent_id = agent.id if agent is not None else None
         if not principal.may_use(key.bot_id, agent_id):
             target = f"bot:{key.bot_id}" if agent_id is None else f"bot:{key.bot_id}/agent:{agent_id}"
@@ -147,6 +149,7 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                 + (f" to agent {agent_id!r}" if agent_id else ""),
                 resource=target,
             )
+        return resolution
 
     # -- RPCs ------------------------------------------------------------------------------------------
     # `SubmitInteraction` and `AttachRun` answer with `Update`s: their response types have exactly
@@ -166,9 +169,9 @@ class HostServicer(host_service_pb2_grpc.HostServiceServicer):
                     field="event.event_type",
                 )
             check_envelope(request.event)
-            await self._authorize_event(context, principal, request)
+            resolution = await self._authorize_event(context, principal, request)
             metadata = context.invocation_metadata() or ()
-            async with contextlib.aclosing(await self.runs.open(request, metadata)) as updates:
+            async with contextlib.aclosing(await self.runs.open(request, metadata, resolution)) as updates:
                 async for update in updates:
                     yield update
 
