@@ -229,6 +229,8 @@ def extract_context(metadata: Iterable[tuple[str, str | bytes]] | None) -> otel_
         for k, v in (metadata or ())
         if k in ("traceparent", "tracestate")
     }
+    if not carrier:  # (most calls): what the propagator returns for a carrier without its headers
+        return otel_context.Context()
     return _PROPAGATOR.extract(carrier)
 
 
@@ -236,6 +238,18 @@ def inject_metadata(ctx: otel_context.Context | None = None) -> list[tuple[str, 
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier, context=ctx)
     return list(carrier.items())
+
+
+def span_metadata(span: trace.Span) -> list[tuple[str, str]]:
+    """`inject_metadata(trace.set_span_in_context(span))` without building a context: the W3C headers
+    of `span` (`traceparent`, and `tracestate` when it has one), formatted as the propagator does."""
+    sc = span.get_span_context()
+    if sc == trace.INVALID_SPAN_CONTEXT:
+        return []
+    out = [("traceparent", f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}")]
+    if sc.trace_state:
+        out.append(("tracestate", sc.trace_state.to_header()))
+    return out
 
 
 def trace_id_of(span: trace.Span) -> str:
