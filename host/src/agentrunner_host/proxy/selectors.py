@@ -70,18 +70,34 @@ def _ids(value: Any) -> list[str]:
     return []
 
 
+#: the `config_schema` field types that select models or knowledge bases
+_SELECTOR_KINDS = frozenset(
+    {
+        "model-fallback-selector",
+        "llm-model-selector",
+        "rerank-model-selector",
+        "knowledge-base-multi-selector",
+    }
+)
+
+
 def resolve_selectors(
     config_schema: Sequence[Any], runner_config: Mapping[str, Any], backends: Backends
 ) -> SelectedResources:
     """Maps selector fields of a manifest `config_schema` (protobuf `ConfigField`s or dicts with
     `name`/`type` as LangBot writes them) to the model and knowledge base ids the config selects."""
     selected = SelectedResources()
-    known_models = {c.id: c.model_type for c in backends.models.configs()}
-    known_kbs = {i.kb_id for i in backends.knowledge.list_bases()} if backends.knowledge else set()
+    known: tuple[dict[str, str], set[str]] | None = None  # read at the first field that selects
     for field in config_schema:
         name, kind = _field_name_type(field)
-        if not kind or not name:
+        if not kind or not name or kind not in _SELECTOR_KINDS:
             continue
+        if known is None:
+            known = (
+                {c.id: c.model_type for c in backends.models.configs()},
+                {i.kb_id for i in backends.knowledge.list_bases()} if backends.knowledge else set(),
+            )
+        known_models, known_kbs = known
         value = runner_config.get(name, _default(field))
         for item in _ids(value):
             if kind in ("model-fallback-selector", "llm-model-selector"):
