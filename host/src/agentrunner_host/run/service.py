@@ -22,6 +22,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import time
+import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -41,7 +42,6 @@ from agentrunner_host.context_builder import ContextBuilder
 from agentrunner_host.control import ControlHub
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.store import InteractionStore
-from agentrunner_host.ids import uuid4_hex
 from agentrunner_host.observability import RUNS, RUNS_OPEN, start_server_span, trace_id_of
 from agentrunner_host.ports import (
     TERMINAL_STATUSES,
@@ -71,7 +71,7 @@ def normalize_event(event: host_service_pb2.EventEnvelope) -> host_service_pb2.E
     out = host_service_pb2.EventEnvelope()
     out.CopyFrom(event)
     if not out.event_id:
-        out.event_id = f"evt_{uuid4_hex()}"
+        out.event_id = f"evt_{uuid.uuid4().hex}"
     if not out.event_type:
         out.event_type = "message.received"
     if not out.HasField("event_time"):
@@ -204,7 +204,7 @@ class RunService:
             request.event.SerializeToString(deterministic=True) + request.agent_id.encode()
         ).hexdigest()
         span = start_server_span("agentrunner.host.run", metadata)
-        run_id = f"run_{uuid4_hex()}"
+        run_id = f"run_{uuid.uuid4().hex}"
         record = RunRecord(
             run_id=run_id,
             event_id=event.event_id,

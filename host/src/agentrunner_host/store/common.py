@@ -9,6 +9,7 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -19,7 +20,6 @@ from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.errors import InvalidArgumentError
-from agentrunner_host.ids import uuid4_hex
 from agentrunner_host.ports import utcnow
 from agentrunner_host.store.db import Database
 
@@ -29,7 +29,7 @@ M = TypeVar("M", bound=Message)
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid4_hex()}"
+    return f"{prefix}_{uuid.uuid4().hex}"
 
 
 def to_timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
