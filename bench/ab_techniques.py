@@ -35,9 +35,8 @@ import time
 import bench_host  # (run as bench/ab_techniques.py: bench/ is on the path)
 import grpc
 import psutil
-import yaml
 
-from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
+from agentrunner.v1 import host_service_pb2_grpc
 
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parent
@@ -89,20 +88,7 @@ def _variant(tmp: pathlib.Path, technique: str, tree: str | None = None) -> path
 
 
 def _host(tmp: pathlib.Path, name: str, runner: str, pythonpath: str) -> tuple[subprocess.Popen[str], str]:
-    config = tmp / f"{name}.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "listen": {"address": "127.0.0.1:0"},
-                "database": {"url": f"sqlite+aiosqlite:///{tmp}/{name}.db"},
-                "runners": [{"id": "ref", "address": runner}],
-                "agents": [
-                    {"id": "bench", "runner_id": REF_ID, "event_types": ["*"], "timeout_seconds": 300}
-                ],
-                "bindings": [{"id": "all", "event": "*", "target": {"agent": "bench"}}],
-            }
-        )
-    )
+    config = bench_host.host_config(tmp, runner, name)
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [pythonpath, os.environ.get("PYTHONPATH")]))}
     py = sys.executable
     subprocess.run(
@@ -118,15 +104,6 @@ def _host(tmp: pathlib.Path, name: str, runner: str, pythonpath: str) -> tuple[s
     )
 
 
-def _request(text: str) -> host_service_pb2.HostServiceRunRequest:
-    req = host_service_pb2.HostServiceRunRequest()
-    req.event.event_type = "message.received"
-    req.event.conversation.conversation_id = "bench"
-    req.event.input.text = text
-    req.event.delivery.supports_streaming = True
-    return req
-
-
 async def _window(
     stub: host_service_pb2_grpc.HostServiceStub, proc: psutil.Process, text: str, workers: int, seconds: float
 ) -> tuple[float, float]:
@@ -137,7 +114,7 @@ async def _window(
     async def worker() -> None:
         nonlocal runs
         while time.perf_counter() < stop_at:
-            async for _ in stub.Run(_request(text), timeout=60):
+            async for _ in stub.Run(bench_host.request(text), timeout=60):
                 pass
             runs += 1
 
@@ -153,7 +130,7 @@ async def _first_result(stub: host_service_pb2_grpc.HostServiceStub) -> float:
     """Seconds from starting one `Run` to its first result (the stream is read to its end)."""
     started = time.perf_counter()
     first = 0.0
-    async for update in stub.Run(_request("hello"), timeout=30):
+    async for update in stub.Run(bench_host.request("hello"), timeout=30):
         if not first and update.HasField("result"):
             first = time.perf_counter() - started
     return first

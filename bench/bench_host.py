@@ -120,14 +120,15 @@ def stop(procs: list[subprocess.Popen[str]], timeout: float = 15) -> None:
             proc.wait()
 
 
-def host_config(tmp: pathlib.Path, runner_addr: str) -> pathlib.Path:
-    """The benchmark host's config file in `tmp` (SQLite there, one agent on the bench runner)."""
-    config = tmp / "host.yaml"
+def host_config(tmp: pathlib.Path, runner_addr: str, name: str = "host") -> pathlib.Path:
+    """The benchmark host's config file `tmp/NAME.yaml` (its SQLite database `tmp/NAME.db`, one agent on
+    the bench runner): several hosts can share `tmp` under their own names."""
+    config = tmp / f"{name}.yaml"
     config.write_text(
         yaml.safe_dump(
             {
                 "listen": {"address": "127.0.0.1:0"},
-                "database": {"url": f"sqlite+aiosqlite:///{tmp}/bench.db"},
+                "database": {"url": f"sqlite+aiosqlite:///{tmp}/{name}.db"},
                 "runners": [{"id": "ref", "address": runner_addr}],
                 "agents": [
                     {

@@ -79,7 +79,7 @@ MARKS: list[tuple[str, str, str]] = [
     ("agentrunner_host/run/start.py", "state_of = start.snapshot if", "h4.snapshot_frozen"),
     (
         "agentrunner_host/store/incoming.py",
-        "written = await self.db.run_write(write, inline=True)",
+        "written, held = await self.db.run_write_held(write, then=write_later)",
         "h5.transaction",
     ),
     ("agentrunner_host/run/start.py", "start.record = start.started.record", "h6.recorded"),
