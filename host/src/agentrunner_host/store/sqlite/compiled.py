@@ -5,7 +5,6 @@ or a statement that needs SQLAlchemy's execution context) the same call is `conn
 
 from __future__ import annotations
 
-import operator
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -37,20 +36,9 @@ def result_processor(type_: TypeEngine[Any], dialect: Dialect) -> Processor | No
 class _Plan:
     """A Core statement compiled once for pysqlite: the SQL, where each positional parameter comes from
     (the caller's key with its bind conversion, or a constant) and, for `typed` reads, the result
-    conversion of each column that has one, as (index, processor) pairs. `values` reads the caller's
-    keys with one `itemgetter`, then converts the values that need it and puts the constants in."""
+    conversion of each column that has one, as (index, processor) pairs."""
 
-    __slots__ = (
-        "_binds",
-        "_constants",
-        "_get",
-        "_plain",
-        "has_rows",
-        "row_processors",
-        "sources",
-        "sql",
-        "stmt",
-    )
+    __slots__ = ("has_rows", "row_processors", "sources", "sql", "stmt")
 
     def __init__(
         self,
@@ -65,30 +53,13 @@ class _Plan:
         self.has_rows = rows
         self.sources = sources
         self.row_processors = tuple((i, p) for i, p in enumerate(row_processors) if p is not None)
-        names = [name for name, _, _ in sources if name is not None]
-        #: the caller's values in statement order (a tuple also for a single key)
-        self._get: Callable[[dict[str, Any]], tuple[Any, ...]] = (
-            operator.itemgetter(*names) if len(names) > 1 else lambda params: tuple(params[n] for n in names)
-        )
-        #: (index among the caller's values, bind conversion), and (final index, constant) ascending
-        self._binds = tuple(
-            (i, processor)
-            for i, (_, _, processor) in enumerate(s for s in sources if s[0] is not None)
-            if processor
-        )
-        self._constants = tuple((i, const) for i, (name, const, _) in enumerate(sources) if name is None)
-        self._plain = not self._binds and not self._constants
 
     def values(self, params: dict[str, Any]) -> tuple[Any, ...]:
         """The driver's parameter tuple from the caller's parameters."""
-        if self._plain:
-            return self._get(params)
-        out = list(self._get(params))
-        for i, processor in self._binds:
-            out[i] = processor(out[i])
-        for i, const in self._constants:
-            out.insert(i, const)
-        return tuple(out)
+        return tuple(
+            const if name is None else (params[name] if processor is None else processor(params[name]))
+            for name, const, processor in self.sources
+        )
 
     def row(self, row: Sequence[Any]) -> tuple[Any, ...]:
         """A driver row converted by its columns' result processors."""
