@@ -240,18 +240,6 @@ def inject_metadata(ctx: otel_context.Context | None = None) -> list[tuple[str, 
     return list(carrier.items())
 
 
-def span_metadata(span: trace.Span) -> list[tuple[str, str]]:
-    """`inject_metadata(trace.set_span_in_context(span))` without building a context: the W3C headers
-    of `span` (`traceparent`, and `tracestate` when it has one), formatted as the propagator does."""
-    sc = span.get_span_context()
-    if sc == trace.INVALID_SPAN_CONTEXT:
-        return []
-    out = [("traceparent", f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}")]
-    if sc.trace_state:
-        out.append(("tracestate", sc.trace_state.to_header()))
-    return out
-
-
 def trace_id_of(span: trace.Span) -> str:
     sc = span.get_span_context()
     return format(sc.trace_id, "032x") if sc.trace_id else ""

@@ -2,10 +2,10 @@
 
 Stages: `open` (done by `RunService.open`: binding, discard, duplicate, steer-or-start and the
 run-start transaction, all before anything streams) -> `_call` (context, delivery channel, runner call,
-reader; a held run start commits once the call is on its way) -> the pump (`run/pump.py`: one loop over the run's outbox, dispatched by item kind; it hands
-every result but a delta to `take`) -> `_conclude` (the
-terminal failure if the run needs one, delivery closed, `finished`) -> `release` (the one exit path,
-idempotent). `stream` strings them together for the caller.
+reader; a held run start commits once the call is on its way) -> the pump (`run/pump.py`: one loop
+over the run's outbox, dispatched by item kind; it hands every result but a delta to `take`) ->
+`_conclude` (the terminal failure if the run needs one, delivery closed, `finished`) -> `release` (the
+one exit path, idempotent). `stream` strings them together for the caller.
 
 Concurrency: everything runs in the caller's task, except the reader (`RunnerCall`), the shared delta
 writes (`journal.DeltaBatcher`) and the cancel timer; a caller that goes away cancels the runner call at

@@ -21,7 +21,7 @@ from opentelemetry import trace
 
 from agentrunner.v1 import result_pb2, runner_service_pb2
 from agentrunner_host.delivery.channel import AppendedResult, Outbox, Update
-from agentrunner_host.observability import span_metadata, start_span
+from agentrunner_host.observability import inject_metadata, start_span
 from agentrunner_host.ports import utcnow
 from agentrunner_host.run import outcomes
 
@@ -105,7 +105,7 @@ class RunnerCall:
                 "server.address": endpoint.config.address,
             },
         )
-        metadata = endpoint.metadata + tuple(span_metadata(call_span))
+        metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(call_span)))
         timeout = max(0.001, (deadline_at - utcnow()).total_seconds())
         runner_call = cls(endpoint.stub.Run(request, timeout=timeout, metadata=metadata), outbox)
         runner_call.span = call_span
