@@ -59,6 +59,17 @@ def gaps(times: list[float]) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times)]
 
 
+def waited(
+    models: ModelRegistry, mock: MockOpenAIServer, model_id: str = "chat", endpoint: str = "chat"
+) -> list[float]:
+    """The waits the retry policy chose in the last call of `model_id`, once the mock's arrival times show
+    the client really waited each of them. Only a lower bound is exact: what the gaps add on top is
+    scheduling, up to seconds on a busy CI machine, so the upper bound only catches a wrong wait."""
+    waits = models.last_stats[model_id].waits
+    assert all(w <= gap < w + 1.5 for w, gap in zip(waits, gaps(mock.state.attempts(endpoint)), strict=True))
+    return waits
+
+
 async def invoke(
     models: ModelRegistry,
     model_id: str = "chat",
@@ -87,13 +98,13 @@ async def test_429_once_is_retried_after_retry_after_ms_on_invoke_and_stream(ope
     models = registry(openai_mock)
     openai_mock.state.script({"status": 429, "retry_after_ms": 300}, {"content": "after the wait"})
     assert (await invoke(models)).message.content == "after the wait"
-    (gap,) = gaps(openai_mock.state.attempts())
-    assert 0.3 <= gap < 0.6  # the provider's 300 ms, not the 200 ms backoff
+    assert waited(models, openai_mock) == [
+        pytest.approx(0.3)
+    ]  # the provider's 300 ms, not the 200 ms backoff
     openai_mock.state.reset()
     openai_mock.state.script({"status": 429, "retry_after": "1"}, {"chunks": ["stre", "amed"]})
     assert await stream_text(models) == "streamed"
-    (gap,) = gaps(openai_mock.state.attempts())
-    assert 1.0 <= gap < 1.4  # Retry-After in seconds
+    assert waited(models, openai_mock) == [pytest.approx(1.0)]  # Retry-After in seconds
     await models.aclose()
 
 
@@ -102,7 +113,7 @@ async def test_429_always_ends_rate_limited_with_the_providers_delay_as_retry_in
     openai_mock.state.script({"status": 429, "retry_after_ms": 150, "times": 0, "error_message": "slow down"})
     with pytest.raises(RateLimitedError) as err:
         await invoke(models)
-    assert all(0.15 <= g < 0.6 for g in gaps(openai_mock.state.attempts()))  # 150 ms + overhead
+    assert waited(models, openai_mock) == [pytest.approx(0.15)] * 2  # 3 attempts, 150 ms before each retry
     assert err.value.retryable and err.value.retry_delay == pytest.approx(0.15)
     assert err.value.metadata["attempts"] == "3" and "slow down" in err.value.message
     status = err.value.to_status()
@@ -130,8 +141,9 @@ async def test_500_then_success_backs_off_with_jitter_on_every_endpoint(openai_m
     models = registry(openai_mock)
     openai_mock.state.script({"status": 500}, {"status": 502}, {"content": "third time"})
     assert (await invoke(models)).message.content == "third time"
-    first, second = gaps(openai_mock.state.attempts())
-    assert 0.15 <= first < 0.35 and 0.3 <= second < 0.55  # 0.2 s, then 0.4 s, 0-25 % less
+    first, second = waited(models, openai_mock)
+    assert 0.15 <= first <= 0.2 and 0.3 <= second <= 0.4  # 0.2 s, then 0.4 s, 0-25 % less
+    assert models.last_stats["chat"].wait_sources == ["backoff"] * 2
     openai_mock.state.reset()
     openai_mock.state.script_embeddings({"status": 503})
     assert len((await models.embed("embed", ["a b"]))[0]) == 256
@@ -157,8 +169,8 @@ async def test_embeddings_and_rerank_honour_retry_after_and_end_rate_limited_wit
 
     script({"status": 429, "retry_after_ms": 300})
     assert await call()
-    (gap,) = gaps(openai_mock.state.attempts(endpoint))
-    assert 0.3 <= gap < 0.6  # the provider's 300 ms, not the 200 ms backoff
+    model_id = "embed" if endpoint == "embeddings" else "rerank"
+    assert waited(models, openai_mock, model_id, endpoint) == [pytest.approx(0.3)]  # the provider's 300 ms
     openai_mock.state.reset()
     script({"status": 429, "retry_after": "1", "times": 0, "error_message": "quota"})
     with pytest.raises(RateLimitedError) as err:
