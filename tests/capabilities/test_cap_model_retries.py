@@ -98,9 +98,8 @@ async def test_429_once_is_retried_after_retry_after_ms_on_invoke_and_stream(ope
     models = registry(openai_mock)
     openai_mock.state.script({"status": 429, "retry_after_ms": 300}, {"content": "after the wait"})
     assert (await invoke(models)).message.content == "after the wait"
-    assert waited(models, openai_mock) == [
-        pytest.approx(0.3)
-    ]  # the provider's 300 ms, not the 200 ms backoff
+    # the provider's 300 ms, not the 200 ms backoff
+    assert waited(models, openai_mock) == [pytest.approx(0.3)]
     openai_mock.state.reset()
     openai_mock.state.script({"status": 429, "retry_after": "1"}, {"chunks": ["stre", "amed"]})
     assert await stream_text(models) == "streamed"
