@@ -10,11 +10,13 @@ from collections.abc import Iterator
 
 import pytest
 from google.protobuf import struct_pb2
+from sqlalchemy import insert, text
 
 from agentrunner.errors import InvalidArgumentError, UnauthorizedError
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
 from agentrunner_host.ports import RunRecord
 from agentrunner_host.store.fact_stores import FactStores
+from agentrunner_host.store.models import ConversationRow, TranscriptRow
 from tests.store.conftest import make_snapshot
 
 pytestmark = pytest.mark.asyncio
@@ -195,6 +197,37 @@ async def test_backward_paging_stays_correct_while_items_are_appended(stores: Fa
             break
         after = rows[-1].seq
     assert newer == [f"new{i}" for i in range(counter)]
+
+
+async def test_history_pages_on_postgresql_are_not_planned_on_every_call(stores: FactStores) -> None:
+    """The page select is prepared by psycopg after a few runs; with its LIMIT a parameter PostgreSQL
+    would plan it again on every run (a custom plan each time), with the LIMIT written in it uses the
+    generic plan."""
+    if stores.db.is_sqlite:
+        pytest.skip("PostgreSQL's plan cache")
+    now = dt.datetime.now(dt.UTC)
+    items = [
+        {"transcript_id": f"tr_{i}", "conversation_id": "c1", "seq": i, "role": "user", "content": f"m{i}"}
+        for i in range(1, 3001)
+    ]
+    async with stores.db.write() as s:  # a long conversation (in a short one either plan is as cheap)
+        await s.execute(insert(ConversationRow).values(conversation_id="c1", last_seq=3000, created_at=now))
+        await s.execute(insert(TranscriptRow), [{**item, "created_at": now} for item in items])
+    async with stores.db.engine.connect() as conn:
+        await conn.exec_driver_sql("ANALYZE transcript_items")
+        await conn.commit()
+    for _ in range(40):  # the hot-read pool hands its connections out in turn
+        rows, has_more, _ = await stores.transcript.page(conversation_id="c1", before_seq=1500, limit=10)
+        assert [r.seq for r in rows] == list(range(1490, 1500)) and has_more
+    plans: list[tuple[int, int]] = []
+    for _ in range(4):  # (pg_prepared_statements is per connection)
+        plans += await stores.db.driver_rows(
+            text("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE :p"),
+            {"p": "%FROM transcript_items%"},
+        )
+    assert plans, "the page select was never prepared"
+    assert max(generic for generic, _ in plans) > 0
+    assert all(custom <= 5 for _, custom in plans), plans  # PostgreSQL's first five runs are custom
 
 
 async def test_full_text_search_finds_messages_in_this_conversation_only(stores: FactStores) -> None:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import psycopg
 import sqlalchemy.exc
 from sqlalchemy import create_engine, pool
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, Connection, Dialect, make_url
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -110,6 +110,20 @@ _JSON = json.JSONEncoder(allow_nan=False)
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+#: distinct `driver_rows` statements kept compiled
+_MAX_DRIVER_SQL = 512
+
+
+def _driver_sql(
+    stmt: ClauseElement, dialect: Dialect, params: dict[str, Any], literal: tuple[str, ...]
+) -> str:
+    """`stmt`'s SQL for the driver, the `literal` parameters' values (`literal_execute` binds) in it."""
+    if not literal:
+        return str(stmt.compile(dialect=dialect))
+    # (every bind needs a value to compile; only the `literal_execute` ones are written in)
+    return str(stmt.params(params).compile(dialect=dialect, compile_kwargs={"render_postcompile": True}))
+
+
 class Database:
     """The host's database: reads, unit-of-work writes (`write`) and hot-path writes (`run_write`)."""
 
@@ -148,7 +162,8 @@ class Database:
             )
         )
         self._read_engine = read_engine
-        self._driver_sql: dict[ClauseElement, str] = {}
+        #: `driver_rows`' SQL per statement (and per value of its literal parameters)
+        self._driver_sql: dict[tuple[ClauseElement, tuple[Any, ...]], str] = {}
         self._hot_reads = (
             None if self.dialect == "sqlite" else HotReads(self.url, read_engine.dialect, pool_size * 3)
         )
@@ -193,14 +208,24 @@ class Database:
         except _DB_ERRORS as exc:
             raise store_error(exc, "read") from exc
 
-    async def driver_rows(self, stmt: ClauseElement, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    async def driver_rows(
+        self, stmt: ClauseElement, params: dict[str, Any], literal: tuple[str, ...] = ()
+    ) -> list[tuple[Any, ...]]:
         """PostgreSQL only: a hot read's rows as the driver returns them (no SQLAlchemy result layer,
         no type processing: the caller converts), on psycopg's pool (`pg_reads.HotReads`). The statement
-        is compiled once; psycopg prepares it after a few runs."""
+        is compiled once (once per value of the `literal` parameters, `literal_execute` binds written
+        into the SQL); psycopg prepares it after a few runs.
+
+        What `literal` is for: a prepared statement whose LIMIT is a parameter gets a custom plan, and
+        so a planning pass, on every run (PostgreSQL's generic plan assumes the LIMIT keeps a tenth of
+        the rows and loses the comparison); with the LIMIT written in, it gets the generic plan."""
         assert self._hot_reads is not None, "driver_rows is for PostgreSQL"
-        sql = self._driver_sql.get(stmt)
+        key = (stmt, tuple(params[name] for name in literal))
+        sql = self._driver_sql.get(key)
         if sql is None:
-            sql = self._driver_sql[stmt] = str(stmt.compile(dialect=self._read_engine.dialect))
+            if len(self._driver_sql) >= _MAX_DRIVER_SQL:  # (bounded: a few shapes times a few limits)
+                self._driver_sql.clear()
+            sql = self._driver_sql[key] = _driver_sql(stmt, self._read_engine.dialect, params, literal)
         try:
             return await self._hot_reads.rows(sql, params)
         except (DBAPIError, psycopg.Error) as exc:

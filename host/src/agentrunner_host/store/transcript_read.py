@@ -17,6 +17,7 @@ from typing import Any
 
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from sqlalchemy import (
+    Integer,
     Text,
     TypeDecorator,
     bindparam,
@@ -46,9 +47,13 @@ _THREAD_COUNT = (
 
 
 @functools.cache
-def _page_statement(thread: bool, after: bool, before: bool, forward: bool, with_total: bool) -> Any:
+def _page_statement(
+    thread: bool, after: bool, before: bool, forward: bool, with_total: bool, literal_limit: bool = False
+) -> Any:
     """The history page select for one shape of request, built once and run with bound parameters
-    (building and cache-keying a select per call cost about as much as the query's round trip)."""
+    (building and cache-keying a select per call cost about as much as the query's round trip).
+    `literal_limit`: the LIMIT is written into the SQL (PostgreSQL's hot path, `Database.driver_rows`:
+    a prepared page select then gets PostgreSQL's generic plan instead of being planned on every run)."""
     items = _ITEMS.c
     stmt = select(*_PAGE_COLUMNS).where(items.conversation_id == bindparam("p_conv"))
     if thread:
@@ -57,7 +62,10 @@ def _page_statement(thread: bool, after: bool, before: bool, forward: bool, with
         stmt = stmt.where(items.seq > bindparam("p_after"))
     if before:
         stmt = stmt.where(items.seq < bindparam("p_before"))
-    stmt = stmt.order_by(items.seq.asc() if forward else items.seq.desc()).limit(bindparam("p_limit"))
+    limit = (
+        bindparam("p_limit", type_=Integer, literal_execute=True) if literal_limit else bindparam("p_limit")
+    )
+    stmt = stmt.order_by(items.seq.asc() if forward else items.seq.desc()).limit(limit)
     if with_total:
         stmt = stmt.add_columns(_LAST_SEQ.scalar_subquery().label("conversation_total"))
     return stmt
@@ -213,8 +221,9 @@ class TranscriptReader(TranscriptSearch):
         if before_seq is not None:
             params["p_before"] = before_seq
         joined_total = with_count and thread_id is None
+        hot = not self.db.is_sqlite
         stmt = _page_statement(
-            thread_id is not None, after_seq is not None, before_seq is not None, forward, joined_total
+            thread_id is not None, after_seq is not None, before_seq is not None, forward, joined_total, hot
         )
         total: int | None = None
         cls = PageRowWithTotal if joined_total else PageRow  # fields built from the columns at import
@@ -223,7 +232,7 @@ class TranscriptReader(TranscriptSearch):
             async with self.db.read_connection() as conn:
                 rows = [cls._make(row) for row in await conn.execute(stmt, params)]
         else:  # the hottest pull read: straight from the driver
-            fetched = await self.db.driver_rows(stmt, params)
+            fetched = await self.db.driver_rows(stmt, params, literal=("p_limit",))
             if raw:  # the values as psycopg loads them (`_item` reads both forms)
                 new = tuple.__new__
                 rows = [new(cls, row) for row in fetched]
