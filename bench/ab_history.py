@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import statistics
 import sys
 import tempfile
@@ -28,9 +27,6 @@ import bench_history  # (run as bench/ab_history.py: bench/ is on the path)
 import grpc
 
 from agentrunner.v1 import proxy_service_pb2 as pb
-from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token, utcnow
-from agentrunner_host.proxy.api import ProxyCall
-from agentrunner_host.proxy.facts import fact_handlers
 from agentrunner_host.store import transcript_read
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
@@ -64,23 +60,12 @@ async def _round(url: str, iterations: int, aa: bool) -> dict[str, float]:
     try:
         stores = await FactStores.open(db, FactStoreSettings(artifact_dir=Path(tempfile.mkdtemp())))
         await bench_history._fill(stores)
-        snapshot = AuthorizationSnapshot(
-            run_id="run_bench",
-            runner_id="plugin:bench/agent/default",
-            agent_id="a",
-            binding_id="b",
-            conversation_id="bench",
-            history=frozenset({"page"}),
-        )
-        session = RunSession(
-            "run_bench", hash_token("t"), snapshot.runner_id, utcnow() + dt.timedelta(hours=1), snapshot
-        )
-        list_history = fact_handlers(stores)["ListHistory"]
+        read_page = bench_history.run_history_reader(stores)
 
         def page(literal: bool) -> grpc.RpcMethodHandler:
             async def handle(request: pb.ListHistoryRequest, context: object) -> pb.ListHistoryResponse:
                 _LITERAL["on"] = literal
-                return await list_history(ProxyCall(session=session, method="ListHistory"), request)
+                return await read_page(request)
 
             return grpc.unary_unary_rpc_method_handler(
                 handle,

@@ -19,7 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -129,29 +129,42 @@ async def _interleaved_p50(
     return statistics.median(bare_samples), statistics.median(page_samples)
 
 
+def run_history_reader(
+    stores: FactStores,
+) -> Callable[[pb.ListHistoryRequest], Awaitable[pb.ListHistoryResponse]]:
+    """The real `ListHistory` fact handler as a run of the benchmark's conversation calls it (its
+    session and snapshot granting history pages), without the proxy's transport."""
+    snapshot = AuthorizationSnapshot(
+        run_id="run_bench",
+        runner_id="plugin:bench/agent/default",
+        agent_id="a",
+        binding_id="b",
+        conversation_id="bench",
+        history=frozenset({"page"}),
+    )
+    session = RunSession(
+        "run_bench", hash_token("t"), snapshot.runner_id, utcnow() + dt.timedelta(hours=1), snapshot
+    )
+    list_history = fact_handlers(stores)["ListHistory"]
+
+    async def read_page(request: pb.ListHistoryRequest) -> pb.ListHistoryResponse:
+        return await list_history(ProxyCall(session=session, method="ListHistory"), request)
+
+    return read_page
+
+
 async def bench(url: str, iterations: int) -> float:
     await asyncio.to_thread(upgrade, url)
     db = Database(url)
     try:
         stores = await FactStores.open(db, FactStoreSettings(artifact_dir=Path(tempfile.mkdtemp())))
         await _fill(stores)
-        snapshot = AuthorizationSnapshot(
-            run_id="run_bench",
-            runner_id="plugin:bench/agent/default",
-            agent_id="a",
-            binding_id="b",
-            conversation_id="bench",
-            history=frozenset({"page"}),
-        )
-        session = RunSession(
-            "run_bench", hash_token("t"), snapshot.runner_id, utcnow() + dt.timedelta(hours=1), snapshot
-        )
-        list_history = fact_handlers(stores)["ListHistory"]
+        read_page = run_history_reader(stores)
 
         async def history(
             request: pb.ListHistoryRequest, context: grpc.aio.ServicerContext
         ) -> pb.ListHistoryResponse:
-            return await list_history(ProxyCall(session=session, method="ListHistory"), request)
+            return await read_page(request)
 
         async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             return request
