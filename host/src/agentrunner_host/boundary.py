@@ -2,9 +2,9 @@
 
 One sanitiser for values the stores and the wire cannot carry, applied where requests enter (the
 request deserializers of HostService and ProxyService) and, with the same rules, to what runners send
-(manifests, results). A value that breaks a rule is refused with INVALID_ARGUMENT and a
-`google.rpc.BadRequest` naming the field, never stored: so no input can fail on PostgreSQL that SQLite
-took (or the reverse), and no handler meets a value it cannot serialize.
+(manifests, and results, which `repair.py` mends where it can). A value that breaks a rule is refused
+with INVALID_ARGUMENT and a `google.rpc.BadRequest` naming the field, never stored: so no input can
+fail on PostgreSQL that SQLite took (or the reverse), and no handler meets a value it cannot serialize.
 
 The rules (`check_message`):
 
@@ -52,7 +52,7 @@ REPEATED_MAX: Final = 10_000
 #: violations reported per request (the walk stops there)
 VIOLATIONS_MAX: Final = 20
 
-_INT64_MAX: Final = 2**63 - 1
+INT64_MAX: Final = 2**63 - 1
 _TIMESTAMP_SECONDS: Final = (-62_135_596_800, 253_402_300_799)  # 0001-01-01 .. 9999-12-31T23:59:59
 _DURATION_SECONDS: Final = 315_576_000_000
 _NANOS: Final = 999_999_999
@@ -110,27 +110,27 @@ class _Stop(Exception):
 #: per field: (kind, repeated, map, string cap, enum values or None)
 _FieldInfo = tuple[int, bool, bool, int | None, frozenset[int] | None]
 _INFO: dict[FieldDescriptor, _FieldInfo] = {}
-_K_STRING, _K_MESSAGE, _K_FLOAT, _K_UINT64, _K_ENUM, _K_OTHER = range(6)
+K_STRING, K_MESSAGE, K_FLOAT, K_UINT64, K_ENUM, K_OTHER = range(6)
 
 
-def _info(field: FieldDescriptor) -> _FieldInfo:
+def field_info(field: FieldDescriptor) -> _FieldInfo:
     info = _INFO.get(field)
     if info is None:
         kind = field.type
         if kind == FieldDescriptor.TYPE_STRING:
-            k = _K_STRING
+            k = K_STRING
         elif kind == FieldDescriptor.TYPE_MESSAGE:
-            k = _K_MESSAGE
+            k = K_MESSAGE
         elif kind in _FLOATS:
-            k = _K_FLOAT
+            k = K_FLOAT
         elif kind in _UINT64:
-            k = _K_UINT64
+            k = K_UINT64
         elif kind == FieldDescriptor.TYPE_ENUM:
-            k = _K_ENUM
+            k = K_ENUM
         else:
-            k = _K_OTHER
+            k = K_OTHER
         message_type, enum_type = field.message_type, field.enum_type
-        is_map = k == _K_MESSAGE and message_type is not None and bool(message_type.GetOptions().map_entry)
+        is_map = k == K_MESSAGE and message_type is not None and bool(message_type.GetOptions().map_entry)
         enum_values = frozenset(enum_type.values_by_number) if enum_type is not None else None
         info = _INFO[field] = (k, field.is_repeated, is_map, string_cap(field.name), enum_values)
     return info
@@ -157,7 +157,7 @@ class _Walk:
             special(self, msg, path)
             return
         for field, value in msg.ListFields():
-            kind, repeated, is_map, cap, enum_values = _info(field)
+            kind, repeated, is_map, cap, enum_values = field_info(field)
             where = (path, field.name)
             if not repeated:
                 self.scalar(kind, cap, enum_values, value, where)
@@ -168,37 +168,37 @@ class _Walk:
                 entry = field.message_type
                 assert entry is not None  # (a map field's entry message)
                 key_field, value_field = entry.fields
-                vkind, _, _, vcap, venum = _info(value_field)
+                vkind, _, _, vcap, venum = field_info(value_field)
                 string_keys = key_field.type == FieldDescriptor.TYPE_STRING
                 for key in value:
                     if string_keys and "\x00" in key:
                         self.add(where, "has a key with a NUL character")
                     self.scalar(vkind, vcap, venum, value[key], (where, [key]))
-            elif kind == _K_STRING:
+            elif kind == K_STRING:
                 for i, item in enumerate(value):
                     if "\x00" in item or (cap is not None and len(item) > cap):
                         self.scalar(kind, cap, None, item, (where, i))
-            elif kind != _K_OTHER:
+            elif kind != K_OTHER:
                 for i, item in enumerate(value):
                     self.scalar(kind, cap, enum_values, item, (where, i))
 
     def scalar(
         self, kind: int, cap: int | None, enum_values: frozenset[int] | None, value: Any, where: Path
     ) -> None:
-        if kind == _K_MESSAGE:
+        if kind == K_MESSAGE:
             self.message(value, where)
-        elif kind == _K_STRING:
+        elif kind == K_STRING:
             if "\x00" in value:
                 self.add(where, "must not contain NUL characters")
             elif cap is not None and len(value) > cap:
                 self.add(where, f"is {len(value)} characters long; at most {cap}")
-        elif kind == _K_FLOAT:
+        elif kind == K_FLOAT:
             if not math.isfinite(value):
                 self.add(where, f"must be a finite number, not {value}")
-        elif kind == _K_UINT64:
-            if value > _INT64_MAX:
+        elif kind == K_UINT64:
+            if value > INT64_MAX:
                 self.add(where, f"must be below 2^63, not {value}")
-        elif kind == _K_ENUM and self.enums and enum_values is not None and value not in enum_values:
+        elif kind == K_ENUM and self.enums and enum_values is not None and value not in enum_values:
             self.add(where, f"{value} is not a known value")
 
     def json_value(self, value: Any, path: Path) -> None:
@@ -322,119 +322,8 @@ def admit(request: Any) -> Any:
     return request
 
 
-# -- what runners send: repaired where the rules allow it -----------------------------------------------
-
-#: what a repaired string carries instead of a NUL character
-NUL_REPLACEMENT: Final = "\ufffd"
-
-
-def repair_message(msg: Message) -> tuple[list[Violation], list[Violation]]:
-    """Repairs in place what a runner's message breaks of the rules and can be repaired without losing
-    its meaning: NUL characters become U+FFFD, non-finite numbers become null (in a `Struct`) or 0,
-    `uint64` values are clamped below 2^63, out-of-range timestamps and durations are cleared. Returns
-    `(repaired, unrepairable)`: what it changed, and what it could not (a string over its cap, too many
-    entries), for which the caller drops the message. Results are this host's to store and serve, so a
-    runner's NaN never reaches a JSON column or a client's JSON parser (PostgreSQL and SQLite alike)."""
-    found = check_message(msg, enums=False)
-    if not found:
-        return [], []
-    _Repair().message(msg)
-    left = check_message(msg, enums=False)
-    return found, left
-
-
-class _Repair:
-    """The walk of `repair_message` (only run on a message `check_message` found faults in)."""
-
-    def message(self, msg: Message) -> None:
-        name = msg.DESCRIPTOR.full_name
-        if name == "google.protobuf.Struct":
-            self.struct(msg)
-            return
-        if name == "google.protobuf.ListValue":
-            self.list_value(msg)
-            return
-        if name == "google.protobuf.Value":
-            self.value(msg)
-            return
-        for field, value in msg.ListFields():
-            kind, repeated, is_map, _, _ = _info(field)
-            fname = field.name
-            if is_map:
-                self.map(field, value)
-            elif repeated:
-                if kind == _K_MESSAGE:
-                    for item in value:
-                        self.message(item)
-                elif kind == _K_STRING:
-                    for i, item in enumerate(value):
-                        if "\x00" in item:
-                            value[i] = item.replace("\x00", NUL_REPLACEMENT)
-                elif kind == _K_FLOAT:
-                    for i, item in enumerate(value):
-                        if not math.isfinite(item):
-                            value[i] = 0.0
-                elif kind == _K_UINT64:
-                    for i, item in enumerate(value):
-                        value[i] = min(item, _INT64_MAX)
-            elif kind == _K_MESSAGE:
-                if _out_of_range(value):
-                    msg.ClearField(fname)
-                else:
-                    self.message(value)
-            elif kind == _K_STRING and "\x00" in value:
-                setattr(msg, fname, value.replace("\x00", NUL_REPLACEMENT))
-            elif kind == _K_FLOAT and not math.isfinite(value):
-                msg.ClearField(fname)
-            elif kind == _K_UINT64 and value > _INT64_MAX:
-                setattr(msg, fname, _INT64_MAX)
-
-    def map(self, field: FieldDescriptor, value: Any) -> None:
-        entry = field.message_type
-        assert entry is not None
-        vkind = _info(entry.fields[1])[0]
-        for key in list(value):
-            item = value[key]
-            if vkind == _K_MESSAGE:
-                self.message(item)
-            elif vkind == _K_STRING and "\x00" in item:
-                value[key] = item.replace("\x00", NUL_REPLACEMENT)
-            elif vkind == _K_FLOAT and not math.isfinite(item):
-                value[key] = 0.0
-            if isinstance(key, str) and "\x00" in key:
-                fixed = key.replace("\x00", NUL_REPLACEMENT)
-                if vkind == _K_MESSAGE:
-                    value[fixed].CopyFrom(value[key])
-                else:
-                    value[fixed] = value[key]
-                del value[key]
-
-    def value(self, value: Any) -> None:
-        kind = value.WhichOneof("kind")
-        if kind == "number_value" and not math.isfinite(value.number_value):
-            value.null_value = 0
-        elif kind == "string_value" and "\x00" in value.string_value:
-            value.string_value = value.string_value.replace("\x00", NUL_REPLACEMENT)
-        elif kind == "struct_value":
-            self.struct(value.struct_value)
-        elif kind == "list_value":
-            self.list_value(value.list_value)
-
-    def struct(self, msg: Any) -> None:
-        fields = msg.fields
-        for key in list(fields):
-            self.value(fields[key])
-            if "\x00" in key:
-                fields[key.replace("\x00", NUL_REPLACEMENT)].CopyFrom(fields[key])
-                del fields[key]
-
-    def list_value(self, msg: Any) -> None:
-        for value in msg.values:
-            self.value(value)
-
-
-def _out_of_range(value: Message) -> bool:
-    """A `Timestamp` or `Duration` outside the range protobuf defines (cleared by `_Repair`)."""
+def out_of_range(value: Message) -> bool:
+    """A `Timestamp` or `Duration` outside the range protobuf defines (`repair.repair_message` clears it)."""
     name = value.DESCRIPTOR.full_name
     if name not in ("google.protobuf.Timestamp", "google.protobuf.Duration"):
         return False

@@ -25,9 +25,10 @@ from agentrunner.protocol import (
 )
 from agentrunner.v1 import common_pb2, result_pb2
 from agentrunner_host.authz import STATE_SCOPE_NAMES, state_identity
-from agentrunner_host.boundary import ID_MAX_CHARS, repair_message, timestamp_in_range
+from agentrunner_host.boundary import ID_MAX_CHARS, timestamp_in_range
 from agentrunner_host.observability import RESULTS, RESULTS_REJECTED
 from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.repair import repair_message
 from agentrunner_host.store.artifacts import check_http_uri
 
 log = structlog.get_logger("agentrunner_host.validation")
