@@ -1,6 +1,6 @@
 """Paired A/B benchmark of one host technique against the same host without it (not part of `make bench`).
 
-    uv run python bench/ab_techniques.py TECHNIQUE [--pairs N] [--seconds S] [--sequential RUNS]
+    uv run python bench/ab_techniques.py TECHNIQUE [--pairs N] [--seconds S] [--sequential RUNS | --ratio RUNS]
 
 TECHNIQUE is one of `VARIANTS` (or `aa`: the host against an identical copy of itself, to calibrate).
 With `--tree COMMIT`, variant B is `host/src` as it was at COMMIT (`git archive`) with TECHNIQUE's
@@ -17,6 +17,11 @@ With `--sequential RUNS`, each pair is RUNS sequential one-delta runs per host i
 the two hosts run by run (the order swapped pair by pair), and the figure is the B/A ratio of the
 median time to the first result (the `ttfb_p50_ratio` workload of `bench_host.py`) and of host CPU
 seconds per run.
+
+With `--ratio RUNS`, each host gets a setup of its own (its own bench runner and bare relay, as in
+`bench_host.py`), and each pair measures each setup's `ttfb_p50_ratio` (RUNS sequential runs, host and
+relay alternated run by run); the figure is B's ratio over A's, so the machine's drift cancels inside
+the ratio the target is stated in.
 """
 
 from __future__ import annotations
@@ -154,6 +159,59 @@ async def _sequential_pair(
     return p50["b"] / p50["a"], cpu["b"] / max(cpu["a"], 1e-9)
 
 
+async def _ratio_pair(
+    setups: dict[str, dict[str, host_service_pb2_grpc.HostServiceStub]],
+    procs: dict[str, psutil.Process],
+    order: list[str],
+    runs: int,
+) -> tuple[float, float]:
+    """(ttfb_p50_ratio B/A, host CPU s/run B/A): each setup's host/relay ratio over `runs` sequential
+    runs per path, alternated run by run; the setups one after the other in `order`."""
+    ratio: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    for name in order:
+        stubs = setups[name]
+        times: dict[str, list[float]] = {"host": [], "relay": []}
+        cpu0 = sum(procs[name].cpu_times()[:2])
+        for i in range(runs):
+            for path in ("host", "relay") if i % 2 == 0 else ("relay", "host"):
+                times[path].append(await _first_result(stubs[path]))
+        cpu[name] = (sum(procs[name].cpu_times()[:2]) - cpu0) / runs
+        ratio[name] = statistics.median(times["host"]) / statistics.median(times["relay"])
+    return ratio["b"] / ratio["a"], cpu["b"] / max(cpu["a"], 1e-9)
+
+
+async def _measure_ratios(
+    addresses: dict[str, dict[str, str]], pids: dict[str, int], pairs: int, runs: int
+) -> list[tuple[float, float]]:
+    channels = {
+        (name, path): grpc.aio.insecure_channel(a) for name, s in addresses.items() for path, a in s.items()
+    }
+    setups = {
+        name: {path: host_service_pb2_grpc.HostServiceStub(channels[name, path]) for path in s}
+        for name, s in addresses.items()
+    }
+    procs = {k: psutil.Process(p) for k, p in pids.items()}
+    try:
+        for stubs in setups.values():  # warm-up
+            for _ in range(40):
+                for stub in stubs.values():
+                    await _first_result(stub)
+        out = []
+        for i in range(pairs):
+            order = ["a", "b"] if i % 2 == 0 else ["b", "a"]
+            ratio = await _ratio_pair(setups, procs, order, runs)
+            print(
+                f"pair {i + 1} ({''.join(order).upper()}): ttfb_p50_ratio B/A x{ratio[0]:.3f}  CPU s/run B/A x{ratio[1]:.3f}",
+                flush=True,
+            )
+            out.append(ratio)
+        return out
+    finally:
+        for channel in channels.values():
+            await channel.close()
+
+
 async def _measure(
     addresses: dict[str, str],
     pids: dict[str, int],
@@ -197,12 +255,20 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--tree", help="variant B: host/src at this commit instead of a patch")
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--sequential",
         type=int,
         default=0,
         metavar="RUNS",
         help="time to first result of RUNS sequential runs",
+    )
+    mode.add_argument(
+        "--ratio",
+        type=int,
+        default=0,
+        metavar="RUNS",
+        help="ttfb_p50_ratio of RUNS sequential runs per path, each host with its own runner and relay",
     )
     args = parser.parse_args()
     _, _, _, text, workers = VARIANTS[args.technique]
@@ -210,27 +276,37 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = pathlib.Path(tmp_name)
         try:
-            runner, runner_addr = bench_host.start_runner({"PYTHONPATH": str(HERE)})
-            procs.append(runner)
-            host_a, addr_a = _host(tmp, "a", runner_addr, str(ROOT / "host" / "src"))
-            procs.append(host_a)
-            host_b, addr_b = _host(tmp, "b", runner_addr, str(_variant(tmp, args.technique, args.tree)))
-            procs.append(host_b)
-            ratios = asyncio.run(
-                _measure(
-                    {"a": addr_a, "b": addr_b},
-                    {"a": host_a.pid, "b": host_b.pid},
-                    text,
-                    workers,
-                    args.pairs,
-                    args.seconds,
-                    args.sequential,
+            srcs = {"a": str(ROOT / "host" / "src"), "b": str(_variant(tmp, args.technique, args.tree))}
+            runners: dict[str, str] = {}
+            relays: dict[str, str] = {}
+            for name in srcs if args.ratio else ["a"]:
+                runner, runners[name] = bench_host.start_runner({"PYTHONPATH": str(HERE)})
+                procs.append(runner)
+                if args.ratio:
+                    relay, relays[name] = bench_host.start(
+                        [sys.executable, str(HERE / "bench_host.py"), "--relay", "0", runners[name]],
+                        "AGENTRUNNER_HOST_LISTENING",
+                        {"PYTHONPATH": str(HERE)},
+                    )
+                    procs.append(relay)
+            hosts: dict[str, str] = {}
+            pids: dict[str, int] = {}
+            for name, src in srcs.items():
+                host, hosts[name] = _host(tmp, name, runners.get(name, runners["a"]), src)
+                procs.append(host)
+                pids[name] = host.pid
+            if args.ratio:
+                addresses = {name: {"host": hosts[name], "relay": relays[name]} for name in srcs}
+                ratios = asyncio.run(_measure_ratios(addresses, pids, args.pairs, args.ratio))
+            else:
+                ratios = asyncio.run(
+                    _measure(hosts, pids, text, workers, args.pairs, args.seconds, args.sequential)
                 )
-            )
         finally:
             bench_host.stop(procs)
     what = f"{args.technique} at {args.tree}" if args.tree else args.technique
-    for i, label in enumerate(("ttfb p50" if args.sequential else "runs/s", "host CPU s/run")):
+    first = "ttfb_p50_ratio" if args.ratio else "ttfb p50" if args.sequential else "runs/s"
+    for i, label in enumerate((first, "host CPU s/run")):
         values = [r[i] for r in ratios]
         print(
             f"{what} B/A {label}: median x{statistics.median(values):.3f} range x{min(values):.3f}-x{max(values):.3f} ({len(values)} pairs)"
