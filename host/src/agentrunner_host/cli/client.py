@@ -66,7 +66,12 @@ def _stream(target: HostTarget, start: Any) -> host_service_pb2.RunFinished:
     async def go() -> host_service_pb2.RunFinished:
         async with target.channel() as channel:
             stub = host_service_pb2_grpc.HostServiceStub(channel)
-            return await render_stream(start(stub), console, on_accepted=accepted)
+            try:
+                return await render_stream(start(stub), console, on_accepted=accepted)
+            except asyncio.CancelledError:
+                if run_id:
+                    await _cancel_quietly(stub, run_id, "cancelled from the CLI (Ctrl-C)")
+                raise
 
     try:
         return run_until_interrupted(go)
@@ -74,7 +79,6 @@ def _stream(target: HostTarget, start: Any) -> host_service_pb2.RunFinished:
         fail_rpc(exc, target.address)
     except KeyboardInterrupt:
         if run_id:
-            _cancel_quietly(target, run_id, "cancelled from the CLI (Ctrl-C)")
             err_console.print(
                 f"interrupted: run {run_id} cancelled; see it with `agentrunner-host runs show {run_id}`",
                 highlight=False,
@@ -84,17 +88,13 @@ def _stream(target: HostTarget, start: Any) -> host_service_pb2.RunFinished:
         raise typer.Exit(130) from None
 
 
-def _cancel_quietly(target: HostTarget, run_id: str, reason: str) -> None:
-    async def go() -> None:
-        async with target.channel() as channel:
-            await host_service_pb2_grpc.HostServiceStub(channel).CancelRun(
-                host_service_pb2.CancelRunRequest(run_id=run_id, reason=reason), timeout=3
-            )
-
+async def _cancel_quietly(stub: host_service_pb2_grpc.HostServiceAsyncStub, run_id: str, reason: str) -> None:
+    """Cancels the run on the interrupted command's own channel and loop: a second event loop in the
+    same process would meet grpc.aio's poller still bound to the first, closed one (a traceback)."""
     try:
-        asyncio.run(go())
-    except (grpc.RpcError, KeyboardInterrupt):
-        pass  # ended meanwhile, or the host is gone: closing the stream cancels it all the same
+        await stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=run_id, reason=reason), timeout=3)
+    except (grpc.RpcError, asyncio.CancelledError):
+        pass  # ended meanwhile, the host is gone, or Ctrl-C again: closing the stream cancels it anyway
 
 
 def _parse_value(raw: str) -> tuple[str, Any]:
