@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 
 import bench_host  # (run as bench/ab_techniques.py: bench/ is on the path)
 import grpc
@@ -159,6 +160,23 @@ async def _sequential_pair(
     return p50["b"] / p50["a"], cpu["b"] / max(cpu["a"], 1e-9)
 
 
+async def _pairs(
+    pairs: int, label: str, pair: Callable[[list[str]], Awaitable[tuple[float, float]]]
+) -> list[tuple[float, float]]:
+    """`pair(order)` for `pairs` pairs, the order swapped pair by pair (AB, BA, ...); each pair's B/A
+    ratios printed as they come."""
+    out = []
+    for i in range(pairs):
+        order = ["a", "b"] if i % 2 == 0 else ["b", "a"]
+        ratio = await pair(order)
+        print(
+            f"pair {i + 1} ({''.join(order).upper()}): {label} B/A x{ratio[0]:.3f}  CPU s/run B/A x{ratio[1]:.3f}",
+            flush=True,
+        )
+        out.append(ratio)
+    return out
+
+
 async def _ratio_pair(
     setups: dict[str, dict[str, host_service_pb2_grpc.HostServiceStub]],
     procs: dict[str, psutil.Process],
@@ -197,16 +215,7 @@ async def _measure_ratios(
             for _ in range(40):
                 for stub in stubs.values():
                     await _first_result(stub)
-        out = []
-        for i in range(pairs):
-            order = ["a", "b"] if i % 2 == 0 else ["b", "a"]
-            ratio = await _ratio_pair(setups, procs, order, runs)
-            print(
-                f"pair {i + 1} ({''.join(order).upper()}): ttfb_p50_ratio B/A x{ratio[0]:.3f}  CPU s/run B/A x{ratio[1]:.3f}",
-                flush=True,
-            )
-            out.append(ratio)
-        return out
+        return await _pairs(pairs, "ttfb_p50_ratio", lambda order: _ratio_pair(setups, procs, order, runs))
     finally:
         for channel in channels.values():
             await channel.close()
@@ -227,23 +236,16 @@ async def _measure(
     try:
         for name in stubs:  # warm-up
             await _window(stubs[name], procs[name], text, workers, 1.0)
-        out = []
-        label = "ttfb p50" if sequential else "runs/s"
-        for i in range(pairs):
-            order = ["a", "b"] if i % 2 == 0 else ["b", "a"]
-            if sequential:
-                ratio = await _sequential_pair(stubs, procs, order, sequential)
-            else:
-                got = {
-                    name: await _window(stubs[name], procs[name], text, workers, seconds) for name in order
-                }
-                ratio = (got["b"][0] / got["a"][0], got["b"][1] / got["a"][1])
-            print(
-                f"pair {i + 1} ({''.join(order).upper()}): {label} B/A x{ratio[0]:.3f}  CPU s/run B/A x{ratio[1]:.3f}",
-                flush=True,
+
+        async def windows(order: list[str]) -> tuple[float, float]:
+            got = {name: await _window(stubs[name], procs[name], text, workers, seconds) for name in order}
+            return got["b"][0] / got["a"][0], got["b"][1] / got["a"][1]
+
+        if sequential:
+            return await _pairs(
+                pairs, "ttfb p50", lambda order: _sequential_pair(stubs, procs, order, sequential)
             )
-            out.append(ratio)
-        return out
+        return await _pairs(pairs, "runs/s", windows)
     finally:
         for channel in channels.values():
             await channel.close()
