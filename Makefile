@@ -75,16 +75,16 @@ conformance: sync $(TS_DEPS) ## Conformance kits: runner kit vs the Python, Go, 
 	$(RUN) python tools/conformance.py
 
 demo: sync ## The main job: host on SQLite + reference runner, a scripted conversation
-	$(RUN) python -m agentrunner_host.demo
+	$(RUN) python -m agentrunner_host.demos.conversation
 
 demo-services: sync ## One turn through each external-service runner (Dify, n8n, ...) against local mocks
-	$(RUN) python -m agentrunner_host.demo_services
+	$(RUN) python -m agentrunner_host.demos.services
 
 demo-claude: sync ## The claude-code runner through the host (the real `claude` if installed, else the bundled fake)
-	$(RUN) python -m agentrunner_host.demo_harness claude
+	$(RUN) python -m agentrunner_host.demos.harness claude
 
 demo-codex: sync ## The codex runner through the host (the real `codex` if installed, else the bundled fake)
-	$(RUN) python -m agentrunner_host.demo_harness codex
+	$(RUN) python -m agentrunner_host.demos.harness codex
 
 bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
 	$(RUN) python bench/run_all.py

@@ -31,7 +31,7 @@ from agentrunner_host.cli.common import (
     run_until_interrupted,
 )
 from agentrunner_host.cli.render import full_interaction_support, render_stream, run_request
-from agentrunner_host.jsonview import message_dict, status_name
+from agentrunner_host.views.jsonview import message_dict, status_name
 
 
 def print_finished(finished: host_service_pb2.RunFinished) -> None:
