@@ -49,7 +49,7 @@ class ConsoleServer:
 
     def bind(self) -> None:
         """Binds the HTTP socket; raises `ListenError` (port in use, ...)."""
-        from agentrunner_host.server.app import ListenError
+        from agentrunner_host.wire.transport_errors import ListenError
 
         host, _, port = self.address.rpartition(":")
         host = host.strip("[]") or "0.0.0.0"

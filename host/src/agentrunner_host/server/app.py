@@ -45,7 +45,7 @@ from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 from agentrunner_host.store.leases import InstanceLease
 from agentrunner_host.store.migrate import ensure_current, upgrade
-from agentrunner_host.wire.transport_errors import explain_bind_failure
+from agentrunner_host.wire.transport_errors import ListenError, explain_bind_failure
 
 log = structlog.get_logger("agentrunner_host.server.app")
 
@@ -118,10 +118,6 @@ def agent_model_options(agent: AgentConfig | None, model_id: str) -> AgentModelO
     extra = rc.get("extra-args", rc.get("extra_args"))
     remove = rc.get("remove-think", rc.get("remove_think"))
     return AgentModelOptions(dict(extra) if isinstance(extra, dict) else {}, remove is True)
-
-
-class ListenError(OSError):
-    """An address the host cannot listen on; the message says which, and why (port in use, ...)."""
 
 
 class ListenerRefusedError(ListenError):
