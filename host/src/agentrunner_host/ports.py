@@ -112,6 +112,23 @@ class AuthorizationSnapshot:
 _SNAPSHOT_FIELDS = tuple(field.name for field in dataclasses.fields(AuthorizationSnapshot))
 
 
+def state_identity(snapshot: AuthorizationSnapshot, scope: str) -> str:
+    """Whose `scope` state the run reads and writes ('' when the run has no such identity: e.g.
+    conversation state in a run without a conversation). The state store and the result validator both
+    ask this, so a state update the store would refuse is dropped by the validator instead."""
+    match scope:
+        case "conversation":
+            return snapshot.conversation_id and f"{snapshot.conversation_id}\x1f{snapshot.thread_id}"
+        case "actor":
+            return snapshot.actor_id
+        case "subject":
+            return snapshot.subject_id
+        case "workspace":
+            return snapshot.workspace_id
+        case _:  # runner, binding: the namespace itself is the identity
+            return "-"
+
+
 @dataclasses.dataclass(slots=True)
 class RunSession:
     """An active run as the proxy service sees it: the token's identity plus the frozen snapshot."""
