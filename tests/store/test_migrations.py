@@ -218,3 +218,29 @@ def test_upgrade_moves_conversation_state_from_bindings_to_their_agent(
         (owner, "pending", "new question"),
         (owner, "turns", 3),
     ]
+
+
+def test_the_migrations_import_nothing_above_the_store() -> None:
+    """The migrations are not a package, so the import-layer contract (`lint-imports`) does not see them:
+    an import from them up to `delivery/`, `capabilities/` or `auth/` would load the upper layers into
+    every `db upgrade` and tie the schema's history to their code. They reach only `store/` (the schema,
+    the vector statements) and the SDK."""
+    import ast
+
+    import agentrunner_host.store
+
+    migrations = Path(agentrunner_host.store.__file__).parent / "migrations"
+    scripts = sorted(migrations.rglob("*.py"))
+    assert len(scripts) >= 8  # env.py and the revisions
+    upward = []
+    for script in scripts:
+        for node in ast.walk(ast.parse(script.read_text(), str(script))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            upward += [
+                f"{script.relative_to(migrations)}: {name}"
+                for name in names
+                if name.startswith("agentrunner_host") and not name.startswith("agentrunner_host.store")
+            ]
+    assert upward == []

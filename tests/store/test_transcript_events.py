@@ -16,7 +16,7 @@ from agentrunner.errors import InvalidArgumentError, UnauthorizedError
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
 from agentrunner_host.ports import RunRecord
 from agentrunner_host.store.fact_stores import FactStores
-from agentrunner_host.store.models import ConversationRow, TranscriptRow
+from agentrunner_host.store.schema import ConversationRow, TranscriptRow
 from tests.store.conftest import make_snapshot
 
 pytestmark = pytest.mark.asyncio

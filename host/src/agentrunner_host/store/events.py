@@ -21,7 +21,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.errors import bounded
 from agentrunner.v1 import host_service_pb2, proxy_service_pb2
-from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import (
     CursorCodec,
     UnitOfWork,
@@ -36,7 +35,7 @@ from agentrunner_host.store.common import (
     utcnow,
 )
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import EventLogRow
+from agentrunner_host.store.schema import EventLogRow, table_of
 from agentrunner_host.store.sqlite.compiled import fast_execute
 
 KINDS = frozenset({"event", "result", "tool", "action", "error", "audit"})

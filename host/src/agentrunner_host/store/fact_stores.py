@@ -55,12 +55,12 @@ from agentrunner_host.store.ledger import (
     finish_run_sync,
     insert_results_sync,
 )
-from agentrunner_host.store.models import (
+from agentrunner_host.store.result_effects import SYNC_KINDS, apply_sync
+from agentrunner_host.store.schema import (
     HostSecret,
     RunRow,
     RunSessionRow,
 )
-from agentrunner_host.store.result_effects import SYNC_KINDS, apply_sync
 from agentrunner_host.store.sessions import SqlSessionRegistry, revoke_sync
 from agentrunner_host.store.state import StateStore, scope_name
 from agentrunner_host.store.steering import SteeringQueue

@@ -37,7 +37,7 @@ from agentrunner_host.store.db import Database, with_then
 from agentrunner_host.store.events import append_sync as append_event_sync
 from agentrunner_host.store.events import incoming_fields, log_values
 from agentrunner_host.store.ledger import get_run_by_event_sync, insert_run_sync, run_values
-from agentrunner_host.store.models import ArtifactRow, EventLogRow, TranscriptRow
+from agentrunner_host.store.schema import ArtifactRow, EventLogRow, TranscriptRow
 from agentrunner_host.store.sessions import register_sync
 from agentrunner_host.store.state import StateStore
 from agentrunner_host.store.transcript import Transcript, insert_item_sync, latest_seq_sync, next_seq_sync

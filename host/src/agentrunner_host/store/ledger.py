@@ -24,13 +24,12 @@ from agentrunner.protocol import result_type
 from agentrunner.usage import add_counts
 from agentrunner.v1 import common_pb2, result_pb2
 from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
-from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import CursorCodec, UnitOfWork, dialect_insert, rowcount
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.errors import StoreError
 from agentrunner_host.store.ledger_reads import LedgerReads
 from agentrunner_host.store.ledger_rows import RECORD_FIELDS, packed_rows, result_rows, to_record
-from agentrunner_host.store.models import RunResultRow, RunRow
+from agentrunner_host.store.schema import RunResultRow, RunRow, table_of
 from agentrunner_host.store.sqlite.compiled import bind_processor, driver_execute, fast_execute
 
 _OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)

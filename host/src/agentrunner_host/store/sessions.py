@@ -11,10 +11,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token, utcnow
-from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import rowcount
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import RunSessionRow
+from agentrunner_host.store.schema import RunSessionRow, table_of
 from agentrunner_host.store.sqlite.compiled import fast_execute
 
 _SESSIONS = table_of(RunSessionRow)

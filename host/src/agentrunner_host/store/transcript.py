@@ -22,7 +22,6 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.v1 import common_pb2
-from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import (
     CursorCodec,
     UnitOfWork,
@@ -32,7 +31,7 @@ from agentrunner_host.store.common import (
     utcnow,
 )
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import ConversationRow, TranscriptRow
+from agentrunner_host.store.schema import ConversationRow, TranscriptRow, table_of
 from agentrunner_host.store.sqlite.compiled import fast_execute
 from agentrunner_host.store.transcript_read import TranscriptReader
 
