@@ -24,6 +24,7 @@ from agentrunner_host.store.migrate import (
     migrate_cli,
     upgrade,
 )
+from tests.store.conftest import add_run
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -134,8 +135,9 @@ def test_downgrade_unpacks_packed_delta_rows_without_losing_a_result(empty_url: 
         db = Database(empty_url)
         try:
             stores = await FactStores.open(db, FactStoreSettings(artifact_dir=tmp_path / "a"))
-            await stores.ledger.create_run(
-                RunRecord(run_id=run_id, event_id="evt_packed", agent_id="a", binding_id="b", runner_id="r")
+            await add_run(
+                stores,
+                RunRecord(run_id=run_id, event_id="evt_packed", agent_id="a", binding_id="b", runner_id="r"),
             )
             await stores.record_deltas([(run_id, [delta(s) for s in range(1, 6)])])
             await stores.record_deltas([(run_id, [delta(s) for s in range(6, 8)])])

@@ -194,20 +194,10 @@ TERMINAL_STATUSES = frozenset(
 
 
 class RunLedger(Protocol):
-    """One record per run plus the run's validated results in sequence order."""
-
-    async def create_run(self, record: RunRecord) -> RunRecord:
-        """Stores a new run. If a run for `record.event_id` already exists, returns that run instead
-        (the caller compares run ids): this is how a duplicate event attaches instead of starting."""
-        ...
+    """One record per run plus the run's validated results in sequence order: what the run path and
+    the proxy read, and the writes made outside a run's own transactions (`RunStore` writes the rest)."""
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
-
-    async def mark_running(self, run_id: str, started_at: dt.datetime) -> None: ...
-
-    async def append_result(self, run_id: str, result: result_pb2.RunResult) -> None:
-        """Stores one validated result; `(run_id, sequence)` is unique."""
-        ...
 
     async def list_results(
         self, run_id: str, after_sequence: int = 0, limit: int | None = None
@@ -233,10 +223,6 @@ class RunLedger(Protocol):
         limit: int = 50,
     ) -> tuple[Sequence[RunRecord], str]:
         """Newest first; returns the records and the next cursor ('' when none)."""
-        ...
-
-    async def mark_interrupted(self) -> int:
-        """Marks runs left `created`/`running` by a crash as `interrupted`; returns how many."""
         ...
 
 
