@@ -39,6 +39,7 @@ from agentrunner_host.proxy.servicer import SERVICE_NAME as PROXY_SERVICE_NAME
 from agentrunner_host.proxy.servicer import ProxyServicer
 from agentrunner_host.registry.check import Problem, check_against_registry, check_bindings, registry_view
 from agentrunner_host.registry.endpoints import RunnerRegistry
+from agentrunner_host.run import outcomes
 from agentrunner_host.run.service import RunService
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database
@@ -267,7 +268,8 @@ class HostApp:
             server.add_insecure_port(self.console.host_target)
         await self.lease.acquire()  # (another live host with this instance_id: InstanceLeaseError)
         self._tasks.append(asyncio.create_task(self.lease.run_heartbeat(), name="instance-lease"))
-        interrupted = await self.stores.mark_interrupted()
+        restarted = outcomes.failed("", "host.restarted")  # (the failure table's code, message, status)
+        interrupted = await self.stores.mark_interrupted(restarted, outcomes.status_of(restarted)[0])
         if interrupted:
             log.warning("host.interrupted_runs", count=interrupted)
         self._tasks.append(asyncio.create_task(self.stores.run_maintenance(), name="fact-maintenance"))
