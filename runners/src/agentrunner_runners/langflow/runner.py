@@ -4,8 +4,9 @@
 `input_value`, `input_type` / `output_type`, `tweaks` and a `session_id` kept in conversation state
 (`external.session_id`, minted once per conversation) so the flow's memory follows the conversation.
 
-The answer is the text of every output of the flow (each Chat Output), in the order the flow reports
-them, joined by a blank line. Streaming (`streaming: true` and a surface that streams): the body is
+The answer is the text of every output of the flow (each Chat Output), joined by a blank line: in the
+order Langflow lists them in the result, or, streamed, in the order they arrive (the `end` result
+replaces the streamed text only when its texts differ). Streaming (`streaming: true` and a surface that streams): the body is
 JSON events separated by blank lines: `token` (`data.chunk` of the AI message `data.id`), `add_message`
 (an AI message's full text; a `partial` one, which Langflow 1.x sends for a streamed message's first
 chunk before that chunk's own `token`, only marks where the message starts), `end` (the whole result),
@@ -113,7 +114,7 @@ class _Messages:
         elif kind == "add_message":
             await self._message(data)
         elif kind == "end":
-            await _result(self.turn, data.get("result"))
+            await self._end(data.get("result"))
             return True
         elif kind == "error":
             raise flow_failed(self.turn.upstream.provider, _error_text(data))
@@ -134,6 +135,15 @@ class _Messages:
             self.texts[key] = text  # a whole message, or the complete text of a streamed one
             await self._show()
 
+    async def _end(self, result: Any) -> None:
+        """The whole result: its answer replaces the streamed one only when its texts differ (outputs
+        that finished in another order than the flow lists them stay in the order they were shown)."""
+        shown = sorted(t for t in self.texts.values() if t)
+        if isinstance(result, dict) and shown and sorted(output_texts(result)) == shown:
+            _session(self.turn, result)
+            return
+        await _result(self.turn, result)
+
     async def _show(self) -> None:
         await self.turn.answer.snapshot(OUTPUT_SEPARATOR.join(t for t in self.texts.values() if t))
 
@@ -142,24 +152,28 @@ async def _result(turn: ServiceTurn, result: Any) -> None:
     """The answer of a whole run result (the non-streaming body, or the `end` event's result)."""
     if not isinstance(result, dict):
         raise turn.upstream.error("response_invalid", "the result is not a JSON object")
-    session = result.get("session_id")
-    if isinstance(session, str) and session:
-        turn.ids.set(SESSION_KEY, session)
-    text = answer_text(result)
+    _session(turn, result)
+    text = OUTPUT_SEPARATOR.join(output_texts(result))
     if text:
         await turn.answer.final(text)
 
 
-def answer_text(result: dict[str, Any]) -> str:
-    """Every output's message text (`outputs[0].outputs[i]`), joined by `OUTPUT_SEPARATOR`."""
+def _session(turn: ServiceTurn, result: dict[str, Any]) -> None:
+    session = result.get("session_id")
+    if isinstance(session, str) and session:
+        turn.ids.set(SESSION_KEY, session)
+
+
+def output_texts(result: dict[str, Any]) -> list[str]:
+    """Every output's message text (`outputs[0].outputs[i]`, in Langflow's order), empty ones left out."""
     try:
         outputs = result["outputs"][0]["outputs"]
     except (KeyError, IndexError, TypeError):
-        return ""
+        return []
     if not isinstance(outputs, list):
-        return ""
+        return []
     texts = [_output_text(output) for output in outputs if isinstance(output, dict)]
-    return OUTPUT_SEPARATOR.join(t for t in texts if t)
+    return [t for t in texts if t]
 
 
 def _output_text(output: dict[str, Any]) -> str:

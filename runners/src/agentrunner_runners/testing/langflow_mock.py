@@ -11,7 +11,8 @@ connection open without a word, as the real server does. Without `stream`: one J
 
 An `x-api-key` of `wrong-key` is refused (403); a flow id `missing` is not found (404).
 
-Scenarios (`mock:<name>` in `input_value`): `echo` (default), `two` (two Chat Outputs), `old` (the
+Scenarios (`mock:<name>` in `input_value`): `echo` (default), `two` (two Chat Outputs: the one that
+is listed second in the result is a whole message that arrives first in the stream), `old` (the
 older `outputs.message.message` shape), `messages` (only `messages[0].message`), `notokens` (a stream
 with no `token` events, the answer only in messages), `unknown` (unknown event types), `fail` (the
 flow fails), `ratelimited` (the flow fails on its LLM's 429), `empty`, `429`, `500` (a bare server
@@ -140,6 +141,10 @@ class LangflowMock:
             out.append(_event("error", error))
             record.scenario = scenario
             return StreamedBody(slow(out, total=60), record, media_type="text/event-stream; charset=utf-8")
+        if scenario == "two":  # the echoing output finishes first but is listed last in the result
+            echo = _message(session, answers[1], sender="Machine", msg_id=str(uuid.uuid4()))
+            out.append(_event("add_message", echo))
+            answers = answers[:1]
         for answer in answers:
             out.extend(self._ai_message(scenario, session, answer))
         out.append(_event("end", {"result": result}))
