@@ -60,10 +60,13 @@ REASONS: dict[str, tuple[str, bool]] = {
 _MAX_MESSAGE = 500
 
 #: Wording of a rate limit inside a service's failure text or code: an HTTP 429 named in the text,
-#: "rate limit" / "ratelimit" / "rate_limit", "too many requests", "throttl…" (DashScope's `Throttling.*`
-#: codes), "LimitRequests" (DashScope's per-model request limit).
+#: "rate limit" / "ratelimit" / "rate_limit", "request rate is too high", "too many requests", "too
+#: frequent", "throttl…" (DashScope's `Throttling.*` codes), "LimitRequests" (DashScope's per-model
+#: request limit), and the Chinese services' 频繁 ("too frequent") / 限流 ("throttled").
 _RATE_LIMIT = re.compile(
-    r"(?<![\w.])429(?![\w.])|rate[\s_-]?limit|too many requests|throttl|limit[\s_-]?requests", re.I
+    r"(?<![\w.])429(?![\w.])|rate[\s_-]?limit|rate is too high|too many requests|too frequent|throttl"
+    r"|limit[\s_-]?requests|频繁|限流",
+    re.I,
 )
 #: A used-up quota or an unpaid account is not a rate limit, even with a 429: retrying cannot succeed.
 _QUOTA_EXHAUSTED = re.compile(r"insufficient[\s_-]?quota|exceeded your current quota|arrearage", re.I)
