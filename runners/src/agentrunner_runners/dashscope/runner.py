@@ -40,7 +40,9 @@ class DashScopeConfig(BaseModel):
 
     base_url: HttpUrl = Field("https://dashscope.aliyuncs.com/api/v1", alias="base-url")
     api_key: str = Field(alias="api-key", min_length=1)
-    app_id: str = Field(alias="app-id", min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    app_id: str = Field(
+        alias="app-id", min_length=1
+    )  # `pattern` in manifest.yaml: one rule with config check
     app_type: Literal["agent", "workflow"] = Field("agent", alias="app-type")
     incremental_output: bool = Field(True, alias="incremental-output")
     references_quote: str = "参考资料来自:"

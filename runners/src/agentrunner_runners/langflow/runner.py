@@ -33,9 +33,6 @@ from agentrunner.services import JsonSequence, ServiceError, ServiceRunner, Serv
 from agentrunner.services.config import HttpUrl
 
 SESSION_KEY = "external.session_id"
-#: A flow id (a UUID) or endpoint name: one path segment. The manifest declares the same pattern for
-#: `config check` (`manifest.yaml`, `flow-id`); the runner's model enforces it at run time.
-FLOW_ID_PATTERN = r"^[A-Za-z0-9_.-]+$"
 #: Between the texts of two outputs of one flow.
 OUTPUT_SEPARATOR = "\n\n"
 
@@ -45,7 +42,9 @@ class LangflowConfig(BaseModel):
 
     base_url: HttpUrl = Field("http://localhost:7860", alias="base-url")
     api_key: str = Field("", alias="api-key")
-    flow_id: str = Field(alias="flow-id", min_length=1, pattern=FLOW_ID_PATTERN)
+    # one path segment: `manifest.yaml` declares its `pattern`, which the SDK checks before a run and
+    # the host's `config check` applies too (one rule for both)
+    flow_id: str = Field(alias="flow-id", min_length=1)
     input_type: str = Field("chat", alias="input-type")
     output_type: str = Field("chat", alias="output-type")
     tweaks: JsonConfig[dict[str, Any]] = Field(default_factory=dict)
