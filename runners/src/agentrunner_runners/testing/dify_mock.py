@@ -4,8 +4,10 @@ describe it: `data: {json}` SSE lines, `event: ping` keep-alives, `message_end` 
 
 Scenarios (`mock:<name>` in the query): `echo` (default), `agent` (agent_message + agent_thought tool
 call + message_file image), `think`, `replace`, `unknown` (unknown event types), `empty`, `error` (error
-event in a 200 stream), `invalid` (a non-JSON data line), `401`, `429` (Retry-After: 7), `500`, `slow`
-(one piece, then silence), `drop` (connection broken mid-stream); workflow: `echo`, `fail`. A request
+event in a 200 stream), `ratelimited` (an error event with `status` 429 after a partial answer),
+`invalid` (a non-JSON data line), `401`, `429` (Retry-After: 7), `500`, `slow` (one piece, then
+silence), `drop` (connection broken mid-stream); workflow: `echo`, `fail` (`workflow_finished` with
+`status: failed`), `ratelimited` (the same, its error a model's 429). A request
 with a conversation id the mock never issued gets Dify's 404 "Conversation Not Exists.".
 """
 
@@ -159,6 +161,12 @@ class DifyMock:
             out.append(b'event: tts_message\ndata: {"event": "tts_message", "audio": ""}\n\n')
         if scenario == "invalid":
             out.append(b"data: {not json at all\n\n")
+        if scenario == "ratelimited":  # the model behind the app was throttled mid-answer
+            out.append(_sse({"event": event, **base, "answer": "Partial "}))
+            throttled = {"event": "error", **base, "status": 429, "code": "completion_request_error",
+                         "message": "[openai] Rate Limit Error, Error code: 429 - Rate limit reached"}  # fmt: skip
+            out.append(_sse(throttled))
+            return out
         if scenario == "error":
             out.append(_sse({"event": event, **base, "answer": "Partial "}))
             out.append(
@@ -220,7 +228,12 @@ class DifyMock:
                 }
             ),
         ]
-        if scenario == "fail":
+        if scenario in ("fail", "ratelimited"):
+            error = (
+                "Node LLM run failed: LLM timeout"
+                if scenario == "fail"
+                else "[openai] Rate Limit Error, Error code: 429 - Rate limit reached for requests"
+            )
             out.append(
                 _sse(
                     {
@@ -239,7 +252,7 @@ class DifyMock:
                             "id": "wr-2",
                             "status": "failed",
                             "outputs": None,
-                            "error": "Node LLM run failed: LLM timeout",
+                            "error": error,
                         },
                     }
                 )
