@@ -231,7 +231,7 @@ async def steering_pull(run: BridgedRun, data: Data) -> Data:
 
 # -- state and storage ----------------------------------------------------------------------------
 async def state_get(run: BridgedRun, data: Data) -> Data:
-    return {"value": await run.ctx.api.get_state(str(data["scope"]), str(data["key"]))}
+    return {"value": ctxmap.integral(await run.ctx.api.get_state(str(data["scope"]), str(data["key"])))}
 
 
 async def state_set(run: BridgedRun, data: Data) -> Data:

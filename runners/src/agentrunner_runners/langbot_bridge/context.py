@@ -65,9 +65,22 @@ _APIS = (
 EVENT_REPLY_TOOL = "event_reply"
 
 
+def integral(value: Any) -> Any:
+    """JSON from a `Struct` / `Value` with whole numbers as ints: protobuf keeps every number as a
+    double, LangBot's host (plain JSON) gives plugins `2`, not `2.0`, for what was written as `2`."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [integral(v) for v in value]
+    return value
+
+
 def plain(message: pb_message.Message) -> dict[str, Any]:
-    """A Struct (or any message) as plain JSON data."""
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+    """A Struct (or any message) as plain JSON data (whole numbers as ints)."""
+    out: dict[str, Any] = integral(json_format.MessageToDict(message, preserving_proto_field_name=True))
+    return out
 
 
 def seconds(ts: timestamp_pb2.Timestamp) -> int | None:
@@ -329,10 +342,10 @@ def runner_context(ctx: RunContext, kind: ComponentKind) -> dict[str, Any]:
         "resources": resources(raw.resources, raw.context.available_apis),
         "context": context_access(raw.context),
         "state": {
-            "conversation": ctx.state.conversation,
-            "actor": ctx.state.actor,
-            "subject": ctx.state.subject,
-            "runner": ctx.state.runner,
+            "conversation": plain(raw.state.conversation),
+            "actor": plain(raw.state.actor),
+            "subject": plain(raw.state.subject),
+            "runner": plain(raw.state.runner),
         },
         "runtime": {
             "langbot_version": _str(raw.runtime.host_version),
@@ -342,8 +355,8 @@ def runner_context(ctx: RunContext, kind: ComponentKind) -> dict[str, Any]:
             ),
             "metadata": runtime_metadata,
         },
-        "variables": ctx.variables,
-        "config": dict(ctx.config) if isinstance(ctx.config, dict) else plain(raw.config),
+        "variables": plain(raw.variables),
+        "config": integral(dict(ctx.config)) if isinstance(ctx.config, dict) else plain(raw.config),
         "adapter": {"extra": plain(raw.adapter.extra)} if raw.HasField("adapter") else None,
         "metadata": plain(raw.metadata),
     }

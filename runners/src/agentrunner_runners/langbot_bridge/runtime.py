@@ -4,7 +4,8 @@
   lays out `data/plugins/`), stdin/stdout as the control connection (`peer.py`), a minimal environment
   (no secrets of the bridge's own environment reach the runtime or the plugin workers it starts), the
   runtime's plugin debug listener moved to a free port (`--ws-debug-port 0`; the bridge never issues the
-  debug keys it would accept). Handshake: `set_runtime_config` (profile `oss_dev`), then a first tenant
+  debug keys it would accept), tied to the bridge's life (`launch.py`: SIGTERM when the bridge dies,
+  even by SIGKILL; the runtime stops its workers on SIGTERM). Handshake: `set_runtime_config` (profile `oss_dev`), then a first tenant
   action with the bridge's one installation binding, which makes the runtime start its plugin workers.
 - **Ready**: when every plugin found has registered (`list_plugins`), or after the start-up timeout
   with whatever registered; discovery then asks for every component kind of `kinds.py`.
@@ -136,6 +137,9 @@ class PluginRuntime:
             args.append("--skip-deps-check")
         process = await asyncio.create_subprocess_exec(
             sys.executable,
+            "-m",
+            "agentrunner_runners.langbot_bridge.launch",  # the runtime gets SIGTERM if the bridge dies
+            str(os.getpid()),
             *args,
             cwd=self.work_dir,
             stdin=asyncio.subprocess.PIPE,
@@ -247,10 +251,16 @@ class PluginRuntime:
         answer = await peer.call("list_plugins", {})
         out = set()
         for plugin in answer.get("plugins") or []:
-            if not isinstance(plugin, dict) or plugin.get("status") != "initialized" or not plugin.get("enabled"):
+            if (
+                not isinstance(plugin, dict)
+                or plugin.get("status") != "initialized"
+                or not plugin.get("enabled")
+            ):
                 continue
             manifest = plugin.get("manifest") or {}
-            meta = (manifest.get("manifest") or manifest).get("metadata") or {}  # a component manifest wraps it
+            meta = (manifest.get("manifest") or manifest).get(
+                "metadata"
+            ) or {}  # a component manifest wraps it
             out.add(f"{meta.get('author')}/{meta.get('name')}")
         return out
 
