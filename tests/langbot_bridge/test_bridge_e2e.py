@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import psutil
 import pytest
 
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc, result_pb2
@@ -50,6 +51,7 @@ class Stack:
     db_file: Path
     marker: Path
     mock: str
+    host: Proc
 
 
 @dataclass
@@ -178,7 +180,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             timeout=120,
         )
         procs.append(host)
-        yield Stack(host.value, db_file, marker, base)
+        yield Stack(host.value, db_file, marker, base, host)
     finally:
         for proc in reversed(procs):
             proc.kill()
@@ -408,3 +410,39 @@ def _runs_overlapping(db_file: Path, prefix: str) -> int:
         )
         spans = [(str(a), str(b)) for a, b in rows if a and b]
     return max((sum(1 for a2, b2 in spans if a2 <= a < b2) for a, _ in spans), default=0)
+
+
+async def test_a_killed_bridge_takes_its_plugins_along_and_the_host_starts_it_again(stack: Stack) -> None:
+    def plugin_side() -> list[psutil.Process]:
+        children = psutil.Process(stack.host.popen.pid).children(recursive=True)
+        return [p for p in children if "langbot" in " ".join(p.cmdline())]
+
+    before = plugin_side()
+    bridge = next(p for p in before if "agentrunner_runners.langbot_bridge" in p.cmdline())
+    bridge.kill()  # SIGKILL: the bridge cannot clean up; its runtime is tied to it (PR_SET_PDEATHSIG)
+    _, alive = psutil.wait_procs(before, timeout=15)
+    assert not alive, [p.cmdline() for p in alive]
+    out = Outcome([])
+    for _ in range(120):  # the host restarts it (1 s backoff) and it serves again once its plugins registered
+        with contextlib.suppress(grpc.RpcError):
+            out = await ask(stack, "echo", "back again", conversation="after-kill")
+            if out.status == "RUN_STATUS_COMPLETED":
+                break
+        await asyncio.sleep(0.5)
+    assert out.answer == "> back again", out.results
+
+
+def test_no_host_secret_reaches_the_bridge_or_the_plugins_and_none_outlives_the_host(stack: Stack) -> None:
+    """Runs last (it kills the module's host): the bridge, the runtime and the plugin workers see no
+    secret of the host's environment, and all of them end when the host is SIGKILLed."""
+    children = psutil.Process(stack.host.popen.pid).children(recursive=True)
+    plugin_side = [p for p in children if "langbot" in " ".join(p.cmdline())]
+    assert len(plugin_side) >= 4, [p.cmdline() for p in children]  # bridge, runtime, two workers
+    for proc in plugin_side:
+        environ = proc.environ()
+        assert "OPENAI_API_KEY" not in environ and "sk-host-secret" not in environ.values(), proc.cmdline()
+    bridge = next(p for p in plugin_side if "agentrunner_runners.langbot_bridge" in p.cmdline())
+    assert bridge.environ()["QA_GREETING"] == "bonjour"  # named in the entry's `env`
+    stack.host.kill()
+    _, alive = psutil.wait_procs(plugin_side, timeout=15)
+    assert not alive, [p.cmdline() for p in alive]
