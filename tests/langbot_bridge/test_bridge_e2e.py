@@ -432,7 +432,9 @@ async def test_a_killed_bridge_takes_its_plugins_along_and_the_host_starts_it_ag
     assert out.answer == "> back again", out.results
 
 
-def test_no_host_secret_reaches_the_bridge_or_the_plugins_and_none_outlives_the_host(stack: Stack) -> None:
+async def test_no_host_secret_reaches_the_bridge_or_the_plugins_and_none_outlives_the_host(
+    stack: Stack,
+) -> None:
     """Runs last (it kills the module's host): the bridge, the runtime and the plugin workers see no
     secret of the host's environment, and all of them end when the host is SIGKILLed."""
     children = psutil.Process(stack.host.popen.pid).children(recursive=True)

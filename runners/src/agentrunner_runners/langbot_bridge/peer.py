@@ -309,12 +309,16 @@ class RuntimePeer:
         if flow:
             self._senders[seq] = sender
         try:
-            async for item in items:
-                while flow and sender.sent - sender.acked >= STREAM_WINDOW:
+            while True:
+                while flow and sender.sent - sender.acked >= STREAM_WINDOW:  # before asking for more
                     sender.ready.clear()
                     await sender.ready.wait()
                     if self.closed.is_set():
                         raise PeerClosed("the plugin runtime's connection ended")
+                try:
+                    item = await anext(items)
+                except StopAsyncIteration:
+                    break
                 frame: dict[str, Any] = {
                     "seq_id": seq,
                     "code": 0,

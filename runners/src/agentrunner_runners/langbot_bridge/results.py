@@ -13,6 +13,7 @@
 | `run.failed` `{error, code, retryable}` | `run.failed`, code mapped by `FAILURES` |
 | `usage` on any envelope | `usage` on the same result |
 | a type this table does not know | dropped, with a warning (the SDK's own forward-compatibility rule) |
+| a payload this protocol cannot carry (a state scope it does not know, ...) | dropped, with a warning (what the host does with an invalid payload) |
 
 Deltas: a LangBot chunk is a snapshot (LangBot's pipeline replaces the previous chunk and prefers
 `all_content`), so the text so far is `all_content` when the chunk has it, else its `content`. The
@@ -135,7 +136,11 @@ class ResultTranslator:
         if handler is None:
             log.warning("langbot.result_type_unknown", type=kind[:100])
             return None
-        out = handler(self, data)
+        try:
+            out = handler(self, data)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:  # the host would drop it as invalid
+            log.warning("langbot.result_invalid", type=kind, error=str(exc)[:200])
+            return None
         if out is not None:
             used = usage(envelope.get("usage"))
             if used is not None:
