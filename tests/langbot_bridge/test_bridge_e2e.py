@@ -412,6 +412,26 @@ def _runs_overlapping(db_file: Path, prefix: str) -> int:
     return max((sum(1 for a2, b2 in spans if a2 <= a < b2) for a, _ in spans), default=0)
 
 
+async def test_a_crashing_runtime_fails_its_open_runs_typed_and_is_restarted(stack: Stack) -> None:
+    children = psutil.Process(stack.host.popen.pid).children(recursive=True)
+    (runtime,) = [p for p in children if " rt " in " ".join(p.cmdline()) + " "]
+    async with grpc.aio.insecure_channel(stack.address) as channel:
+        stub = host_service_pb2_grpc.HostServiceStub(channel)
+        call, _ = await _start_forever(stub, "forever-runtime-crash")
+        runtime.kill()  # SIGKILL the plugin runtime itself, mid-run
+        rest = Outcome([u async for u in call])
+    (failure,) = rest.of("run_failed")
+    assert rest.status == "RUN_STATUS_FAILED"
+    assert failure.code == "langbot.runtime_crashed" and failure.retryable, failure
+    out = Outcome([])
+    for _ in range(120):  # the bridge restarts it (1 s backoff); the run waits for the plugins to register
+        out = await ask(stack, "echo", "runtime back", conversation="after-runtime-crash")
+        if out.status == "RUN_STATUS_COMPLETED":
+            break
+        await asyncio.sleep(0.5)
+    assert out.answer == "> runtime back", out.results
+
+
 async def test_a_killed_bridge_takes_its_plugins_along_and_the_host_starts_it_again(stack: Stack) -> None:
     def plugin_side() -> list[psutil.Process]:
         children = psutil.Process(stack.host.popen.pid).children(recursive=True)
