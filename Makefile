@@ -87,7 +87,7 @@ demo-claude: sync ## The claude-code runner through the host (the real `claude` 
 demo-codex: sync ## The codex runner through the host (the real `codex` if installed, else the bundled fake)
 	$(RUN) python -m agentrunner_host.demos.harness codex
 
-bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
+bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge, LangBot bridge vs native; writes bench/results*.json
 	$(RUN) python bench/run_all.py
 
 clean: ## Remove generated scratch and local state
