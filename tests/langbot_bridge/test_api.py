@@ -15,6 +15,7 @@ from langbot_plugin.api.entities.builtin.runner.run_ledger import AgentRun, RunE
 from langbot_plugin.api.entities.builtin.runner.steering import SteeringPullResult
 
 from agentrunner.context import RunContext
+from agentrunner.errors import RateLimitedError
 from agentrunner.testing import HostDouble, make_context
 from agentrunner_runners.langbot_bridge.api import ApiRouter
 from agentrunner_runners.langbot_bridge.peer import ReplyError
@@ -107,6 +108,16 @@ async def test_model_calls_answer_in_the_sdks_shapes(setup: Setup) -> None:
     events = [LLMStreamEvent.model_validate(e) async for e in stream]
     assert [e.chunk.content for e in events if e.chunk] == ["a", "b"]
     assert events[1].chunk is not None and events[1].chunk.is_final and events[-1].usage is not None
+
+    setup.host.reset_scripts()
+    setup.host.on(
+        "StreamModel",
+        [{"chunk": {"content": "partial"}}, RateLimitedError("the provider throttled the stream")],
+    )
+    stream = await setup.call("invoke_llm_stream", llm_model_uuid="chat", messages=messages)
+    with pytest.raises(ReplyError) as mid_stream:  # ends the stream in the runtime's error shape
+        _ = [e async for e in stream]
+    assert mid_stream.value.message == "RATE_LIMITED: the provider throttled the stream"
 
 
 async def test_context_calls_answer_in_the_sdks_shapes(setup: Setup) -> None:

@@ -87,6 +87,28 @@ def host_error(exc: AgentRunnerError) -> ReplyError:
     )
 
 
+def _invalid(action: str, exc: Exception) -> ReplyError:
+    message = f"INVALID_ARGUMENT: {action}: {exc}"[:500]
+    return ReplyError(
+        message, {"code": "invalid_argument", "message": message, "retryable": False, "details": {}}
+    )
+
+
+async def _typed_errors(action: str, items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """A streamed answer whose host error mid-stream ends it in the runtime's error shape."""
+    try:
+        async for item in items:
+            yield item
+    except AgentRunnerError as exc:
+        raise host_error(exc) from None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise _invalid(action, exc) from None
+    finally:
+        closer = getattr(items, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
 def _refused(message: str, code: str = "unauthorized") -> ReplyError:
     return ReplyError(
         f"UNAUTHORIZED: {message}", {"code": code, "message": message, "retryable": False, "details": {}}
@@ -110,14 +132,12 @@ class ApiRouter:
             raise not_offered(action, "is not offered by this host (see the bridge's documented limits)")
         run = self._open_run(action, data, context)
         try:
-            return await call(run, data)
+            answer = await call(run, data)
         except AgentRunnerError as exc:
             raise host_error(exc) from None
         except (ValueError, TypeError, KeyError) as exc:
-            message = f"INVALID_ARGUMENT: {action}: {exc}"[:500]
-            raise ReplyError(
-                message, {"code": "invalid_argument", "message": message, "retryable": False, "details": {}}
-            ) from None
+            raise _invalid(action, exc) from None
+        return answer if isinstance(answer, dict) else _typed_errors(action, answer)
 
     def _open_run(
         self, action: str, data: Mapping[str, Any], context: Mapping[str, Any] | None
