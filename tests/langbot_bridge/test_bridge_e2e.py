@@ -239,6 +239,9 @@ async def test_invoke_llm_reaches_the_host_model_and_usage_lands_on_the_terminal
     assert streamed.status == "RUN_STATUS_COMPLETED", streamed.results
     assert "mango juice" in streamed.answer and streamed.streamed == streamed.answer
     assert len(streamed.of("message_delta")) > 1
+    counted = await ask(stack, "llm", "tokens: how many tokens is this", conversation="llm-tokens")
+    assert counted.status == "RUN_STATUS_COMPLETED", counted.results
+    assert counted.answer.startswith("tokens=") and int(counted.answer.removeprefix("tokens=")) > 0
     chats = [r for r in http_json(f"{stack.mock}/_admin/requests") if r["path"].endswith("/chat/completions")]
     assert any(r["body"].get("stream") for r in chats) and any(not r["body"].get("stream") for r in chats)
 
