@@ -26,6 +26,7 @@ from agentrunner.harness.process import (
     Records,
     harness_env,
     kill_all,
+    secret_names,
 )
 from agentrunner.harness.projection import context_document, write_context, write_skills
 from agentrunner.harness.redact import Redactor
@@ -40,6 +41,7 @@ from agentrunner.harness.workspace import (
     directory_name,
     open_beneath,
     open_workspace,
+    refuse_shared_root,
     sweep,
 )
 
@@ -70,7 +72,9 @@ __all__ = [
     "open_beneath",
     "open_workspace",
     "prepare_workspace",
+    "refuse_shared_root",
     "safe_name",
+    "secret_names",
     "session_lock",
     "steered_turns",
     "sweep",
