@@ -28,13 +28,11 @@ import grpc
 import psutil
 
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
-from agentrunner_runners.testing.openai_responses_mock import ResponsesMock
+from agentrunner_runners.testing.openai_responses_mock import ResponsesMock, codex_config
 from tests.integration.conftest import ROOT, Proc, cli, run_request, start_host, write_config
 
 CODEX = "agentrunner_runners.codex:CodexRunner"
 CODEX_ID = "plugin:langbot/codex-agent/default"
-#: a model slug the pinned Codex knows (`codex debug models`): full tool metadata, `apply_patch` kept
-MODEL = "gpt-5.5"
 API_KEY = "sk-mock-openai-key-that-must-not-leak-0123456789"
 HOST_SECRET = "sk-host-secret-that-must-not-leak-123456"
 
@@ -93,26 +91,6 @@ def codex_processes(*roots: Path) -> list[psutil.Process]:
     return found
 
 
-def user_home(directory: Path, base_url: str, *, retries: int | None = None) -> Path:
-    """A user's codex home whose `config.toml` points Codex at the mock; `retries` bounds Codex's own
-    retries of a failing request (its default retries an upstream 500 for ~27 s)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    lines = [
-        f'model = "{MODEL}"',
-        'model_provider = "mock"',
-        "",
-        "[model_providers.mock]",
-        'name = "mock"',
-        f'base_url = "{base_url}"',
-        'wire_api = "responses"',
-        'env_key = "OPENAI_API_KEY"',
-    ]
-    if retries is not None:
-        lines += [f"request_max_retries = {retries}", f"stream_max_retries = {retries}"]
-    (directory / "config.toml").write_text("\n".join(lines) + "\n")
-    return directory
-
-
 def start_runner(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
     """The runner process, its output (log lines included) in `log`; returns it and its address."""
     argv = [sys.executable, "-m", "agentrunner", "serve", CODEX, "--host", "127.0.0.1", "--port", "0"]
@@ -156,8 +134,8 @@ def _agents(base: dict[str, Any], fast_home: Path, tmp_root: Path) -> list[dict[
 def start_stack(tmp: Path, codex: Path, mock: ResponsesMock) -> Iterator[Stack]:
     """Starts runner and host; yields the `Stack`; stops them."""
     root = tmp / "workspaces"
-    home = user_home(tmp / "codex-home", mock.url("/v1"))
-    fast_home = user_home(tmp / "codex-home-fast", mock.url("/v1"), retries=1)
+    home = codex_config(tmp / "codex-home", mock.url("/v1"))  # Codex's default retries
+    fast_home = codex_config(tmp / "codex-home-fast", mock.url("/v1"), retries=1)
     tmp_root = Path(tempfile.mkdtemp(prefix="codex-real-", dir="/tmp"))
     env = {
         "AGENTRUNNER_HARNESS_ROOTS": os.pathsep.join([str(root), str(tmp_root)]),

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +26,7 @@ import pytest
 from agentrunner.harness import directory_name
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_runners.testing.openai_responses_mock import Reply, ResponsesMock, http_error, text
-from tests.integration.conftest import audit_outcomes, cli
+from tests.integration.conftest import ROOT, audit_outcomes, cli
 from tests.real.codex_stack import API_KEY, HOST_SECRET, Stack, codex_processes, request, start_stack
 from tests.real.tools import real_tool
 
@@ -227,3 +230,20 @@ async def test_a_session_logs_no_unknown_notifications(stack: Stack) -> None:
     log = stack.runner_log.read_text(errors="replace")
     assert "mcp bridge listening" in log  # the log is the runner's
     assert not re.findall(r"codex\.unknown_\w+.*", log)
+
+
+async def test_make_demo_codex_drives_the_real_cli_against_the_mock() -> None:
+    """`make demo-codex` with the real `codex` installed: the conversation runs offline against the
+    Responses mock, every turn checked strictly (the demo exits 1 otherwise)."""
+    bin_dir = real_tool("codex") / "node_modules" / ".bin"
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTRUNNER_HARNESS_ROOTS", "OPENAI_API_KEY")}
+    env.update(COLUMNS="250", PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "agentrunner_host.demo_harness", "codex"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert f"using the real `codex` at {bin_dir / 'codex'}" in out and "against a local mock" in out
+    assert 'tool current_time({"timezone": "Asia/Tokyo"})' in out and "(turn 4)" in out

@@ -22,6 +22,10 @@ What the model answers is decided per request:
 
     python -m agentrunner_runners.testing.openai_responses_mock --port 0
     # prints: OPENAI_RESPONSES_MOCK_LISTENING <port>
+
+`codex_config(directory, base_url)` writes a Codex home whose `config.toml` points Codex at the mock
+(a `[model_providers.mock]` with `wire_api = "responses"`); `codex_demo(workdir)` is `make demo-codex`'s
+setup for a real `codex`.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -58,10 +63,15 @@ from agentrunner_runners.testing.openai_responses_sse import (
 
 READY = "OPENAI_RESPONSES_MOCK_LISTENING"
 SERVICE = "openai"
+#: a model slug Codex 0.169 knows (`codex debug models`): full tool metadata (an unknown slug drops
+#: the `apply_patch` tool)
+CODEX_MODEL = "gpt-5.5"
 __all__ = [
     "ModelRequest",
     "Reply",
     "ResponsesMock",
+    "codex_config",
+    "codex_demo",
     "custom_tool_call",
     "default_model",
     "failed",
@@ -306,6 +316,40 @@ class ResponsesMock:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def codex_config(
+    directory: Path, base_url: str, *, model: str = CODEX_MODEL, retries: int | None = None
+) -> Path:
+    """A Codex home at `directory` whose `config.toml` points Codex at the mock at `base_url` (`.../v1`);
+    `retries` bounds Codex's own retries of a failing request (by default it retries a 500 for ~27 s)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"model = {json.dumps(model)}",
+        'model_provider = "mock"',
+        "",
+        "[model_providers.mock]",
+        'name = "mock"',
+        f"base_url = {json.dumps(base_url)}",
+        'wire_api = "responses"',
+        'env_key = "OPENAI_API_KEY"',
+    ]
+    if retries is not None:
+        lines += [f"request_max_retries = {retries}", f"stream_max_retries = {retries}"]
+    (directory / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return directory
+
+
+def codex_demo(workdir: Path) -> tuple[dict[str, str], dict[str, Any], Callable[[], None]]:
+    """`make demo-codex` with a real `codex`: the mock started, a Codex home pointing at it; returns the
+    runner's environment (a placeholder API key), the runner config (`codex-home`) and the stop."""
+    mock = ResponsesMock().start()
+    home = codex_config(workdir / "codex-home", mock.url("/v1"))
+    return (
+        {"OPENAI_API_KEY": "sk-demo-placeholder-key-for-the-local-mock"},
+        {"codex-home": str(home)},
+        mock.stop,
+    )
 
 
 def main() -> None:
