@@ -148,7 +148,7 @@ async def test_a_conversation_cannot_write_into_another_or_into_tmp(stack: Stack
     await stack.run("hello", victim, agent=transport)
     outbox = stack.root / directory_name(victim, "") / "outbox"
     assert outbox.is_dir()
-    marker = Path(f"/tmp/codex-real-planted-{transport}")
+    marker = Path(f"/tmp/codex-real-planted-{transport}-{os.getpid()}-{time.monotonic_ns()}")
     command = (
         f"touch $TMPDIR/scratch && echo TMPDIR-OK; echo planted > {outbox}/planted.txt; "
         f"touch {marker}; touch .codex/home/planted"
@@ -158,7 +158,7 @@ async def test_a_conversation_cannot_write_into_another_or_into_tmp(stack: Stack
     assert "TMPDIR-OK" in output  # the conversation's own TMPDIR works
     attacker = stack.root / directory_name(f"attacker-{transport}", "")
     planted = (outbox / "planted.txt", marker, attacker / ".codex" / "home" / "planted")
-    assert not any(path.exists() for path in planted)  # nor into its own CODEX_HOME
+    assert [path for path in planted if path.exists()] == []  # nor into its own CODEX_HOME
     assert output.count("Read-only file system") + output.count("Permission denied") >= 3, output
     again = await stack.run("hello again", victim, agent=transport)
     assert list(answer(again).artifacts) == []

@@ -173,8 +173,10 @@ def _mcp_call(config: dict[str, Any], words: list[str]) -> tuple[str, str, dict[
                 return await _use(session, tool, arguments)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        # like Codex: the server gets a small base environment plus its `env` table, nothing else
-        base = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
+        # like Codex: the server gets a small base environment, the variables its `env_vars` names (from
+        # Codex's own environment) and its `env` table, nothing else
+        names = ("PATH", "HOME", "LANG", *(server.get("env_vars") or []))
+        base = {k: os.environ[k] for k in names if k in os.environ}
         params = StdioServerParameters(
             command=server["command"],
             args=server.get("args") or [],
