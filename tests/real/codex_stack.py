@@ -29,7 +29,7 @@ import psutil
 
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from agentrunner_runners.testing.openai_responses_mock import ResponsesMock, codex_config
-from tests.integration.conftest import ROOT, Proc, cli, run_request, start_host, write_config
+from tests.integration.conftest import CLI, ROOT, Proc, cli, run_request, write_config
 
 CODEX = "agentrunner_runners.codex:CodexRunner"
 CODEX_ID = "plugin:langbot/codex-agent/default"
@@ -98,7 +98,7 @@ def start_runner(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes
         proc = subprocess.Popen(
             argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}
         )
-    end = time.monotonic() + 60
+    end = time.monotonic() + 120
     while time.monotonic() < end:
         for line in log.read_text(errors="replace").splitlines():
             if line.startswith("AGENTRUNNER_LISTENING"):
@@ -162,7 +162,12 @@ def start_stack(tmp: Path, codex: Path, mock: ResponsesMock) -> Iterator[Stack]:
         )
         upgraded = cli("db", "upgrade", "--config", str(config))
         assert upgraded.returncode == 0, upgraded.stderr
-        host = start_host(config)
+        # (a busy machine can take a while to import the host)
+        host = Proc(
+            [*CLI, "serve", "--config", str(config), "--log-level", "WARNING"],
+            "AGENTRUNNER_HOST_LISTENING",
+            timeout=120,
+        )
         yield Stack(host.value, db_file, root, tmp_root, mock, runner, runner_log)
     finally:
         if host is not None:

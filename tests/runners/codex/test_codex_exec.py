@@ -212,7 +212,7 @@ async def test_codex_home_is_private_per_conversation_and_its_config_removed(
     await run(host, fake, "again")
     first, second = (i["codex_home"] for i in fake.invocations())
     assert first == second and first.startswith(str(fake.root)) and first.endswith("/.codex/home")
-    assert not await asyncio.to_thread(os.path.exists, f"{first}/config.toml")  # removed after the run
+    assert not await asyncio.to_thread(os.path.exists, f"{first}/config.toml")  # removed after the turn
     assert (fake.home / "auth.json").exists() and list((fake.home / "sessions").glob("*.json"))
     assert tomllib.loads((fake.home / "config.toml").read_text())["model"] == "gpt-fake"  # untouched
 

@@ -11,7 +11,8 @@ sent again on a resumed thread; under `.codex/`, which Codex's `workspace-write`
 read-only for the commands the model runs): `auth.json` and `sessions/` are symlinks into the user's
 codex home (so the login is reused and the threads a run starts can be resumed by the next run),
 `skills/` links to the workspace's `.codex/skills` (the run's authorized skills, read-only), and
-`config.toml` (mode 0600, written anew by every run and removed when it ends) is the user's copied,
+`config.toml` (mode 0600, written for every turn while it holds the conversation's lock, removed
+when the turn ends: it names the run's bridge) is the user's copied,
 plus the runner's defaults for what the user's file does not set (`DEFAULT_TABLES`: the environment of
 the model's commands without secrets, `/tmp` and `$TMPDIR` not writable by them) and an
 `[mcp_servers.<name>]` table for the LangBot bridge (its tools callable without asking) and each
@@ -156,6 +157,15 @@ def user_config(source: Path) -> tuple[str, dict[str, Any]]:
         raise HomeConflict(f"{user} is not valid TOML: {exc}") from None
 
 
+def check_config(source: Path, servers: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The user's `config.toml` (`user_config`), refused when it defines a server the runner adds."""
+    base, parsed = user_config(source)
+    clash = sorted(set(parsed.get("mcp_servers") or {}) & set(servers))
+    if clash:
+        raise HomeConflict(f"{source / 'config.toml'} already defines MCP server(s) {', '.join(clash)}")
+    return base, parsed
+
+
 def default_tables(secret_names: list[str]) -> dict[str, dict[str, Any]]:
     """The tables the runner adds when the user's `config.toml` does not define them:
 
@@ -204,7 +214,8 @@ def make_home(
     skills: Path | None = None,
     defaults: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Path:
-    """Creates or refreshes the conversation's `CODEX_HOME` at `target` (module docstring); returns it."""
+    """Creates or refreshes the conversation's `CODEX_HOME` at `target` (module docstring); returns it.
+    Called by each turn while it holds the conversation's lock, so links and config are the turn's own."""
     target.mkdir(mode=0o700, parents=True, exist_ok=True)
     target.chmod(0o700)
     (source / "sessions").mkdir(parents=True, exist_ok=True)
@@ -217,10 +228,7 @@ def make_home(
             link.unlink()
         if name in links and not link.exists():
             link.symlink_to(links[name])
-    base, parsed = user_config(source)
-    clash = sorted(set(parsed.get("mcp_servers") or {}) & set(servers))
-    if clash:
-        raise HomeConflict(f"{source / 'config.toml'} already defines MCP server(s) {', '.join(clash)}")
+    base, parsed = check_config(source, servers)
     added = [table(name, values) for name, values in (defaults or {}).items() if name not in parsed]
     added += [mcp_table(name, server) for name, server in servers.items()]
     text = base.rstrip("\n") + ("\n\n" if base.strip() else "") + "\n".join(added)
@@ -231,6 +239,6 @@ def make_home(
 
 
 def remove_config(target: Path) -> None:
-    """Removes the home's `config.toml` when the run ends (it names the run's bridge, whose token dies
-    with the run); the home itself stays for the conversation's next turn."""
+    """Removes the home's `config.toml` when the turn ends (it names the run's bridge; the next turn,
+    maybe another run's, writes its own); the home itself stays for the conversation's next turn."""
     (target / "config.toml").unlink(missing_ok=True)

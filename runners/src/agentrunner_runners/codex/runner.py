@@ -90,6 +90,7 @@ class CodexRun(HarnessRun):
         self.bridge: McpBridge | None = None
         self.home: Path | None = None
         self.env: dict[str, str] = {}
+        self.source = Path()
         self.thread_id = ""
         self.images: list[str] = []
         self.total: tuple[str, Usage] | None = None
@@ -100,7 +101,7 @@ class CodexRun(HarnessRun):
     async def prepare(self, stack: contextlib.AsyncExitStack) -> list[result_pb2.RunResult]:
         ctx, config = self.ctx, self.config
         self.redactor.add_mcp_servers(config.mcp_servers)
-        source = invocation.source_home(config)
+        source = self.source = invocation.source_home(config)
         try:
             _, user = invocation.user_config(source)
         except invocation.HomeConflict as exc:
@@ -124,22 +125,29 @@ class CodexRun(HarnessRun):
             for a in prepared.attachments
             if a.get("path") and str(a.get("mime_type") or "").startswith("image/")
         ]
-        target = self.workspace.path(invocation.HOME_DIR)
         self.workspace.path(invocation.TMP_DIR).mkdir(mode=0o700, exist_ok=True)
-        self.home = target
+        self.home = self.workspace.path(invocation.HOME_DIR)
         self.env = self.codex_env()
-        stack.callback(invocation.remove_config, target)
+        try:  # refused now, before any turn; the home itself is written by each turn (`_write_home`)
+            invocation.check_config(source, self._servers())
+        except invocation.HomeConflict as exc:
+            raise self._home_failure(exc) from None
+        return prepared.results
+
+    def _write_home(self) -> None:
+        """The conversation's `CODEX_HOME` for this run's turn: written while the turn holds the
+        conversation's lock (another run of the conversation has its own bridge), removed after it."""
+        assert self.home is not None and self.workspace is not None
         try:
             invocation.make_home(
-                target,
-                source,
+                self.home,
+                self.source,
                 self._servers(),
                 skills=self.workspace.path(SKILLS_DIR),
                 defaults=invocation.default_tables(secret_names(self.env)),
             )
         except (invocation.HomeConflict, OSError) as exc:
             raise self._home_failure(exc) from None
-        return prepared.results
 
     def _home_failure(self, exc: Exception) -> RunnerFailure:
         return _failed(
@@ -195,29 +203,38 @@ class CodexRun(HarnessRun):
         assert self.home is not None
         key = f"codex:{self.ctx.conversation.conversation_id or self.ctx.run_id}"
         async with session_lock(key):
-            await self._refresh()
-            if self.config.transport == "app-server":
-                app = CodexAppStream()
-                async for result in AppServerTurn(self, prompt, app).results():
-                    yield result
-                for result in await self.conclude(app):
-                    yield result
-                return
-            stream = CodexExecStream()
+            self._write_home()
             try:
-                async for result in self.attempt(prompt, self.thread_id, stream):
+                async for result in self._locked_turn(prompt):
                     yield result
-            except _ResumeRejected:
-                log.warning("codex.resume_rejected", thread_id=self.thread_id)
-                await self.ctx.log(
-                    f"Codex could not resume thread {self.thread_id}; starting a new one", "warning"
-                )
-                self.thread_id = ""
-                stream = CodexExecStream()
-                async for result in self.attempt(prompt, "", stream):
-                    yield result
-            for result in await self.conclude(stream):
+            finally:
+                invocation.remove_config(self.home)
+
+    async def _locked_turn(self, prompt: str) -> AsyncIterator[result_pb2.RunResult]:
+        """The turn, holding the conversation's lock: the transport's attempt, then `conclude`."""
+        await self._refresh()
+        if self.config.transport == "app-server":
+            app = CodexAppStream()
+            async for result in AppServerTurn(self, prompt, app).results():
                 yield result
+            for result in await self.conclude(app):
+                yield result
+            return
+        stream = CodexExecStream()
+        try:
+            async for result in self.attempt(prompt, self.thread_id, stream):
+                yield result
+        except _ResumeRejected:
+            log.warning("codex.resume_rejected", thread_id=self.thread_id)
+            await self.ctx.log(
+                f"Codex could not resume thread {self.thread_id}; starting a new one", "warning"
+            )
+            self.thread_id = ""
+            stream = CodexExecStream()
+            async for result in self.attempt(prompt, "", stream):
+                yield result
+        for result in await self.conclude(stream):
+            yield result
 
     async def _refresh(self) -> None:
         """The conversation's thread id and usage total: from the run's snapshot, read again from the

@@ -9,8 +9,9 @@
   are not line breaks; records up to 16 MiB, a longer one is skipped with a warning.
 - stderr kept bounded (the last 64 KiB) and redacted when read (`stderr_text`, `stderr_excerpt`).
 - `stop()` (also on leaving `async with`, on cancellation and on timeout): SIGTERM to the group and to
-  the descendants that left it (a CLI that starts its MCP servers in sessions of their own), SIGKILL
-  after a grace period to whatever is left; the processes of every open harness are also killed when
+  the processes that left it (a CLI that starts helpers in sessions of their own): its descendants, and
+  any process carrying the harness's `AGENTRUNNER_HARNESS_PROCESS` marker in its environment (found even
+  after the CLI exited and they were re-parented), SIGKILL after a grace period to whatever is left; the processes of every open harness are also killed when
   the runner process exits (`kill_all`, registered with `atexit`).
 - `secret_names(env)`: the variables of an environment whose names look secret, for a CLI's own
   "keep these from the commands the model runs" setting (the harness needs its API key; the shell
@@ -24,6 +25,7 @@ import atexit
 import contextlib
 import dataclasses
 import os
+import secrets
 import signal
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -33,7 +35,15 @@ from typing import Any
 import structlog
 
 from agentrunner.failures import FailureKind, RunnerFailure
-from agentrunner.harness.procfs import any_alive, descendants, group_alive, pgid_of, signal_all, signal_group
+from agentrunner.harness.procfs import (
+    any_alive,
+    descendants,
+    group_alive,
+    pgid_of,
+    signal_all,
+    signal_group,
+    with_env,
+)
 from agentrunner.harness.redact import Redactor
 from agentrunner.protocol import is_sensitive_variable
 
@@ -56,6 +66,8 @@ BASE_ENV_ALLOWLIST: tuple[str, ...] = (
 )
 #: an admin can let more variables through, comma separated (e.g. `ANTHROPIC_API_KEY`)
 PASSTHROUGH_ENV = "AGENTRUNNER_HARNESS_ENV_PASSTHROUGH"
+#: a random id per harness process in its environment: what it starts inherits it (not a secret)
+MARKER_ENV = "AGENTRUNNER_HARNESS_PROCESS"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 STDERR_LIMIT = 64 * 1024
 _READ_CHUNK = 256 * 1024
@@ -174,6 +186,7 @@ class HarnessProcess:
         self._pump: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(64)
         self.records_skipped = 0
+        self.marker = secrets.token_hex(8)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -184,7 +197,7 @@ class HarnessProcess:
             self.proc = await asyncio.create_subprocess_exec(
                 *spec.argv,
                 cwd=str(spec.cwd),
-                env=dict(spec.env),
+                env={**spec.env, MARKER_ENV: self.marker},
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -346,7 +359,8 @@ class HarnessProcess:
         pgid = self.pgid
         # descendants that left the group (setsid) are found before the group goes: once their parent
         # is gone they are re-parented and nothing links them to this harness any more
-        strays = [pid for pid in descendants(self.proc.pid) if pgid_of(pid) != pgid]
+        found = {*descendants(self.proc.pid), *with_env(MARKER_ENV, self.marker)} - {self.proc.pid}
+        strays = [pid for pid in found if pgid_of(pid) != pgid]
         try:
             if group_alive(pgid) or any_alive(strays):
                 signal_group(pgid, signal.SIGTERM)

@@ -53,6 +53,23 @@ def descendants(root: int) -> list[int]:
     return found
 
 
+def with_env(name: str, value: str) -> list[int]:
+    """Live processes (readable by this user) whose environment has `name=value` (Linux; elsewhere none)."""
+    if not _PROC.is_dir():
+        return []
+    needle = f"{name}={value}".encode()
+    found = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit():
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0") and _live(stat_fields(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
 def any_alive(pids: Iterable[int]) -> bool:
     return any(_live(stat_fields(pid)) for pid in pids)
 
