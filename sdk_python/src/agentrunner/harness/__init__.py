@@ -1,8 +1,12 @@
 """`agentrunner.harness`: what every runner that drives an external code-agent harness needs once.
 
-- `workspace`: a confined working directory per conversation under an allowed root, with retention;
+- `workspace`: a confined working directory per conversation under an allowed root (by default in the
+  user's state directory; `refuse_shared_root` for a root inside a directory a sandbox shares), with
+  retention;
 - `process`: the harness as a child process the run owns (process group, explicit environment, prompt
-  on stdin, `\\n`-only records up to 16 MiB, bounded redacted stderr, SIGTERM → SIGKILL, no orphans);
+  on stdin, `\\n`-only records up to 16 MiB, bounded redacted stderr, SIGTERM → SIGKILL, no orphans,
+  also of helpers that left the group: `procfs`), and `secret_names` for a CLI's own "keep these from
+  the model's commands" setting;
 - `redact`: secrets masked before anything reaches a result or a log;
 - `projection`: `agent-context.json`, `LANGBOT_CONTEXT.md` and read-only skills in the workspace;
 - `files`: input attachments into `inputs/`, `outbox/` files out as artifacts (`UploadArtifact`);
