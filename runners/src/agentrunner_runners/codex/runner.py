@@ -2,8 +2,9 @@
 
 One `CodexRun` per run (the SDK's `HarnessRun`): `prepare` (the workspace root checked against what
 the sandbox lets every conversation write, workspace, attachments, MCP bridge, context files, the
-conversation's `CODEX_HOME` and its `config.toml`), then one turn per message (the first, then steering
-follow-ups), each turn = take the conversation's lock → read the thread id and usage total again →
+user's `config.toml` checked), then one turn per message (the first, then steering follow-ups), each
+turn = take the conversation's lock → write the conversation's `CODEX_HOME` (removed `config.toml`
+when the turn ends) → read the thread id and usage total again →
 the transport's attempt (`app-server`: `AppServerTurn`, JSON-RPC over stdio; `exec`: `attempt`, one
 `codex exec --json` process, its JSONL translated as it arrives) → `conclude` (the answer once, with
 the outbox files, this turn's usage; or the mapped failure). Everything started for the run is stopped
