@@ -88,7 +88,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 "tools": {"native": {"fetch_url_allow": ["http://127.0.0.1:9/"]}},
                 "agents": [
                     agent("codex"),
-                    agent("codex-http", **{"mcp-bridge-transport": "http"}),
+                    agent("codex-stdio", **{"mcp-bridge-transport": "stdio"}),
                     agent("codex-no-steering", steering=False),
                     agent(
                         "codex-ask",
@@ -105,10 +105,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                         "target": {"agent": "codex-no-steering"},
                     },
                     {
-                        "id": "http",
-                        "scope": {"type": "conversation", "id": "http-conv"},
+                        "id": "stdio",
+                        "scope": {"type": "conversation", "id": "stdio-conv"},
                         "event": "message.*",
-                        "target": {"agent": "codex-http"},
+                        "target": {"agent": "codex-stdio"},
                     },
                     {
                         "id": "ask",

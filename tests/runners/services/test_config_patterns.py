@@ -13,8 +13,8 @@ from agentrunner.manifest import ManifestError, validate_manifest
 from agentrunner.runner import Runner
 from agentrunner.testing import HostDouble
 from agentrunner.v1 import manifest_pb2
-from agentrunner_host.config import AgentConfig, HostConfig
-from agentrunner_host.config_check import check_runner_config
+from agentrunner_host.config.model import AgentConfig, HostConfig
+from agentrunner_host.registry.check import check_runner_config
 from agentrunner_runners.dashscope import DashScopeRunner
 from agentrunner_runners.langflow import LangflowRunner
 

@@ -4,7 +4,7 @@
 Install it as an executable named `codex` with `install_fake(directory, "codex")`. It checks its
 invocation the way the runner must use the real CLI (`exec --json`, a valid `--sandbox`, `--cd` = its
 working directory, `-c approval_policy=...`, `resume <id>` last, the prompt on stdin and never in argv,
-a private `CODEX_HOME` (0700) whose `config.toml` (0600) is valid TOML) and exits 2 with
+a private `CODEX_HOME` (0700) with a `config.toml` (0600) that is valid TOML) and exits 2 with
 `fake codex: protocol violation: ...` otherwise.
 
 The behaviour is chosen by the prompt's first word (the rest is the message):
@@ -100,8 +100,8 @@ def _check(argv: list[str], prompt: str) -> dict[str, Any]:
     if home.stat().st_mode & 0o777 != 0o700:
         _violation("CODEX_HOME is not private (0700)")
     config = home / "config.toml"
-    if not config.exists():
-        return {}
+    if not config.exists():  # the runner writes one for every turn (the user's plus its defaults)
+        _violation("no config.toml in CODEX_HOME")
     if config.stat().st_mode & 0o777 != 0o600:
         _violation("config.toml is not 0600")
     try:
@@ -173,8 +173,10 @@ def _mcp_call(config: dict[str, Any], words: list[str]) -> tuple[str, str, dict[
                 return await _use(session, tool, arguments)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        # like Codex: the server gets a small base environment plus its `env` table, nothing else
-        base = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
+        # like Codex: the server gets a small base environment, the variables its `env_vars` names (from
+        # Codex's own environment) and its `env` table, nothing else
+        names = ("PATH", "HOME", "LANG", *(server.get("env_vars") or []))
+        base = {k: os.environ[k] for k in names if k in os.environ}
         params = StdioServerParameters(
             command=server["command"],
             args=server.get("args") or [],
