@@ -22,6 +22,9 @@ The behaviour is chosen by the prompt's first word (the rest is the message):
 | `crash` | stderr with secrets, exit 3, no result |
 | `maxturns` | `result` subtype `error_max_turns` |
 | `overloaded` | `result` with `is_error` and `API Error: 529 overloaded` |
+| `apierror` | two `api_retry` lines (HTTP 500), Claude Code's synthetic "API Error: 500" text, an error result |
+| `badkey` | an `api_retry` line with HTTP 401, then retries (sleeps) for 60 s like the real CLI |
+| `leak` | a `Bash` tool call whose result prints the API key the fake got |
 | `empty` | `result` success with an empty answer |
 | `hang` | starts a grandchild and both sleep until killed |
 | `outbox` | writes `outbox/report.txt` (+ a symlink escaping the workspace), then answers |
@@ -29,8 +32,11 @@ The behaviour is chosen by the prompt's first word (the rest is the message):
 | `mcp <server> <tool> [<json args>]` | calls `tool` on the configured MCP server (http or stdio); answers `MCP_PREFIX` + JSON |
 
 Sessions live in `$FAKE_CLAUDE_HOME` (default `~/.fake-claude`): `--resume` of an unknown id fails like
-the real CLI ("No conversation found with session ID"). With `FAKE_CLAUDE_LOG` set, every invocation
-appends `{argv, cwd, stdin, env keys, pid}` as a JSON line there.
+the real CLI (an `is_error` result line with "No conversation found with session ID", exit 1), and like
+the real CLI `total_cost_usd` / `duration_api_ms` are the session's totals (0.0123 / 30 per turn). The
+API key is `ANTHROPIC_API_KEY` or what the `--settings` file's `apiKeyHelper` prints. With
+`FAKE_CLAUDE_LOG` set, every invocation appends `{argv, cwd, stdin, env keys, env values of
+ANTHROPIC_*/CLAUDE_*, api_key, pid}` as a JSON line there.
 """
 
 from __future__ import annotations
@@ -89,11 +95,12 @@ def _flag(argv: list[str], name: str) -> str | None:
 
 
 class Transcript:
-    def __init__(self, argv: list[str], session: str, partial: bool) -> None:
+    def __init__(self, argv: list[str], session: str, partial: bool, turn: int = 1) -> None:
         self.argv = argv
         self.session = session
         self.partial = partial
         self.count = 0
+        self.turn = turn
 
     def base(self, kind: str, **fields: Any) -> dict[str, Any]:
         return {"type": kind, **fields, "session_id": self.session, "uuid": str(uuid.uuid4())}
@@ -240,7 +247,9 @@ class Transcript:
     def _stream(self, event: dict[str, Any]) -> None:
         _emit(self.base("stream_event", event=event, parent_tool_use_id=None))
 
-    def result(self, text: str, *, subtype: str = "success", is_error: bool = False, turns: int = 1) -> None:
+    def result(
+        self, text: str, *, subtype: str = "success", is_error: bool = False, turns: int = 1, **extra: Any
+    ) -> None:
         _emit(
             self.base(
                 "result",
@@ -249,9 +258,29 @@ class Transcript:
                 result=text,
                 num_turns=turns,
                 duration_ms=42,
-                duration_api_ms=30,
-                total_cost_usd=0.0123,
+                duration_api_ms=30 * self.turn,  # session totals, like the real CLI after --resume
+                total_cost_usd=round(0.0123 * self.turn, 6),
                 usage={"input_tokens": 11, "cache_read_input_tokens": 5, "output_tokens": 7},
+                **extra,
+            )
+        )
+
+    def synthetic(self, text: str) -> None:
+        """Claude Code's own notice (e.g. an API error), as the real CLI writes it."""
+        message = {"id": str(uuid.uuid4()), "model": "<synthetic>", "role": "assistant", "type": "message"}
+        message["content"] = [{"type": "text", "text": text}]
+        _emit(self.base("assistant", message=message, parent_tool_use_id=None))
+
+    def retry(self, status: int, error: str, attempt: int, most: int = 2) -> None:
+        _emit(
+            self.base(
+                "system",
+                subtype="api_retry",
+                attempt=attempt,
+                max_retries=most,
+                retry_delay_ms=500,
+                error_status=status,
+                error=error,
             )
         )
 
@@ -268,7 +297,12 @@ def _session_turn(argv: list[str]) -> tuple[str, int]:
     if resume is not None:
         file = directory / f"{resume}.json"
         if not file.exists():
-            print(f"No conversation found with session ID: {resume}", file=sys.stderr)
+            message = f"No conversation found with session ID: {resume}"
+            _emit(
+                {"type": "result", "subtype": "error_during_execution", "is_error": True, "num_turns": 0}
+                | {"session_id": resume, "total_cost_usd": 0, "duration_api_ms": 0, "errors": [message]}
+            )
+            print(message, file=sys.stderr)
             sys.exit(1)
         data = json.loads(file.read_text())
         data["turns"] += 1
@@ -311,10 +345,23 @@ def _log(argv: list[str], prompt: str) -> None:
             "cwd": os.getcwd(),
             "stdin": prompt,
             "env": sorted(os.environ),
+            "claude_env": {k: v for k, v in os.environ.items() if k.startswith(("ANTHROPIC_", "CLAUDE_"))},
+            "api_key": _api_key(argv),
             "pid": os.getpid(),
         }
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(entry) + "\n")
+
+
+def _api_key(argv: list[str]) -> str:
+    """The key the real CLI would send: `ANTHROPIC_API_KEY`, else the `apiKeyHelper`'s output."""
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return os.environ["ANTHROPIC_API_KEY"]
+    settings = _flag(argv, "--settings")
+    helper = json.loads(Path(settings).read_text()).get("apiKeyHelper") if settings else None
+    if not helper:
+        return ""
+    return subprocess.run(helper, shell=True, capture_output=True, text=True, check=False).stdout.strip()
 
 
 def _mcp_call(argv: list[str], words: list[str]) -> str:
@@ -367,7 +414,7 @@ def main() -> None:
     session, turn = _session_turn(argv)
     words = prompt.split()
     word = words[0].lower().rstrip(":,.!?") if words else ""
-    t = Transcript(argv, session, "--include-partial-messages" in argv)
+    t = Transcript(argv, session, "--include-partial-messages" in argv, turn)
     t.init()
     if word == "hang":
         subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
@@ -446,6 +493,23 @@ def main() -> None:
         )
     elif word == "empty":
         t.result("")
+    elif word == "apierror":
+        t.retry(500, "server_error", 1)
+        t.retry(500, "server_error", 2)
+        notice = "API Error: 500 Internal server error. This is a server-side issue, usually temporary."
+        t.synthetic(notice)
+        t.result(notice, is_error=True, api_error_status=500, api_error_type="api_error")
+        sys.exit(1)
+    elif word == "badkey":
+        t.retry(401, "authentication_failed", 1, most=10)
+        time.sleep(60)  # the real CLI keeps retrying a refused key for minutes
+    elif word == "leak":
+        mid = t.text("Let me look at the environment.")
+        t.tool(mid, "toolu_env", "Bash", {"command": "env"})
+        t.tool_result("toolu_env", f"HOME=/home/x\nKEY_SEEN={_api_key(argv)}\n")
+        answer = "Done looking."
+        t.text(answer)
+        t.result(answer, turns=2)
     elif word == "outbox":
         Path("outbox").mkdir(exist_ok=True)
         Path("outbox/report.txt").write_text("report body\n" * 30000)
