@@ -5,10 +5,14 @@ Every agent but two uses the runner's default config, as a new user gets it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +27,7 @@ from google.protobuf import json_format
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.timeline import build_timeline
 from agentrunner_runners.testing.anthropic_mock import AnthropicMock, serve_in_thread
-from tests.integration.conftest import CLI, Proc, audit_outcomes, cli, run_request, write_config
+from tests.integration.conftest import CLI, ROOT, Proc, audit_outcomes, cli, run_request, write_config
 from tests.integration.test_claude_code_e2e import (
     CLAUDE_ID,
     answer,
@@ -339,3 +343,25 @@ async def test_a_refused_key_is_an_auth_error_within_seconds(stack: Stack) -> No
     assert elapsed < 15, elapsed  # Claude Code alone would retry for ~3 minutes
     assert BAD_KEY not in failed.message
     await wait_for(lambda: harness_processes(stack.root) == [], seconds=15)
+
+
+async def test_make_demo_claude_drives_the_real_cli_against_the_mock() -> None:
+    """`make demo-claude`'s command with the installed CLI first on PATH: every check strict."""
+    bin_dir = real_tool("claude") / "node_modules" / ".bin"
+    env = {k: v for k, v in os.environ.items() if k != "AGENTRUNNER_HARNESS_ROOTS"}
+    env.update(COLUMNS="250", PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "agentrunner_host.demo_harness", "claude"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "using the real `claude`" in out and "against the local model API mock" in out
+    assert 'tool current_time({"timezone": "Asia/Tokyo"})' in out and "+09:00" in out
+    assert "Mock heard: Do you still know this conversation? (turn 4)" in out
+    assert out.rstrip().endswith("demo finished")

@@ -1,5 +1,6 @@
 """`make demo-claude` / `make demo-codex`: a code-agent harness runner through the host, against the real CLI when it is on
-PATH and the bundled fake otherwise (saying which).
+PATH (`make demo-claude` puts the one `.ci/install-real-tools` installed first) and the bundled fake otherwise (saying
+which). A harness with a `mock` runs its real CLI against that local model-API mock (no network, strict checks).
 
 The harness runner runs as its own process (SDK CLI), the host on a fresh SQLite database in a temporary
 directory, and a short conversation goes through `HostService.Run`: streamed text, commentary shown as
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import shutil
 import sys
 import tempfile
@@ -57,6 +59,9 @@ class Harness:
     runner_config: tuple[tuple[str, Any], ...] = ()
     #: config keys of the fake only, as paths relative to the demo directory
     fake_config: tuple[tuple[str, str], ...] = ()
+    #: `module:function`, an async context manager factory `(workdir) -> env for the runner` serving a
+    #: local mock of the model API for the real CLI
+    mock: str = ""
 
 
 _TIME_CALL = (
@@ -75,20 +80,15 @@ HARNESSES: dict[str, Harness] = {
             Turn(_TIME_CALL, expect="+09:00", expect_tool="current_time"),
             Turn("Do you still know this conversation?", expect="(turn 4)"),
         ),
+        # against `claude_demo`'s scripted Anthropic API mock
         real_turns=(
-            Turn(
-                "In one short sentence: what does LANGBOT_CONTEXT.md in your working directory say you are doing?"
-            ),
-            Turn(
-                "Call the langbot_call_tool MCP tool with tool_name current_time and arguments "
-                '{"timezone": "Asia/Tokyo"}, then tell me the time in Tokyo in one sentence.',
-                expect="Tokyo",
-                expect_tool="current_time",
-            ),
-            Turn("What was my first question? One sentence.", expect="LANGBOT_CONTEXT"),
+            Turn("Hello from the AgentRunner demo!", expect="(turn 1)"),
+            Turn("What is the time in Tokyo?", expect="+09:00", expect_tool="current_time"),
+            Turn("What does LANGBOT_CONTEXT.md in your working directory say?", expect_tool="Read"),
+            Turn("Do you still know this conversation?", expect="(turn 4)"),
         ),
         fake_env=(("FAKE_CLAUDE_HOME", "fake-claude-home"),),
-        runner_config=(("max-turns", 4),),
+        mock="agentrunner_runners.testing.claude_demo:demo_backend",
     ),
     "codex": Harness(
         label="Codex",
@@ -204,9 +204,18 @@ async def main(name: str) -> int:
         real = shutil.which(harness.command)
         env = {"AGENTRUNNER_HARNESS_ROOTS": str(workdir / "workspaces")}
         extra: dict[str, Any] = {}
+        backend = contextlib.AsyncExitStack()
         if real:
             command = real
             console.print(f"[bold]{harness.label}[/bold]: using the real `{harness.command}` at {real}")
+            if harness.mock:
+                module, _, factory = harness.mock.partition(":")
+                env.update(
+                    await backend.enter_async_context(
+                        getattr(importlib.import_module(module), factory)(workdir)
+                    )
+                )
+                console.print(f"  against the local model API mock of {module} (no network)")
         else:
             command = str(fake_shim(workdir / "bin", harness.command, harness.fake_module))
             console.print(
@@ -230,13 +239,16 @@ async def main(name: str) -> int:
                     f"[bold]host[/bold] 127.0.0.1:{port}  [bold]runner[/bold] {harness.runner_id} at {address}\n"
                 )
                 turns = harness.real_turns if real else harness.fake_turns
-                ok = await conversation(console, f"127.0.0.1:{port}", turns, strict=not real)
+                ok = await conversation(
+                    console, f"127.0.0.1:{port}", turns, strict=not real or bool(harness.mock)
+                )
             finally:
                 await host.stop(1.0)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
             await proc.wait()
+            await backend.aclose()
     console.print(
         "[bold green]demo finished[/bold green]" if ok else "[bold red]demo had unexpected results[/bold red]"
     )

@@ -4,6 +4,7 @@ text, an `is_error` result line for a missing session). `tests/real` runs the sa
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -104,7 +105,7 @@ async def test_claude_variables_reach_claude_code_and_the_key_only_through_the_h
     assert "ANTHROPIC_API_KEY" not in call["env"] and "OPENAI_API_KEY" not in call["env"]
     assert call["api_key"] == KEY
     settings = Path(call["argv"][call["argv"].index("--settings") + 1])
-    assert not settings.exists() and not settings.parent.exists()  # removed with the run
+    assert not await asyncio.to_thread(settings.parent.exists)  # removed with the run
     # what a tool printed is redacted from the previews
     (done,) = out.of_type("tool.call.completed")
     preview = done.tool_call_completed.result_preview["text"]
