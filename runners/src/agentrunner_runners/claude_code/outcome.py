@@ -3,7 +3,8 @@ rejected `--resume`, and the run's own cost out of the session's cumulative tota
 
 Failures (README, *Failure codes*): the `result` line's `api_error_status` (Claude Code 2.1 reports
 the HTTP status of the request that failed) decides first, its text second: 401/403 → `auth_error`,
-429/529 → `rate_limited` (retryable), 5xx → `http_error` (retryable), `error_during_execution` →
+429/529 → `rate_limited` (retryable), 5xx → `http_error` (retryable), no status and a connection
+error (`ECONNREFUSED`, ...) → `connection_error` (retryable), `error_during_execution` →
 `execution_error`, anything else → `api_error`. A 401/403 in an `api_retry` line ends the turn at
 once (`auth_failure`): Claude Code would otherwise retry a refused key for minutes.
 
@@ -33,6 +34,10 @@ _RESUME_REJECTED = re.compile(
 )
 _RATE = re.compile(r"\b(429|529)\b|overloaded|rate.?limit", re.I)
 _AUTH = re.compile(r"\b(401|403)\b|invalid api key|authentication|not logged in|/login|unauthorized", re.I)
+_CONNECTION = re.compile(
+    r"ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND|EAI_AGAIN|connection (?:refused|error|reset)|socket hang up",
+    re.I,
+)
 
 failed = functools.partial(harness_failure, "claude_code")
 
@@ -66,6 +71,13 @@ def classify(result: dict[str, Any], message: str) -> RunnerFailure:
             FailureKind.HTTP_ERROR,
             retryable=True,
             **detail,
+        )
+    if status is None and _CONNECTION.search(message):
+        return failed(
+            "api_error",
+            f"Claude Code could not reach the model API; try again: {excerpt}",
+            FailureKind.CONNECTION_ERROR,
+            retryable=True,
         )
     if str(result.get("subtype") or "") == "error_during_execution":
         return failed(
