@@ -10,8 +10,8 @@ Which answer a `/v1/messages` request gets:
 - a key in `rejected_keys` (`x-api-key` or `Authorization: Bearer`) gets 401 `authentication_error`;
 - a request without tools is a side request (Claude Code asks for titles and suggestions): a short
   text, `side_text`;
-- otherwise the conversation's *prompt* is the last user message with text that is not a
-  `<system-reminder>` and no `tool_result`; the first script whose `match` is in the prompt answers
+- otherwise the conversation's *prompt* is the last text block (not a `<system-reminder>`) of the
+  last user message without a `tool_result`; the first script whose `match` is in the prompt answers
   with its step number *k*, where *k* is the number of assistant messages after the prompt (so a tool
   loop walks through the steps, and a client's retry of the same request gets the same step);
 - without a matching script it echoes: `Mock heard: <prompt> (turn <n>)`, n = prompts so far (a
@@ -87,13 +87,13 @@ def conversation(body: dict[str, Any]) -> dict[str, Any]:
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     prompts = [i for i, m in enumerate(messages) if _is_prompt(m)]
     last = prompts[-1] if prompts else -1
-    prompt = (
-        "\n".join(
-            t for t in _texts(messages[last]["content"]) if not t.lstrip().startswith(_REMINDER)
-        ).strip()
+    # the last text block: Claude Code merges a failed turn's prompt with the next one into one message
+    texts = (
+        [t for t in _texts(messages[last]["content"]) if not t.lstrip().startswith(_REMINDER)]
         if prompts
-        else ""
+        else []
     )
+    prompt = texts[-1].strip() if texts else ""
     after = messages[last + 1 :]
     everything = json.dumps(body.get("system")) + json.dumps(messages)
     cwd = _CWD.search(everything)
