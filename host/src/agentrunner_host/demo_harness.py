@@ -1,6 +1,7 @@
 """`make demo-claude` / `make demo-codex`: a code-agent harness runner through the host, against the real CLI when it is on
-PATH (`make demo-claude` puts the one `.ci/install-real-tools` installed first) and the bundled fake otherwise (saying
-which). A harness with a `mock` runs its real CLI against that local model-API mock (no network, strict checks).
+PATH and the bundled fake otherwise (saying which). A harness with a `real_mock` points the real CLI at a
+local mock of its model API (offline, every check strict): `make demo-codex` puts the `codex` of
+`.ci/install-real-tools codex` on PATH and drives it against the OpenAI Responses mock.
 
 The harness runner runs as its own process (SDK CLI), the host on a fresh SQLite database in a temporary
 directory, and a short conversation goes through `HostService.Run`: streamed text, commentary shown as
@@ -59,9 +60,9 @@ class Harness:
     runner_config: tuple[tuple[str, Any], ...] = ()
     #: config keys of the fake only, as paths relative to the demo directory
     fake_config: tuple[tuple[str, str], ...] = ()
-    #: `module:function`, an async context manager factory `(workdir) -> env for the runner` serving a
-    #: local mock of the model API for the real CLI
-    mock: str = ""
+    #: `module:function(workdir) -> (runner env, runner config, stop)` pointing the real CLI at a local
+    #: mock of its model API; its turns are then checked strictly
+    real_mock: str = ""
 
 
 _TIME_CALL = (
@@ -88,7 +89,7 @@ HARNESSES: dict[str, Harness] = {
             Turn("Do you still know this conversation?", expect="(turn 4)"),
         ),
         fake_env=(("FAKE_CLAUDE_HOME", "fake-claude-home"),),
-        mock="agentrunner_runners.testing.claude_demo:demo_backend",
+        real_mock="agentrunner_runners.testing.claude_demo:claude_demo",
     ),
     "codex": Harness(
         label="Codex",
@@ -199,23 +200,24 @@ async def main(name: str) -> int:
     configure_logging("WARNING")
     console = Console()
     harness = HARNESSES[name]
-    with tempfile.TemporaryDirectory(prefix=f"agentrunner-demo-{name}-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix=f"agentrunner-demo-{name}-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         workdir = Path(tmp)
         real = shutil.which(harness.command)
         env = {"AGENTRUNNER_HARNESS_ROOTS": str(workdir / "workspaces")}
         extra: dict[str, Any] = {}
-        backend = contextlib.AsyncExitStack()
         if real:
             command = real
             console.print(f"[bold]{harness.label}[/bold]: using the real `{harness.command}` at {real}")
-            if harness.mock:
-                module, _, factory = harness.mock.partition(":")
-                env.update(
-                    await backend.enter_async_context(
-                        getattr(importlib.import_module(module), factory)(workdir)
-                    )
-                )
-                console.print(f"  against the local model API mock of {module} (no network)")
+            if harness.real_mock:
+                module, _, function = harness.real_mock.partition(":")
+                mock_env, mock_config, stop = getattr(importlib.import_module(module), function)(workdir)
+                stack.callback(stop)
+                env.update(mock_env)
+                extra.update(mock_config)
+                console.print(f"   against a local mock of its model API ({module})")
         else:
             command = str(fake_shim(workdir / "bin", harness.command, harness.fake_module))
             console.print(
@@ -240,7 +242,7 @@ async def main(name: str) -> int:
                 )
                 turns = harness.real_turns if real else harness.fake_turns
                 ok = await conversation(
-                    console, f"127.0.0.1:{port}", turns, strict=not real or bool(harness.mock)
+                    console, f"127.0.0.1:{port}", turns, strict=not real or bool(harness.real_mock)
                 )
             finally:
                 await host.stop(1.0)
@@ -248,7 +250,6 @@ async def main(name: str) -> int:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
             await proc.wait()
-            await backend.aclose()
     console.print(
         "[bold green]demo finished[/bold green]" if ok else "[bold red]demo had unexpected results[/bold red]"
     )

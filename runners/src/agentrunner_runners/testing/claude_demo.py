@@ -1,8 +1,8 @@
 """`make demo-claude` with the real Claude Code CLI and no network: the Anthropic API mock in the demo's
-process, scripted for the demo's turns, and the environment the runner gives Claude Code to use it.
+process (a thread of its own), scripted for the demo's turns, and the environment the runner gives
+Claude Code to use it (`demo_harness`'s `real_mock` interface):
 
-    async with demo_backend(workdir) as env:   # env for the runner process
-        ...
+    env, config, stop = claude_demo(workdir)   # env for the runner process; stop() when done
 
 The turns (`TURNS`, in `agentrunner_host.demo_harness`) are answered deterministically: a streamed
 greeting, a LangBot host tool over MCP (Claude Code's `ToolSearch`, then `langbot_call_tool`), a file
@@ -12,10 +12,11 @@ read in the workspace, and a turn that shows the resumed session (the mock count
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from agentrunner_runners.testing.anthropic_mock import AnthropicMock, serve
+from agentrunner_runners.testing.anthropic_mock import AnthropicMock, serve_in_thread
 
 #: any key: the mock checks none but the rejected ones; it never leaves this machine
 DEMO_KEY = "sk-ant-demo-not-a-real-key-0000"
@@ -39,19 +40,21 @@ SCRIPTS: dict[str, list[dict[str, object]]] = {
 }
 
 
-@contextlib.asynccontextmanager
-async def demo_backend(workdir: Path) -> AsyncIterator[dict[str, str]]:
-    """Serves the scripted mock; yields the runner's environment for the real CLI to use it."""
+def claude_demo(workdir: Path) -> tuple[dict[str, str], dict[str, Any], Callable[[], None]]:
+    """Serves the scripted mock; returns the runner's environment for the real CLI to use it, no extra
+    runner config, and the function that stops the mock."""
     home = workdir / "claude-home"
     home.mkdir(parents=True, exist_ok=True)
     mock = AnthropicMock()
     for match, steps in SCRIPTS.items():
         mock.script(match, steps)
-    async with serve(mock):
-        yield {
-            "ANTHROPIC_BASE_URL": mock.url,
-            "ANTHROPIC_API_KEY": DEMO_KEY,
-            "HOME": str(home),  # Claude Code's sessions and settings stay in the demo's directory
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
-        }
+    stack = contextlib.ExitStack()
+    stack.enter_context(serve_in_thread(mock))
+    env = {
+        "ANTHROPIC_BASE_URL": mock.url,
+        "ANTHROPIC_API_KEY": DEMO_KEY,
+        "HOME": str(home),  # Claude Code's sessions and settings stay in the demo's directory
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    return env, {}, stack.close
