@@ -361,7 +361,7 @@ async def test_make_demo_claude_drives_the_real_cli_against_the_mock() -> None:
     )
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
-    assert "using the real `claude`" in out and "against the local model API mock" in out
+    assert "using the real `claude`" in out and "against a local mock of its model API" in out
     assert 'tool current_time({"timezone": "Asia/Tokyo"})' in out and "+09:00" in out
     assert "Mock heard: Do you still know this conversation? (turn 4)" in out
     assert out.rstrip().endswith("demo finished")
