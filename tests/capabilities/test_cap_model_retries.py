@@ -26,9 +26,9 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import common_pb2
 from agentrunner.v1 import proxy_service_pb2 as pb
-from agentrunner_host import observability
 from agentrunner_host.capabilities.models import ModelConfig, ModelRegistry
 from agentrunner_host.capabilities.retry import RetryConfig
+from agentrunner_host.observability import telemetry as observability
 from tests.capabilities.conftest import ALL_MODEL_OPS, make_proxy, make_snapshot
 from tests.mocks.openai_server import MockOpenAIServer
 

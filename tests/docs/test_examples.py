@@ -7,7 +7,7 @@ import pathlib
 import pytest
 import yaml
 
-from agentrunner_host.config import ConfigError, load_config
+from agentrunner_host.config.model import ConfigError, load_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "host.yaml"

@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, text
 from agentrunner.errors import from_rpc_error
 from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc, proxy_service_pb2
-from agentrunner_host.clients import key_digest
+from agentrunner_host.auth.clients import key_digest
 from agentrunner_host.store.db import sync_url as _sync_url
 from tests.hardening.conftest import (
     ROOT,

@@ -18,10 +18,10 @@ from agentrunner.errors import (
     from_rpc_error,
 )
 from agentrunner.v1 import host_service_pb2, manifest_pb2, proxy_service_pb2
-from agentrunner_host.boundary import Refused, check_message, request_deserializer
-from agentrunner_host.registry import ManifestError, validate_manifest
+from agentrunner_host.registry.endpoints import ManifestError, validate_manifest
 from agentrunner_host.store.db import json_text
 from agentrunner_host.store.errors import is_transient, store_error
+from agentrunner_host.wire.boundary import Refused, check_message, request_deserializer
 
 
 def test_every_rule_names_its_field() -> None:

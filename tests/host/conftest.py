@@ -16,8 +16,8 @@ import pytest
 import pytest_asyncio
 
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
-from agentrunner_host.config import parse_config
-from agentrunner_host.server import HostApp
+from agentrunner_host.config.model import parse_config
+from agentrunner_host.server.app import HostApp
 from agentrunner_host.store.migrate import upgrade
 from tests.helpers import audit_outcomes
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from conftest import start_process, stop_process
 
-from agentrunner_host.config import ConfigError, load_config
-from agentrunner_host.legacy import LEGACY_RUNNERS, migrate_pipeline, pipeline_to_agent
+from agentrunner_host.config.legacy import LEGACY_RUNNERS, migrate_pipeline, pipeline_to_agent
+from agentrunner_host.config.model import ConfigError, load_config
 
 AGENT = {"id": "a", "runner_id": "plugin:x/y/default"}
 
@@ -82,7 +82,7 @@ def test_defaults_and_env_override(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("AGENTRUNNER_DATABASE_URL", "postgresql+psycopg://u@h/db")
     monkeypatch.setenv("AGENTRUNNER_RUNNER_TOKENS", '{"r": "s3cret"}')
     cfg = load_config(write(tmp_path, {"runners": [{"id": "r", "address": "x:1", "auth_token": "plain"}]}))
-    from agentrunner_host.config import HostEnv
+    from agentrunner_host.config.model import HostEnv
 
     assert cfg.database.url == "postgresql+psycopg://u@h/db"
     assert cfg.runners[0].resolved_token(HostEnv()) == "s3cret"

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 from google.protobuf import timestamp_pb2
 
-from agentrunner_host.context_builder import _set_ts
+from agentrunner_host.run.context import _set_ts
 
 
 @pytest.mark.parametrize(

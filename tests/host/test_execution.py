@@ -16,11 +16,11 @@ import pytest
 
 from agentrunner.errors import RuntimeFailureError
 from agentrunner.v1 import common_pb2, host_service_pb2, manifest_pb2, result_pb2, runner_service_pb2
-from agentrunner_host.config import parse_config
-from agentrunner_host.control import ControlHub
+from agentrunner_host.config.model import parse_config
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.ports import AuthorizationSnapshot, RecordedEvent, RunRecord, RunSession, StartedRun
-from agentrunner_host.registry import RegisteredRunner
+from agentrunner_host.proxy.control import ControlHub
+from agentrunner_host.registry.endpoints import RegisteredRunner
 from agentrunner_host.run.service import RunService
 
 pytestmark = pytest.mark.asyncio

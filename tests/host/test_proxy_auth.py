@@ -14,7 +14,7 @@ from conftest import Host, audited, results, run_request
 
 from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import host_service_pb2, proxy_service_pb2, proxy_service_pb2_grpc
-from agentrunner_host.authz import issue_session
+from agentrunner_host.auth.authz import issue_session
 from agentrunner_host.ports import AuthorizationSnapshot, utcnow
 from agentrunner_host.proxy.api import ProxyCall
 

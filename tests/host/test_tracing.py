@@ -6,8 +6,8 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from agentrunner_host import observability
-from agentrunner_host.observability import configure_tracing, inject_metadata, start_server_span
+from agentrunner_host.observability import telemetry as observability
+from agentrunner_host.observability.telemetry import configure_tracing, inject_metadata, start_server_span
 
 CALLER = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

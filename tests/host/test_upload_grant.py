@@ -8,8 +8,8 @@ import datetime as dt
 import pytest
 
 from agentrunner.manifest import build_manifest
-from agentrunner_host.authz import RunScope, freeze_snapshot, project_apis
-from agentrunner_host.config import AgentConfig
+from agentrunner_host.auth.authz import RunScope, freeze_snapshot, project_apis
+from agentrunner_host.config.model import AgentConfig
 from agentrunner_host.ports import AuthorizationSnapshot
 
 

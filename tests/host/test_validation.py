@@ -4,7 +4,7 @@ cumulative text, or both (the validator keeps each message's text so far)."""
 from __future__ import annotations
 
 from agentrunner.v1 import result_pb2
-from agentrunner_host.validation import Limits, ResultValidator
+from agentrunner_host.run.validation import Limits, ResultValidator
 from tests.store.conftest import make_snapshot
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from agentrunner_host import demo
+from agentrunner_host.demos import conversation as demo
 from tests.integration.conftest import ROOT
 
 
@@ -17,7 +17,7 @@ def test_demo_runs_both_conversations_offline() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUNNER_DEMO_")}
     env["COLUMNS"] = "200"  # keep rich from wrapping the lines asserted below
     done = subprocess.run(
-        [sys.executable, "-m", "agentrunner_host.demo"],
+        [sys.executable, "-m", "agentrunner_host.demos.conversation"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -43,7 +43,7 @@ def test_demo_runs_both_conversations_offline() -> None:
 def test_services_demo_runs_one_turn_per_service_against_the_mocks() -> None:
     env = {**os.environ, "COLUMNS": "200"}
     done = subprocess.run(
-        [sys.executable, "-m", "agentrunner_host.demo_services"],
+        [sys.executable, "-m", "agentrunner_host.demos.services"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -68,7 +68,7 @@ def test_demo_harness_runs_against_the_fake_cli_and_says_so(harness: str) -> Non
         p for p in env.get("PATH", "").split(os.pathsep) if not shutil.which(harness, path=p)
     )
     done = subprocess.run(
-        [sys.executable, "-m", "agentrunner_host.demo_harness", harness],
+        [sys.executable, "-m", "agentrunner_host.demos.harness", harness],
         cwd=ROOT,
         env=env,
         capture_output=True,

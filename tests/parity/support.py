@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, host_service_pb2_grpc
-from agentrunner_host.config import parse_config
-from agentrunner_host.server import HostApp
+from agentrunner_host.config.model import parse_config
+from agentrunner_host.server.app import HostApp
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = "tests.parity.parity_host_runner:ParityHostRunner"

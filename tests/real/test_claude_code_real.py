@@ -25,7 +25,7 @@ import pytest
 from google.protobuf import json_format
 
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
-from agentrunner_host.timeline import build_timeline
+from agentrunner_host.views.timeline import build_timeline
 from agentrunner_runners.testing.anthropic_mock import AnthropicMock, serve_in_thread
 from tests.integration.conftest import CLI, ROOT, Proc, audit_outcomes, cli, run_request, write_config
 from tests.integration.test_claude_code_e2e import (
@@ -352,7 +352,7 @@ async def test_make_demo_claude_drives_the_real_cli_against_the_mock() -> None:
     env.update(COLUMNS="250", PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}")
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "agentrunner_host.demo_harness", "claude"],
+        [sys.executable, "-m", "agentrunner_host.demos.harness", "claude"],
         cwd=ROOT,
         env=env,
         capture_output=True,

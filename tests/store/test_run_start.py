@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from agentrunner.errors import AgentRunnerError, InvalidArgumentError
 from agentrunner.v1 import common_pb2, host_service_pb2
-from agentrunner_host.authz import issue_session
+from agentrunner_host.auth.authz import issue_session
 from agentrunner_host.ports import RunRecord, RunSession, utcnow
 from agentrunner_host.store.fact_stores import FactStores
 from tests.store.conftest import make_snapshot

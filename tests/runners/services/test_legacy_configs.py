@@ -9,7 +9,7 @@ import pytest
 
 from agentrunner.config import validate_config
 from agentrunner.runner import Runner
-from agentrunner_host.legacy import migrate_pipeline, pipeline_to_agent
+from agentrunner_host.config.legacy import migrate_pipeline, pipeline_to_agent
 from agentrunner_runners.coze import CozeRunner
 from agentrunner_runners.dashscope import DashScopeRunner
 from agentrunner_runners.dify import DifyRunner

@@ -40,7 +40,7 @@ from agentrunner_host.capabilities.openai_wire import (
 )
 from agentrunner_host.capabilities.retry import CallStats, Retrier, RetryBudget, RetryConfig
 from agentrunner_host.capabilities.think import ThinkFilter, strip_think
-from agentrunner_host.observability import MODEL_CALL_DURATION, count_tokens, observed_call
+from agentrunner_host.observability.telemetry import MODEL_CALL_DURATION, count_tokens, observed_call
 
 if TYPE_CHECKING:
     import openai

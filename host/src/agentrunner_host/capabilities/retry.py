@@ -264,7 +264,7 @@ def _attempt_span(parent: Span | None, name: str, stats: CallStats) -> Span:
     """The span of attempt `stats.attempts`, with the wait honoured before it (0 for the first)."""
     from opentelemetry import trace
 
-    from agentrunner_host.observability import start_span
+    from agentrunner_host.observability.telemetry import start_span
 
     context = trace.set_span_in_context(parent) if parent is not None else None
     span = start_span(name, context, trace.SpanKind.INTERNAL)

@@ -32,7 +32,7 @@ from agentrunner.v1 import common_pb2
 from agentrunner_host.capabilities.mcp_tools import McpServerConfig, McpToolSource
 from agentrunner_host.capabilities.native_tools import NativeToolsConfig, NativeToolSource
 from agentrunner_host.capabilities.tool_source import SourceUnavailable, ToolInfo, ToolOutcome, ToolSource
-from agentrunner_host.observability import TOOL_CALL_DURATION, observed_call
+from agentrunner_host.observability.telemetry import TOOL_CALL_DURATION, observed_call
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator

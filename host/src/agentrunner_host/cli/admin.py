@@ -25,8 +25,8 @@ def register(app: typer.Typer, db_app: typer.Typer, kb_app: typer.Typer, config_
         endpoint) agents whose runner no endpoint serves and each agent's runner_config against the
         runner's manifest. Exit 0 when clean, 1 on errors, 2 when the file itself is invalid;
         warnings alone exit 0."""
-        from agentrunner_host.config_check import check_against_registry, check_bindings, probe_registry
-        from agentrunner_host.observability import configure_logging
+        from agentrunner_host.observability.telemetry import configure_logging
+        from agentrunner_host.registry.check import check_against_registry, check_bindings, probe_registry
 
         configure_logging("error")  # the registry's own warnings would repeat the problems below
         cfg = load(config)
@@ -59,7 +59,7 @@ def register(app: typer.Typer, db_app: typer.Typer, kb_app: typer.Typer, config_
         ] = None,
     ) -> None:
         """Migrate the host database to the schema this host needs (Alembic upgrade to head)."""
-        from agentrunner_host.config import DEFAULT_DATABASE_URL, HostEnv
+        from agentrunner_host.config.model import DEFAULT_DATABASE_URL, HostEnv
         from agentrunner_host.store.migrate import migrate_cli
 
         url = database_url or (load(config).database.url if config else HostEnv().database_url)
@@ -109,7 +109,7 @@ def register(app: typer.Typer, db_app: typer.Typer, kb_app: typer.Typer, config_
         agent_id: Annotated[str, typer.Option(help="Also print a host agent entry with this id.")] = "",
     ) -> None:
         """Rewrite a legacy pipeline config to `ai.runner.id` + `ai.runner_config[id]` and report the changes."""
-        from agentrunner_host.legacy import MigrationError, migrate_pipeline, pipeline_to_agent
+        from agentrunner_host.config.legacy import MigrationError, migrate_pipeline, pipeline_to_agent
 
         try:
             text = file.read_text(encoding="utf-8")

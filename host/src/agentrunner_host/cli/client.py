@@ -30,8 +30,9 @@ from agentrunner_host.cli.common import (
     print_json,
     run_until_interrupted,
 )
-from agentrunner_host.cli.render import full_interaction_support, render_stream, run_request
-from agentrunner_host.jsonview import message_dict, status_name
+from agentrunner_host.cli.render import render_stream, run_request
+from agentrunner_host.views.interactions import full_interaction_support
+from agentrunner_host.views.jsonview import message_dict, status_name
 
 
 def print_finished(finished: host_service_pb2.RunFinished) -> None:

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import host_service_pb2_grpc
-from agentrunner_host.transport_errors import explain_rpc_failure
+from agentrunner_host.wire.transport_errors import explain_rpc_failure
 
 console = Console()
 err_console = Console(stderr=True)
@@ -145,7 +145,7 @@ def host_channel(
 ) -> grpc.aio.Channel:
     """A channel to the host: plaintext unless TLS is asked for (`--tls` or any of the files), with
     the API key from `AGENTRUNNER_HOST_API_KEY` on every call when it is set."""
-    from agentrunner_host.clients import ApiKeyInterceptor
+    from agentrunner_host.auth.clients import ApiKeyInterceptor
 
     api_key = os.environ.get(API_KEY_ENV, "").strip()
     interceptors = [ApiKeyInterceptor(api_key)] if api_key else None
@@ -166,7 +166,7 @@ def host_channel(
 
 def load(config: pathlib.Path) -> Any:
     """The validated host config, or every problem (`file: path: reason` lines) and exit 2."""
-    from agentrunner_host.config import ConfigError, load_config
+    from agentrunner_host.config.model import ConfigError, load_config
 
     try:
         return load_config(config)

@@ -31,8 +31,8 @@ from agentrunner_host.cli.common import (
     run_until_interrupted,
 )
 from agentrunner_host.cli.render import render_stream
-from agentrunner_host.jsonview import message_dict, status_name, usage_dict
-from agentrunner_host.timeline import Timeline
+from agentrunner_host.views.jsonview import message_dict, status_name, usage_dict
+from agentrunner_host.views.timeline import Timeline
 
 STATUSES = {status_name(v): v for v in common_pb2.RunStatus.values() if v}
 OPEN = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)

@@ -23,7 +23,7 @@ def register(app: typer.Typer, db_app: typer.Typer) -> None:
         the config; give the key to the client, e.g. as AGENTRUNNER_HOST_API_KEY)."""
         import secrets
 
-        from agentrunner_host.clients import key_digest
+        from agentrunner_host.auth.clients import key_digest
 
         key = "arh_" + secrets.token_urlsafe(32)
         console.print(f"API key (shown once, store it as a secret): {key}", soft_wrap=True, highlight=False)
@@ -49,7 +49,7 @@ def register(app: typer.Typer, db_app: typer.Typer) -> None:
         """Check the database's integrity (read-only): every ended run has exactly one terminal result, no
         run is open without a running host, no ended run's token works, no ledger gaps, no lost or
         duplicated transcript items. Exits 1 when it finds a problem."""
-        from agentrunner_host.config import DEFAULT_DATABASE_URL, HostEnv
+        from agentrunner_host.config.model import DEFAULT_DATABASE_URL, HostEnv
         from agentrunner_host.store.integrity import check_integrity
 
         url = database_url or (load(config).database.url if config else HostEnv().database_url)

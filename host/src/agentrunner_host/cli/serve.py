@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
         """Serve HostService + ProxyService (+ health, reflection) until SIGINT/SIGTERM.
         Refuses to start on a database that is not migrated (run `agentrunner-host db upgrade`)."""
         from agentrunner.telemetry import TelemetryError, configure_otlp
-        from agentrunner_host.observability import configure_logging
+        from agentrunner_host.observability.telemetry import configure_logging
 
         configure_logging(log_level.value)
         cfg = load(config)
@@ -61,10 +61,10 @@ async def _serve(cfg: Any, address: str | None) -> None:
     from prometheus_client import start_http_server
 
     from agentrunner_host.console.auth import ConsoleAccessError
-    from agentrunner_host.server import HostApp, ListenError
+    from agentrunner_host.server.app import HostApp
     from agentrunner_host.store.leases import InstanceLeaseError
     from agentrunner_host.store.migrate import DatabaseNotMigratedError
-    from agentrunner_host.transport_errors import explain_bind_failure
+    from agentrunner_host.wire.transport_errors import ListenError, explain_bind_failure
 
     try:
         host = await HostApp.open(cfg)
@@ -116,7 +116,7 @@ def _metrics_pusher(cfg: Any) -> Any:
 
     from opentelemetry.sdk.resources import Resource
 
-    from agentrunner_host.otlp_metrics import MetricsPusher, interval_seconds
+    from agentrunner_host.observability.otlp_metrics import MetricsPusher, interval_seconds
 
     name = os.environ.get("OTEL_SERVICE_NAME") or cfg.telemetry.service_name
     resource = Resource.create({"service.name": name, "service.instance.id": cfg.instance_id})

@@ -11,10 +11,10 @@ import grpc
 
 from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
-from agentrunner_host.cli.render import full_interaction_support
-from agentrunner_host.config import HostConfig
-from agentrunner_host.jsonview import message_dict, status_name, usage_dict
-from agentrunner_host.timeline import Timeline, kind_name
+from agentrunner_host.config.model import HostConfig
+from agentrunner_host.views.interactions import full_interaction_support
+from agentrunner_host.views.jsonview import message_dict, status_name, usage_dict
+from agentrunner_host.views.timeline import Timeline, kind_name
 
 READ_TIMEOUT = 10.0
 RUN_TIMEOUT = 3600.0

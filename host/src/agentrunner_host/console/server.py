@@ -14,11 +14,11 @@ from typing import Any
 import structlog
 import uvicorn
 
-from agentrunner_host.config import HostConfig
+from agentrunner_host.config.model import HostConfig
 from agentrunner_host.console.app import build_app
 from agentrunner_host.console.auth import resolve_token
 from agentrunner_host.console.backend import ConsoleBackend
-from agentrunner_host.transport_errors import explain_bind_failure
+from agentrunner_host.wire.transport_errors import explain_bind_failure
 
 log = structlog.get_logger("agentrunner_host.console")
 
@@ -49,7 +49,7 @@ class ConsoleServer:
 
     def bind(self) -> None:
         """Binds the HTTP socket; raises `ListenError` (port in use, ...)."""
-        from agentrunner_host.server import ListenError
+        from agentrunner_host.wire.transport_errors import ListenError
 
         host, _, port = self.address.rpartition(":")
         host = host.strip("[]") or "0.0.0.0"

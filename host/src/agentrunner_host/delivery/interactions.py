@@ -36,7 +36,6 @@ from agentrunner.errors import (
 )
 from agentrunner.protocol import INTERACTION_MAX_BYTES, INTERACTION_SUBMITTED_EVENT
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
-from agentrunner_host.bindings import BindingResolver, EventKey
 from agentrunner_host.delivery.channel import RunChannel, Update
 from agentrunner_host.delivery.store import (
     CANCELLED,
@@ -48,6 +47,7 @@ from agentrunner_host.delivery.store import (
     interaction_to_proto,
 )
 from agentrunner_host.ports import RunView, TranscriptAppender, UpdateStream, utcnow
+from agentrunner_host.registry.bindings import BindingResolver, EventKey
 from agentrunner_host.store.artifacts import ArtifactStore
 from agentrunner_host.store.common import message_to_json
 

@@ -33,11 +33,16 @@ from agentrunner.errors import (
 )
 from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
 from agentrunner.v1 import proxy_service_pb2
-from agentrunner_host.boundary import Refused, request_deserializer
-from agentrunner_host.control import ControlHub
-from agentrunner_host.observability import PROXY_CALL_DURATION, PROXY_CALLS, end_span, start_server_span
+from agentrunner_host.observability.telemetry import (
+    PROXY_CALL_DURATION,
+    PROXY_CALLS,
+    end_span,
+    start_server_span,
+)
 from agentrunner_host.ports import RunSession, SessionRegistry
 from agentrunner_host.proxy.api import AuditSink, HandlerTable, ProxyCall
+from agentrunner_host.proxy.control import ControlHub
+from agentrunner_host.wire.boundary import Refused, request_deserializer
 
 log = structlog.get_logger("agentrunner_host.proxy")
 

@@ -31,7 +31,7 @@ from agentrunner.protocol import FINISH_ACKNOWLEDGED
 from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
 from agentrunner_host.delivery.channel import RunChannel
 from agentrunner_host.delivery.interactions import record_requested
-from agentrunner_host.observability import report_finished
+from agentrunner_host.observability.telemetry import report_finished
 from agentrunner_host.ports import AuthorizationSnapshot, RunRecord
 from agentrunner_host.run import outcomes
 from agentrunner_host.run.followers import Followers, accepted_of
@@ -40,7 +40,7 @@ from agentrunner_host.run.journal import RecordFailed, RunJournal
 from agentrunner_host.run.pump import pump
 from agentrunner_host.run.runner_call import RunnerCall, call_failure
 from agentrunner_host.run.start import RunStart
-from agentrunner_host.validation import ResultValidator
+from agentrunner_host.run.validation import ResultValidator
 
 log = structlog.get_logger("agentrunner_host.run")
 

@@ -10,16 +10,16 @@ from collections.abc import Callable
 from typing import Protocol
 
 from agentrunner.v1 import common_pb2, result_pb2
-from agentrunner_host.config import HostConfig
-from agentrunner_host.context_builder import ContextBuilder
-from agentrunner_host.control import ControlHub
+from agentrunner_host.config.model import HostConfig
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.store import InteractionStore
 from agentrunner_host.ports import AuthorizationSnapshot, RunRecord, RunStore
 from agentrunner_host.proxy.capabilities import Backends
-from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.proxy.control import ControlHub
+from agentrunner_host.registry.endpoints import RunnerRegistry
+from agentrunner_host.run.context import ContextBuilder
 from agentrunner_host.run.journal import DeltaBatcher
-from agentrunner_host.validation import Limits
+from agentrunner_host.run.validation import Limits
 
 
 class RunHost(Protocol):

@@ -21,13 +21,13 @@ import structlog
 from agentrunner.v1 import host_service_pb2, result_pb2, runner_service_pb2
 from agentrunner_host.delivery.channel import AppendedResult, RunChannel
 from agentrunner_host.delivery.interactions import deliver_requested
-from agentrunner_host.observability import TIME_TO_FIRST_RESULT
+from agentrunner_host.observability.telemetry import TIME_TO_FIRST_RESULT
 from agentrunner_host.run import outcomes
 from agentrunner_host.run.followers import Followers
 from agentrunner_host.run.host import RunHost
 from agentrunner_host.run.journal import RunJournal
 from agentrunner_host.run.runner_call import RunnerCall
-from agentrunner_host.validation import ResultValidator
+from agentrunner_host.run.validation import ResultValidator
 
 log = structlog.get_logger("agentrunner_host.run")
 

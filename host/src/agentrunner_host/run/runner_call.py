@@ -21,12 +21,12 @@ from opentelemetry import trace
 
 from agentrunner.v1 import result_pb2, runner_service_pb2
 from agentrunner_host.delivery.channel import AppendedResult, Outbox, Update
-from agentrunner_host.observability import inject_metadata, start_span
+from agentrunner_host.observability.telemetry import inject_metadata, start_span
 from agentrunner_host.ports import utcnow
 from agentrunner_host.run import outcomes
 
 if TYPE_CHECKING:
-    from agentrunner_host.registry import Endpoint, RunnerRegistry
+    from agentrunner_host.registry.endpoints import Endpoint, RunnerRegistry
     from agentrunner_host.run.start import RunStart
 
 log = structlog.get_logger("agentrunner_host.run")

@@ -36,13 +36,10 @@ from agentrunner.errors import (
     RateLimitedError,
 )
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
-from agentrunner_host.bindings import BindingResolver, EventKey, Resolution
-from agentrunner_host.config import HostConfig
-from agentrunner_host.context_builder import ContextBuilder
-from agentrunner_host.control import ControlHub
+from agentrunner_host.config.model import HostConfig
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.store import InteractionStore
-from agentrunner_host.observability import RUNS, RUNS_OPEN, start_server_span, trace_id_of
+from agentrunner_host.observability.telemetry import RUNS, RUNS_OPEN, start_server_span, trace_id_of
 from agentrunner_host.ports import (
     TERMINAL_STATUSES,
     AuthorizationSnapshot,
@@ -52,13 +49,16 @@ from agentrunner_host.ports import (
     utcnow,
 )
 from agentrunner_host.proxy.capabilities import Backends
-from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.proxy.control import ControlHub
+from agentrunner_host.registry.bindings import BindingResolver, EventKey, Resolution
+from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.run import followers, outcomes, steering
+from agentrunner_host.run.context import ContextBuilder
 from agentrunner_host.run.execution import RunExecution
 from agentrunner_host.run.journal import DeltaBatcher
 from agentrunner_host.run.outcomes import RunStatus, terminal_status_name
 from agentrunner_host.run.start import start_run
-from agentrunner_host.validation import Limits
+from agentrunner_host.run.validation import Limits
 
 log = structlog.get_logger("agentrunner_host.run")
 

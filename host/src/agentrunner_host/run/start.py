@@ -15,15 +15,8 @@ import datetime as dt
 from typing import Any
 
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2, runner_service_pb2
-from agentrunner_host.authz import RunScope, freeze_snapshot, issue_session, project_snapshot_resources
-from agentrunner_host.config import AgentConfig
-from agentrunner_host.context_builder import (
-    ContextBuilder,
-    ContextPosition,
-    RunnerConfigError,
-    effective_runner_config,
-)
-from agentrunner_host.context_parity import has_reply_target
+from agentrunner_host.auth.authz import RunScope, freeze_snapshot, issue_session, project_snapshot_resources
+from agentrunner_host.config.model import AgentConfig
 from agentrunner_host.ports import (
     AuthorizationSnapshot,
     RecordedEvent,
@@ -33,8 +26,15 @@ from agentrunner_host.ports import (
     utcnow,
 )
 from agentrunner_host.proxy.capabilities import Backends
-from agentrunner_host.registry import RegisteredRunner, RunnerRegistry
+from agentrunner_host.registry.endpoints import RegisteredRunner, RunnerRegistry
 from agentrunner_host.run import outcomes
+from agentrunner_host.run.context import (
+    ContextBuilder,
+    ContextPosition,
+    RunnerConfigError,
+    effective_runner_config,
+)
+from agentrunner_host.run.context_parity import has_reply_target
 
 
 @dataclasses.dataclass(slots=True)

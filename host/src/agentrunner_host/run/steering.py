@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from agentrunner.v1 import host_service_pb2, proxy_service_pb2
-from agentrunner_host.control import ControlHub
 from agentrunner_host.ports import RunStore
+from agentrunner_host.proxy.control import ControlHub
 
 if TYPE_CHECKING:
     from agentrunner_host.run.execution import RunExecution

@@ -25,19 +25,19 @@ from agentrunner.errors import (
 )
 from agentrunner.protocol import INTERACTION_SUBMITTED_EVENT
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
-from agentrunner_host.bindings import EventKey, Resolution
-from agentrunner_host.boundary import admit, request_deserializer
-from agentrunner_host.clients import ClientGate, Principal
-from agentrunner_host.context_parity import check_envelope
+from agentrunner_host.auth.clients import ClientGate, Principal
 from agentrunner_host.delivery.interactions import InteractionService
 from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
-from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.registry.bindings import EventKey, Resolution
+from agentrunner_host.registry.endpoints import RunnerRegistry
+from agentrunner_host.run.context_parity import check_envelope
 from agentrunner_host.run.service import RunService, Update
 from agentrunner_host.services.wire import UPDATE_STREAMS, serialize_update
 from agentrunner_host.store.artifacts import ArtifactStore
 from agentrunner_host.store.ledger import SqlRunLedger
 from agentrunner_host.store.ledger_reads import RunQuery
 from agentrunner_host.store.ledger_rows import run_to_proto
+from agentrunner_host.wire.boundary import admit, request_deserializer
 
 log = structlog.get_logger("agentrunner_host.host_service")
 

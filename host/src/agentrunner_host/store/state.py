@@ -26,7 +26,7 @@ from agentrunner.errors import (
     UnauthorizedError,
 )
 from agentrunner.v1 import common_pb2
-from agentrunner_host.authz import state_identity
+from agentrunner_host.auth.authz import state_identity
 from agentrunner_host.ports import AuthorizationSnapshot
 from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, json_size, rowcount, utcnow

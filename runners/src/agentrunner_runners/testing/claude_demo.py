@@ -1,10 +1,10 @@
 """`make demo-claude` with the real Claude Code CLI and no network: the Anthropic API mock in the demo's
 process (a thread of its own), scripted for the demo's turns, and the environment the runner gives
-Claude Code to use it (`demo_harness`'s `real_mock` interface):
+Claude Code to use it (`agentrunner_host.demos.harness`'s `real_mock` interface):
 
     env, config, stop = claude_demo(workdir)   # env for the runner process; stop() when done
 
-The turns (`TURNS`, in `agentrunner_host.demo_harness`) are answered deterministically: a streamed
+The turns (`real_turns` of `agentrunner_host.demos.harness`) are answered deterministically: a streamed
 greeting, a LangBot host tool over MCP (Claude Code's `ToolSearch`, then `langbot_call_tool`), a file
 read in the workspace, and a turn that shows the resumed session (the mock counts the prompts it sees).
 """

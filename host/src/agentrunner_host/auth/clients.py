@@ -27,11 +27,11 @@ import grpc
 import structlog
 
 from agentrunner.errors import AgentRunnerError, CredentialsInvalidError, UnauthorizedError
-from agentrunner_host.config import CLIENT_OPERATIONS, ClientConfig, HostConfig, Selector
+from agentrunner_host.config.model import CLIENT_OPERATIONS, ClientConfig, HostConfig, Selector
 from agentrunner_host.ports import RunRecord, utcnow
 from agentrunner_host.proxy.api import AuditSink
 
-log = structlog.get_logger("agentrunner_host.clients")
+log = structlog.get_logger("agentrunner_host.auth.clients")
 
 ANONYMOUS = "anonymous"
 #: the metadata key of an API key

@@ -24,14 +24,14 @@ from agentrunner.protocol import (
     TERMINAL_PAYLOADS,
 )
 from agentrunner.v1 import common_pb2, result_pb2
-from agentrunner_host.authz import STATE_SCOPE_NAMES, state_identity
-from agentrunner_host.boundary import ID_MAX_CHARS, timestamp_in_range
-from agentrunner_host.observability import RESULTS, RESULTS_REJECTED
+from agentrunner_host.auth.authz import STATE_SCOPE_NAMES, state_identity
+from agentrunner_host.observability.telemetry import RESULTS, RESULTS_REJECTED
 from agentrunner_host.ports import AuthorizationSnapshot
-from agentrunner_host.repair import repair_message
 from agentrunner_host.store.artifacts import check_http_uri
+from agentrunner_host.wire.boundary import ID_MAX_CHARS, timestamp_in_range
+from agentrunner_host.wire.repair import repair_message
 
-log = structlog.get_logger("agentrunner_host.validation")
+log = structlog.get_logger("agentrunner_host.run.validation")
 
 #: the per-type counter children, resolved once (`labels()` costs more than the rest of `accept`)
 _RESULT_COUNTERS = {kind: RESULTS.labels(name) for kind, name in RESULT_TYPES.items()}

@@ -14,6 +14,11 @@ import errno
 import re
 import socket
 
+
+class ListenError(OSError):
+    """An address the host cannot listen on; the message says which, and why (port in use, ...)."""
+
+
 _LAST_ERROR = re.compile(r"last error: (?:[A-Z_]+: )?(?:ipv[46]:[^ ]+: |unix:[^ ]+: )?(?P<text>.*)$")
 
 

@@ -36,7 +36,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric as PromFamily
 
-log = structlog.get_logger("agentrunner_host.otlp_metrics")
+log = structlog.get_logger("agentrunner_host.observability.otlp_metrics")
 
 PREFIX = "agentrunner_"
 _SCOPE = InstrumentationScope("agentrunner_host")

@@ -13,7 +13,7 @@ from typing import Any, Final
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from agentrunner_host.boundary import (
+from agentrunner_host.wire.boundary import (
     INT64_MAX,
     K_FLOAT,
     K_MESSAGE,

@@ -19,35 +19,35 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from agentrunner.errors import AgentRunnerError, NotFoundError, UnauthorizedError
 from agentrunner.reflection import enable_reflection
 from agentrunner.v1 import common_pb2, host_service_pb2
+from agentrunner_host.auth.clients import ClientGate, is_loopback_address
 from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
-from agentrunner_host.clients import ClientGate, is_loopback_address
-from agentrunner_host.config import AgentConfig, HostConfig, HostEnv, LimitsConfig
-from agentrunner_host.config_check import Problem, check_against_registry, check_bindings, registry_view
+from agentrunner_host.config.model import AgentConfig, HostConfig, HostEnv, LimitsConfig
 from agentrunner_host.console.server import ConsoleServer
-from agentrunner_host.control import ControlHub
 from agentrunner_host.delivery.adapters import AdapterRegistry, GrpcDeliveryAdapter
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.handlers import delivery_handlers
 from agentrunner_host.delivery.interactions import InteractionService
 from agentrunner_host.delivery.store import DeliveryStore, InteractionStore
-from agentrunner_host.memory import trimmer
-from agentrunner_host.observability import configure_tracing
+from agentrunner_host.observability.memory import trimmer
+from agentrunner_host.observability.telemetry import configure_tracing
 from agentrunner_host.proxy.capabilities import AgentModelOptions, Backends, capability_handlers
+from agentrunner_host.proxy.control import ControlHub
 from agentrunner_host.proxy.facts import fact_handlers
 from agentrunner_host.proxy.servicer import SERVICE_NAME as PROXY_SERVICE_NAME
 from agentrunner_host.proxy.servicer import ProxyServicer
-from agentrunner_host.registry import RunnerRegistry
+from agentrunner_host.registry.check import Problem, check_against_registry, check_bindings, registry_view
+from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.run.service import RunService
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 from agentrunner_host.store.leases import InstanceLease
 from agentrunner_host.store.migrate import ensure_current, upgrade
-from agentrunner_host.transport_errors import explain_bind_failure
+from agentrunner_host.wire.transport_errors import ListenError, explain_bind_failure
 
-log = structlog.get_logger("agentrunner_host.server")
+log = structlog.get_logger("agentrunner_host.server.app")
 
 #: on stop, a run whose runner has been silent this long is cancelled instead of drained
 IDLE_CANCEL_SECONDS = 0.5
@@ -118,10 +118,6 @@ def agent_model_options(agent: AgentConfig | None, model_id: str) -> AgentModelO
     extra = rc.get("extra-args", rc.get("extra_args"))
     remove = rc.get("remove-think", rc.get("remove_think"))
     return AgentModelOptions(dict(extra) if isinstance(extra, dict) else {}, remove is True)
-
-
-class ListenError(OSError):
-    """An address the host cannot listen on; the message says which, and why (port in use, ...)."""
 
 
 class ListenerRefusedError(ListenError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from agentrunner.errors import BindingNotFoundError, FailedPreconditionError, NotFoundError
-from agentrunner_host.config import AgentConfig, BindingConfig, HostConfig
+from agentrunner_host.config.model import AgentConfig, BindingConfig, HostConfig
 
 #: tie-break between matching bindings of equal priority in different scopes: the most specific wins
 _SPECIFICITY = {"conversation": 3, "bot": 2, "workspace": 1, "global": 0}

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from agentrunner.config import ConfigInvalid, check_value  # the runner side's own type rules
 from agentrunner.v1 import manifest_pb2
-from agentrunner_host.config import AgentConfig, BindingConfig, HostConfig
+from agentrunner_host.config.model import AgentConfig, BindingConfig, HostConfig
 
 T = manifest_pb2.ConfigFieldType
 #: runner_config keys the host itself reads (`server.agent_model_options`), whatever the schema says
@@ -166,7 +166,7 @@ def _scope_covers(a: BindingConfig, b: BindingConfig) -> bool:
 
 
 def _overlaps(pattern: str, event_types: Sequence[str]) -> bool:
-    from agentrunner_host.config import patterns_overlap
+    from agentrunner_host.config.model import patterns_overlap
 
     return any(patterns_overlap(pattern, t) for t in event_types)
 
@@ -218,7 +218,7 @@ async def probe_registry(
     config: HostConfig,
 ) -> tuple[dict[str, manifest_pb2.RunnerManifest], dict[str, EndpointHealth]]:
     """Dials every runner endpoint once (the registry's own probe) for `config check`."""
-    from agentrunner_host.registry import RunnerRegistry
+    from agentrunner_host.registry.endpoints import RunnerRegistry
 
     registry = RunnerRegistry(config)
     try:

@@ -28,14 +28,14 @@ from agentrunner.errors import bounded
 from agentrunner.manifest import ManifestError
 from agentrunner.manifest import validate_manifest as validate_runner_manifest
 from agentrunner.v1 import manifest_pb2, runner_service_pb2
-from agentrunner_host.boundary import check_message
-from agentrunner_host.config import HostConfig, HostEnv, RunnerEndpointConfig, TlsConfig
-from agentrunner_host.memory import LARGE_MESSAGE_BYTES, note_message
-from agentrunner_host.observability import RUNNER_ENDPOINT_UP
+from agentrunner_host.config.model import HostConfig, HostEnv, RunnerEndpointConfig, TlsConfig
+from agentrunner_host.observability.memory import LARGE_MESSAGE_BYTES, note_message
+from agentrunner_host.observability.telemetry import RUNNER_ENDPOINT_UP
 from agentrunner_host.ports import utcnow
-from agentrunner_host.transport_errors import explain_rpc_failure
+from agentrunner_host.wire.boundary import check_message
+from agentrunner_host.wire.transport_errors import explain_rpc_failure
 
-log = structlog.get_logger("agentrunner_host.registry")
+log = structlog.get_logger("agentrunner_host.registry.endpoints")
 
 _SELECTOR_TYPES = {
     manifest_pb2.CONFIG_FIELD_TYPE_LLM_MODEL_SELECTOR,

@@ -27,7 +27,7 @@ from agentrunner.errors import InvalidArgumentError
 from agentrunner.events import EVENT_MEMBERS, parse_platform_event
 from agentrunner.protocol import INTERACTION_SUBMITTED_EVENT, is_sensitive_variable
 from agentrunner.v1 import context_pb2, host_service_pb2, manifest_pb2
-from agentrunner_host.config import AgentConfig
+from agentrunner_host.config.model import AgentConfig
 from agentrunner_host.ports import AuthorizationSnapshot
 
 log = structlog.get_logger("agentrunner_host.context")

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from agentrunner.v1 import common_pb2, context_pb2, manifest_pb2
 from agentrunner_host.capabilities.models import MODEL_OPERATIONS
-from agentrunner_host.config import AgentConfig, Selector
+from agentrunner_host.config.model import AgentConfig, Selector
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token
 from agentrunner_host.proxy.capabilities import Backends, project_resources
 from agentrunner_host.proxy.selectors import resolve_selectors

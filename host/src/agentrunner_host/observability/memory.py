@@ -21,7 +21,7 @@ from typing import Any
 
 import structlog
 
-log = structlog.get_logger("agentrunner_host.memory")
+log = structlog.get_logger("agentrunner_host.observability.memory")
 
 #: glibc `mallopt` parameters
 _M_TRIM_THRESHOLD = -1

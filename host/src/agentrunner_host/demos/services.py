@@ -26,9 +26,9 @@ from rich.console import Console
 from agentrunner.results import is_answer, kind_name
 from agentrunner.v1 import common_pb2, host_service_pb2_grpc
 from agentrunner_host.cli import run_request
-from agentrunner_host.config import load_config
-from agentrunner_host.observability import configure_logging
-from agentrunner_host.server import HostApp
+from agentrunner_host.config.model import load_config
+from agentrunner_host.observability.telemetry import configure_logging
+from agentrunner_host.server.app import HostApp
 
 #: name, label, serve target, runner id, runner config (given the mock's base URL), the user's message
 SERVICES: list[tuple[str, str, str, str, Any, str]] = [

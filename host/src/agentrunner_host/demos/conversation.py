@@ -42,9 +42,9 @@ from agentrunner.results import kind_name
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc, result_pb2
 from agentrunner_host.cli import run_request, stream_reply
 from agentrunner_host.cli.render import KIND_STYLES
-from agentrunner_host.config import load_config
-from agentrunner_host.observability import configure_logging
-from agentrunner_host.server import HostApp
+from agentrunner_host.config.model import load_config
+from agentrunner_host.observability.telemetry import configure_logging
+from agentrunner_host.server.app import HostApp
 from agentrunner_host.testing.openai_mock import MockOpenAIServer
 
 REFERENCE = "agentrunner_runners.reference:ReferenceRunner"

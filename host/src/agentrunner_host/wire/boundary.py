@@ -30,7 +30,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from agentrunner.errors import InvalidArgumentError
-from agentrunner_host.memory import LARGE_MESSAGE_BYTES, note_message
+from agentrunner_host.observability.memory import LARGE_MESSAGE_BYTES, note_message
 
 #: the longest identifier any request may carry (the narrowest id column that stores one is 128)
 ID_MAX_CHARS: Final = 128

@@ -9,8 +9,8 @@ progress, a harness tool call, a LangBot host tool called by the harness through
 bridge, and a turn that resumes the conversation's harness session. Exits 0 when every turn ended as
 expected (with the fake, every check is strict; with a real CLI, content checks are only notes).
 
-    python -m agentrunner_host.demo_harness claude
-    python -m agentrunner_host.demo_harness codex
+    python -m agentrunner_host.demos.harness claude
+    python -m agentrunner_host.demos.harness codex
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from rich.console import Console
 
 from agentrunner.v1 import common_pb2
 from agentrunner_host.cli import run_request
-from agentrunner_host.config import load_config
-from agentrunner_host.demo import _render, start_runner
-from agentrunner_host.observability import configure_logging
-from agentrunner_host.server import HostApp
+from agentrunner_host.config.model import load_config
+from agentrunner_host.demos.conversation import _render, start_runner
+from agentrunner_host.observability.telemetry import configure_logging
+from agentrunner_host.server.app import HostApp
 
 CONVERSATION = "demo-harness"
 
@@ -259,6 +259,6 @@ async def main(name: str) -> int:
 if __name__ == "__main__":
     choice = sys.argv[1] if len(sys.argv) > 1 else "claude"
     if choice not in HARNESSES:
-        print(f"usage: python -m agentrunner_host.demo_harness {{{','.join(HARNESSES)}}}", file=sys.stderr)
+        print(f"usage: python -m agentrunner_host.demos.harness {{{','.join(HARNESSES)}}}", file=sys.stderr)
         sys.exit(2)
     sys.exit(asyncio.run(main(choice)))

@@ -18,7 +18,7 @@ from google.protobuf.message import Message
 
 from agentrunner import results
 from agentrunner.v1 import common_pb2, result_pb2
-from agentrunner_host.jsonview import usage_dict
+from agentrunner_host.views.jsonview import usage_dict
 
 LOG_LEVELS = {0: "info", 1: "debug", 2: "info", 3: "warning", 4: "error"}
 

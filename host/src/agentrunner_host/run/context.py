@@ -18,10 +18,11 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from agentrunner.errors import InvalidArgumentError
 from agentrunner.protocol import PROTOCOL_VERSION
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, manifest_pb2
-from agentrunner_host import __version__, context_parity
-from agentrunner_host.authz import project_apis
-from agentrunner_host.config import AgentConfig
+from agentrunner_host import __version__
+from agentrunner_host.auth.authz import project_apis
+from agentrunner_host.config.model import AgentConfig
 from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.run import context_parity
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,0 +1,1 @@
+"""The demos behind `make demo`, `make demo-services`, `make demo-claude` and `make demo-codex`."""

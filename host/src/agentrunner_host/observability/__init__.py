@@ -1,0 +1,1 @@
+"""Logs, metrics, trace context, OTLP export and the process memory policy."""

@@ -1,0 +1,1 @@
+"""Protocol messages as data and timelines for people (the CLI and the console)."""

@@ -1,0 +1,1 @@
+"""The wire boundary: what every message must be, repairs the rules allow, transport failures explained."""
