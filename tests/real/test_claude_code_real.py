@@ -319,15 +319,19 @@ async def test_a_500_is_retryable_within_seconds_and_leaves_no_answer_behind(sta
 
 
 async def test_a_broken_stream_leaves_no_unfinished_answer(stack: Stack) -> None:
+    """The API breaks off mid-answer: Claude Code abandons the streamed text, retries, and (the mock
+    answering the retry) finishes; the abandoned text stays only as closed progress."""
     stack.mock.script(
         "half an answer", [{"stream_error": "overloaded_error", "partial": "I was about to say"}]
     )
     updates = await run(stack.address, "give me half an answer", "broken-conv")
-    assert failure(updates).code.startswith("claude_code.")
     timeline = build_timeline(results_of(updates))
-    unfinished = [e for e in timeline if e["kind"] == "message" and not e["completed"]]
-    assert not unfinished, timeline
-    assert not [e for e in timeline if e["kind"] == "message" and e["message_kind"] == "answer"]
+    messages = [e for e in timeline if e["kind"] == "message"]
+    assert messages and all(e["completed"] for e in messages), timeline
+    abandoned = [e for e in messages if e["text"].startswith("I was about to say")]
+    assert abandoned and all(e["message_kind"] == "progress" for e in abandoned)
+    answers = [e for e in messages if e["message_kind"] == "answer"]
+    assert len(answers) <= 1 and not any("I was about to say" in e["text"] for e in answers)
 
 
 async def test_a_refused_key_is_an_auth_error_within_seconds(stack: Stack) -> None:
