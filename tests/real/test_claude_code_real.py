@@ -262,7 +262,9 @@ async def test_a_file_written_to_outbox_comes_back_as_an_artifact(stack: Stack) 
         )
         data = b"".join([chunk.data async for chunk in stub.DownloadArtifact(request, timeout=30)])
     assert data.decode() == "réport\n"
-    assert not list(stack.root.glob("elsewhere.txt"))  # writing outside outbox/ was refused
+    assert not list(stack.root.glob("elsewhere.txt"))  # writing outside outbox/ was refused ...
+    logs = [r.run_log.text for r in results_of(updates) if r.HasField("run_log")]
+    assert any(line.startswith("Claude Code refused Write") for line in logs), logs  # ... and said so
 
 
 async def test_the_model_running_env_does_not_see_the_key(stack: Stack) -> None:
