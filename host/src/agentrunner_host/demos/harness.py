@@ -81,20 +81,15 @@ HARNESSES: dict[str, Harness] = {
             Turn(_TIME_CALL, expect="+09:00", expect_tool="current_time"),
             Turn("Do you still know this conversation?", expect="(turn 4)"),
         ),
+        # against `claude_demo`'s scripted Anthropic API mock
         real_turns=(
-            Turn(
-                "In one short sentence: what does LANGBOT_CONTEXT.md in your working directory say you are doing?"
-            ),
-            Turn(
-                "Call the langbot_call_tool MCP tool with tool_name current_time and arguments "
-                '{"timezone": "Asia/Tokyo"}, then tell me the time in Tokyo in one sentence.',
-                expect="Tokyo",
-                expect_tool="current_time",
-            ),
-            Turn("What was my first question? One sentence.", expect="LANGBOT_CONTEXT"),
+            Turn("Hello from the AgentRunner demo!", expect="(turn 1)"),
+            Turn("What is the time in Tokyo?", expect="+09:00", expect_tool="current_time"),
+            Turn("What does LANGBOT_CONTEXT.md in your working directory say?", expect_tool="Read"),
+            Turn("Do you still know this conversation?", expect="(turn 4)"),
         ),
         fake_env=(("FAKE_CLAUDE_HOME", "fake-claude-home"),),
-        runner_config=(("max-turns", 4),),
+        real_mock="agentrunner_runners.testing.claude_demo:claude_demo",
     ),
     "codex": Harness(
         label="Codex",
