@@ -24,7 +24,10 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 #: each runner with a config reaching its mock (a per-read `timeout` far beyond the run's deadline)
 RUNNERS: dict[str, tuple[type[Runner], Any]] = {
-    "coze": (CozeRunner, lambda m: {"api-base": m.url("/coze"), "api-key": "k", "bot-id": "7350000000000001"}),
+    "coze": (
+        CozeRunner,
+        lambda m: {"api-base": m.url("/coze"), "api-key": "k", "bot-id": "7350000000000001"},
+    ),
     "dashscope": (
         DashScopeRunner,
         lambda m: {"base-url": m.url("/dashscope/api/v1"), "api-key": "k", "app-id": "app0001"},
