@@ -22,6 +22,7 @@ from agentrunner_host import __version__, context_parity
 from agentrunner_host.authz import project_apis
 from agentrunner_host.config import AgentConfig
 from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.runner_secrets import EnvRefError, resolve_env
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -78,8 +79,12 @@ def _type_ok(field: manifest_pb2.ConfigField, value: Any) -> bool:
 def effective_runner_config(
     manifest: manifest_pb2.RunnerManifest, runner_config: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The agent's runner config with schema defaults applied; raises RunnerConfigError naming the field."""
-    out = dict(runner_config)
+    """The agent's runner config with `{env: NAME}` values read from the environment (`runner_secrets`)
+    and schema defaults applied; raises RunnerConfigError naming the field."""
+    try:
+        out = resolve_env(manifest, runner_config)
+    except EnvRefError as exc:
+        raise RunnerConfigError(exc.message, field=exc.field) from None
     for field in manifest.config_schema:
         if field.name not in out and field.HasField("default_value"):
             out[field.name] = json_format.MessageToDict(field.default_value)
