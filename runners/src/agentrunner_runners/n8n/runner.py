@@ -187,7 +187,7 @@ class _Body:
 
 def _error_detail(chunk: dict[str, Any]) -> str:
     """An `error` chunk's message (n8n sends `content: null` for most node errors) and failed node."""
-    detail = chunk.get("content") or chunk.get("message") or "the workflow failed"
+    detail = chunk.get("content") or "the workflow failed"
     metadata = chunk.get("metadata")
     node = metadata.get("nodeName") if isinstance(metadata, dict) else None
     return f"{detail} (node {node!r})" if isinstance(node, str) and node else str(detail)
