@@ -92,6 +92,9 @@ def register(runs_app: typer.Typer) -> None:
         page_token: Annotated[str, typer.Option(help="Continue a listing (printed under a full page).")] = "",
         host: HostOpt = DEFAULT_HOST,
         as_json: JsonOpt = False,
+        quiet: Annotated[
+            bool, typer.Option("--quiet", "-q", help="Print only the run ids, one a line.")
+        ] = False,
         ca_file: CaOpt = None,
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
@@ -107,6 +110,10 @@ def register(runs_app: typer.Typer) -> None:
         page = call_host(target, lambda stub: stub.ListRuns(request, timeout=READ_TIMEOUT))
         if as_json:
             print_json({"runs": [run_dict(r) for r in page.runs], "next_page_token": page.next_page_token})
+            return
+        if quiet:  # for scripts: RUN_ID=$(agentrunner-host runs list -q --limit 1)
+            for r in page.runs:
+                print(r.run_id)
             return
         table = Table("run id", "status", "agent", "runner", "conversation", "created (UTC)", "took")
         table.columns[0].overflow = "fold"
