@@ -18,7 +18,6 @@ import dataclasses
 import os
 import pathlib
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -32,6 +31,7 @@ from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.auth.clients import key_digest
 from agentrunner_host.store.migrate import upgrade
 from tests.hardening.conftest import HostProcess, Proc
+from tests.pki import Pki, issue, make_pki
 from tests.secured.files_runner import RUNNER_ID
 
 FULL = "arh_full-key-for-the-secured-suite-0123456789"
@@ -41,56 +41,11 @@ WRONG = "arh_not-a-key-of-this-host-0123456789"
 ENV_PREFIXES = ("AGENTRUNNER_", "VIRTUAL_ENV")
 
 
-def _openssl(cwd: pathlib.Path, *args: str) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-EC = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Pki:
-    dir: pathlib.Path
-
-    def path(self, name: str) -> pathlib.Path:
-        return self.dir / name
-
-    def tls(self, client: str | None = None) -> ClientTls:
-        """Client TLS verifying the host, presenting `client`'s certificate when given."""
-        if client is None:
-            return ClientTls(ca_file=self.path("ca.pem"))
-        return ClientTls(self.path("ca.pem"), self.path(f"{client}.pem"), self.path(f"{client}.key"))
-
-
-def _issue(d: pathlib.Path, name: str, ca: str, subject: str, *extra: str) -> None:
-    _openssl(d, "req", *EC, "-subj", subject, *extra, "-keyout", f"{name}.key", "-out", f"{name}.csr")
-    _openssl(d, "x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-             "-CAcreateserial", "-days", "2", "-copy_extensions", "copy", "-out", f"{name}.pem")  # fmt: skip
-
-
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    d = tmp_path_factory.mktemp("pki")
-    for ca in ("ca", "other-ca"):
-        _openssl(
-            d,
-            "req",
-            "-x509",
-            *EC,
-            "-days",
-            "2",
-            "-subj",
-            f"/CN={ca}",
-            "-keyout",
-            f"{ca}.key",
-            "-out",
-            f"{ca}.pem",
-        )
-    _issue(d, "host", "ca", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1")
-    _issue(d, "laptop", "ca", "/CN=laptop")
-    _issue(d, "visitor", "ca", "/CN=visitor")  # from the host's CA, but no client lists it
-    _issue(d, "stranger", "other-ca", "/CN=laptop")  # the same name, from a CA the host does not trust
-    return Pki(d)
+    pki = make_pki(tmp_path_factory.mktemp("pki"), ("laptop", "visitor"))  # visitor: listed by no client
+    issue(pki.dir, "stranger", "other-ca", "/CN=laptop")  # the same name, from a CA the host does not trust
+    return pki
 
 
 @pytest.fixture(scope="session")

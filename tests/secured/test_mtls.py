@@ -13,7 +13,8 @@ import pytest
 from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.cli.render import run_request
-from tests.secured.conftest import FULL, Pki, Stack
+from tests.pki import Pki
+from tests.secured.conftest import FULL, Stack
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 

@@ -18,7 +18,8 @@ from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.cli.render import run_request
 from agentrunner_host.config.model import CLIENT_OPERATIONS
 from tests.hardening.fuzz import service_methods
-from tests.secured.conftest import FULL, NARROW, WRONG, Pki, Stack
+from tests.pki import Pki
+from tests.secured.conftest import FULL, NARROW, WRONG, Stack
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 SERVICE = "agentrunner.v1.HostService"

@@ -209,13 +209,16 @@ class SessionGate:
         except ClientCredentialsError as exc:
             return _refused(401, "CREDENTIALS_INVALID", str(exc))
         except CredentialsInvalidError as err:
-            peer = f"ipv4:{request.client.host}:{request.client.port}" if request.client else "unknown"
+            peer = "unknown"
+            if request.client:  # as gRPC writes a peer
+                host, port = request.client.host, request.client.port
+                peer = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
             await self.gate.record_refusal(_Peer(peer), "SignIn", err, client_id="", service="Console")
             return _refused(401, err.reason, err.message)
         sid, session = self.sessions.create(key, principal)
         log.info("console.signed_in", client=principal.client_id)
         response = JSONResponse(session.view(), headers={"Cache-Control": "no-store"})
-        response.set_cookie(COOKIE, sid, max_age=max(1, int(session.ends - time.monotonic())), path="/",
+        response.set_cookie(COOKIE, sid, max_age=max(1, round(session.ends - time.monotonic())), path="/",
                             secure=self.secure_cookie, httponly=True, samesite="strict")  # fmt: skip
         return response
 
