@@ -110,11 +110,9 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def fail_rpc(exc: grpc.RpcError, target: HostTarget | str, timeout: float | None = None) -> NoReturn:
+def fail_rpc(exc: grpc.RpcError, target: HostTarget, timeout: float | None = None) -> NoReturn:
     """A failed call as one line: transport failures explained, typed errors as `REASON: message`,
     refused credentials with what to do about them (`credentials_hint`)."""
-    if isinstance(target, str):
-        target = HostTarget(target)
     code = exc.code() if hasattr(exc, "code") else None
     details = (exc.details() if hasattr(exc, "details") else "") or ""
     creds = target.credentials
@@ -145,8 +143,8 @@ def credentials_hint(reason: str, creds: ClientCredentials) -> str:
         )
     if cert is not None:
         return (
-            f"no API key was sent, and the client certificate {cert} names no client of this host (its CN or "
-            f"a DNS SAN must be in a client's tls_names): set {API_KEY_ENV}, or pass --api-key-file FILE"
+            f"the client certificate sent was {cert}: use one whose CN or DNS SAN a client's tls_names list, "
+            f"or send an API key ({API_KEY_ENV}, or --api-key-file FILE)"
         )
     return (
         f"no credentials were sent: set {API_KEY_ENV} to your API key, or pass --api-key-file FILE (or set "

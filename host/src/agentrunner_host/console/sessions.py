@@ -125,25 +125,21 @@ class SessionGate:
         if not path.startswith("/api/"):  # the page and its static files carry no data
             await self.app(scope, receive, send)
             return
-        refusal, metadata = self._admit(request)
+        refusal, metadata = await self._admit(request)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
         scope[METADATA_SCOPE_KEY] = metadata
         await self.app(scope, receive, send)
 
-    def _admit(self, request: Request) -> tuple[Response | None, tuple[tuple[str, str], ...]]:
+    async def _admit(self, request: Request) -> tuple[Response | None, tuple[tuple[str, str], ...]]:
         """(None, the caller's metadata) for a request that may go on; (the refusal, ()) otherwise."""
         header = request.headers.get("authorization", "")
         if header.lower().startswith("bearer "):  # a script: its key on every request, no cookie
-            try:
-                key = checked_api_key(header[7:], "the Authorization header")
-                self.gate.principal_for_key(key.value)
-            except ClientCredentialsError as exc:
-                return _refused(401, "CREDENTIALS_INVALID", str(exc)), ()
-            except CredentialsInvalidError as err:
-                return _refused(401, err.reason, err.message), ()
-            return None, key.metadata()
+            checked = await self._check_key(request, header[7:], "the Authorization header", "Request")
+            if isinstance(checked, Response):
+                return checked, ()
+            return None, checked[0].metadata()
         session = self.sessions.get(request.cookies.get(COOKIE, ""))
         if session is None:
             return _refused(401, "UNAUTHENTICATED", "sign in with an API key (POST /api/session)"), ()
@@ -203,8 +199,24 @@ class SessionGate:
             return _refused(
                 400, "INVALID_ARGUMENT", "api_key is required: the API key of one of the host's clients"
             )
+        checked = await self._check_key(request, raw, "the sign-in form", "SignIn")
+        if isinstance(checked, Response):
+            return checked
+        key, principal = checked
+        sid, session = self.sessions.create(key, principal)
+        log.info("console.signed_in", client=principal.client_id)
+        response = JSONResponse(session.view(), headers={"Cache-Control": "no-store"})
+        response.set_cookie(COOKIE, sid, max_age=max(1, round(session.ends - time.monotonic())), path="/",
+                            secure=self.secure_cookie, httponly=True, samesite="strict")  # fmt: skip
+        return response
+
+    async def _check_key(
+        self, request: Request, raw: str, source: str, method: str
+    ) -> tuple[ApiKey, Principal] | Response:
+        """The key and its client, when the client's credentials hold; else the refusal (audited as
+        `Console.<method>`, without the key)."""
         try:
-            key = checked_api_key(raw, "the sign-in form")
+            key = checked_api_key(raw, source)
             principal = self.gate.principal_for_key(key.value)
         except ClientCredentialsError as exc:
             return _refused(401, "CREDENTIALS_INVALID", str(exc))
@@ -213,14 +225,9 @@ class SessionGate:
             if request.client:  # as gRPC writes a peer
                 host, port = request.client.host, request.client.port
                 peer = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
-            await self.gate.record_refusal(_Peer(peer), "SignIn", err, client_id="", service="Console")
+            await self.gate.record_refusal(_Peer(peer), method, err, client_id="", service="Console")
             return _refused(401, err.reason, err.message)
-        sid, session = self.sessions.create(key, principal)
-        log.info("console.signed_in", client=principal.client_id)
-        response = JSONResponse(session.view(), headers={"Cache-Control": "no-store"})
-        response.set_cookie(COOKIE, sid, max_age=max(1, round(session.ends - time.monotonic())), path="/",
-                            secure=self.secure_cookie, httponly=True, samesite="strict")  # fmt: skip
-        return response
+        return key, principal
 
 
 @dataclasses.dataclass(frozen=True)
