@@ -71,7 +71,8 @@ def test_loopback_targets() -> None:
         assert not is_loopback_target(target), target
 
 
-def test_a_key_goes_in_clear_only_to_this_machine_unless_a_proxy_terminates_tls(
+@pytest.mark.asyncio  # (a grpc.aio channel belongs to the running event loop)
+async def test_a_key_goes_in_clear_only_to_this_machine_unless_a_proxy_terminates_tls(
     tmp_path: pathlib.Path,
 ) -> None:
     key = ApiKey(KEY, "test")
@@ -79,8 +80,8 @@ def test_a_key_goes_in_clear_only_to_this_machine_unless_a_proxy_terminates_tls(
         ClientCredentialsError, match=r"refusing to send the API key in clear to 10\.0\.0\.5:50051"
     ):
         host_service_channel("10.0.0.5:50051", ClientCredentials(api_key=key))
-    host_service_channel("10.0.0.5:50051", ClientCredentials(api_key=key, allow_plaintext=True))  # no error
-    host_service_channel("10.0.0.5:50051")  # no key: nothing to protect
+    await host_service_channel("10.0.0.5:50051", ClientCredentials(api_key=key, allow_plaintext=True)).close()
+    await host_service_channel("10.0.0.5:50051").close()  # no key: nothing to protect
     with pytest.raises(ClientCredentialsError, match="needs both files"):
         host_service_channel("h:1", ClientCredentials(tls=ClientTls(cert_file=tmp_path / "c.pem")))
     with pytest.raises(ClientCredentialsError, match=r"cannot read the CA file .*ca.pem"):
