@@ -135,3 +135,11 @@ def test_a_secured_console_off_loopback_needs_https(tmp_path: pathlib.Path) -> N
     assert console_mode(_config()) == "sign-in"  # loopback: sign-in all the same (auth.clients)
     open_host = parse_config({"console": {"address": "127.0.0.1:8080"}})
     assert console_mode(open_host) == "open"
+
+
+def test_console_tls_files_that_do_not_load_are_a_start_up_error(tmp_path: pathlib.Path) -> None:
+    from agentrunner_host.console.server import ConsoleServer
+
+    config = _config(tls={"cert_file": str(tmp_path / "missing.pem"), "key_file": str(tmp_path / "k.pem")})
+    with pytest.raises(ConsoleAccessError, match=r"console\.tls: cannot load the certificate .*missing\.pem"):
+        ConsoleServer(config)

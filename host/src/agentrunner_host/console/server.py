@@ -17,7 +17,13 @@ import uvicorn
 
 from agentrunner_host.config.model import HostConfig
 from agentrunner_host.console.app import build_app
-from agentrunner_host.console.auth import SameOriginGuard, TokenGate, console_mode, resolve_token
+from agentrunner_host.console.auth import (
+    ConsoleAccessError,
+    SameOriginGuard,
+    TokenGate,
+    console_mode,
+    resolve_token,
+)
 from agentrunner_host.console.backend import ConsoleBackend
 from agentrunner_host.wire.transport_errors import explain_bind_failure
 
@@ -35,6 +41,7 @@ class ConsoleServer:
         #: `sign-in`, `token` or `open` (raises `ConsoleAccessError` for a configuration it refuses)
         self.mode = console_mode(config)
         self.token = resolve_token(self.address, config.console.token_env) if self.mode == "token" else ""
+        _check_tls(config)
         if self.mode == "sign-in" and os.environ.get(config.console.token_env):
             log.warning(
                 "console.token_ignored", reason="the host has auth.clients: users sign in with API keys"
@@ -112,3 +119,20 @@ class ConsoleServer:
         if self.sock is not None:
             self.sock.close()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _check_tls(config: HostConfig) -> None:
+    """`console.tls` files that do not load are a one-line start-up error (not a traceback once the
+    host already serves)."""
+    tls = config.console.tls
+    if tls is None or tls.cert_file is None or tls.key_file is None:
+        return
+    import ssl
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(tls.cert_file, tls.key_file)
+    except (OSError, ssl.SSLError) as exc:
+        why = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc)
+        raise ConsoleAccessError(
+            f"console.tls: cannot load the certificate {tls.cert_file} with the key {tls.key_file}: {why}"
+        ) from None
