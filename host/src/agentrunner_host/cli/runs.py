@@ -15,6 +15,7 @@ from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.cli.common import (
     DEFAULT_HOST,
     READ_TIMEOUT,
+    ApiKeyFileOpt,
     CaOpt,
     CertOpt,
     HostOpt,
@@ -91,20 +92,28 @@ def register(runs_app: typer.Typer) -> None:
         page_token: Annotated[str, typer.Option(help="Continue a listing (printed under a full page).")] = "",
         host: HostOpt = DEFAULT_HOST,
         as_json: JsonOpt = False,
+        quiet: Annotated[
+            bool, typer.Option("--quiet", "-q", help="Print only the run ids, one a line.")
+        ] = False,
         ca_file: CaOpt = None,
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
         tls: TlsOpt = False,
+        api_key_file: ApiKeyFileOpt = None,
     ) -> None:
         """List runs, newest first, with filters; a full page ends with the token of the next one."""
         request = host_service_pb2.ListRunsRequest(
             page_size=limit, page_token=page_token, statuses=_statuses(status), agent_id=agent,
             runner_id=runner, conversation_id=conversation, binding_id=binding,
         )  # fmt: skip
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
+        target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
         page = call_host(target, lambda stub: stub.ListRuns(request, timeout=READ_TIMEOUT))
         if as_json:
             print_json({"runs": [run_dict(r) for r in page.runs], "next_page_token": page.next_page_token})
+            return
+        if quiet:  # for scripts: RUN_ID=$(agentrunner-host runs list -q --limit 1)
+            for r in page.runs:
+                print(r.run_id)
             return
         table = Table("run id", "status", "agent", "runner", "conversation", "created (UTC)", "took")
         table.columns[0].overflow = "fold"
@@ -132,10 +141,11 @@ def register(runs_app: typer.Typer) -> None:
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
         tls: TlsOpt = False,
+        api_key_file: ApiKeyFileOpt = None,
     ) -> None:
         """Show a run: its record (status, times, usage per model) and a timeline of its results, one
         entry per message. A live run is followed until it ends (its text streams as it arrives)."""
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
+        target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
         record = call_host(target, lambda s: s.GetRun(host_service_pb2.GetRunRequest(run_id=run_id),
                                                       timeout=READ_TIMEOUT)).run  # fmt: skip
         live = record.status in OPEN
@@ -171,9 +181,10 @@ def register(runs_app: typer.Typer) -> None:
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
         tls: TlsOpt = False,
+        api_key_file: ApiKeyFileOpt = None,
     ) -> None:
         """Cancel a live run: the runner gets a cancel signal, and the call is cancelled after the grace."""
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
+        target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
         request = host_service_pb2.CancelRunRequest(run_id=run_id, reason=reason)
         record = call_host(target, lambda s: s.CancelRun(request, timeout=READ_TIMEOUT)).run
         console.print(
@@ -203,7 +214,7 @@ def _attach(target: HostTarget, run_id: str, timeline: Timeline, *, render: bool
     try:
         return run_until_interrupted(go)
     except grpc.RpcError as exc:
-        fail_rpc(exc, target.address)
+        fail_rpc(exc, target)
     except KeyboardInterrupt:
         err_console.print(f"stopped following; run {run_id} goes on", highlight=False)
         raise typer.Exit(130) from None

@@ -200,6 +200,8 @@ class HostApp:
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.console: ConsoleServer | None = None
+        #: who may call HostService (built with the server; the console's sign-in checks keys with it)
+        self.gate: ClientGate | None = None
         self.lease = InstanceLease(db, config.instance_id)
         self.port = 0
         self._tasks: list[asyncio.Task[Any]] = []
@@ -263,7 +265,7 @@ class HostApp:
         if port == 0:
             raise ListenError(explain_bind_failure("listen.address", address))
         if self.config.console.address:
-            self.console = ConsoleServer(self.config)  # (a non-loopback address without a token: refused)
+            self.console = ConsoleServer(self.config)  # (refuses an exposed console: console/auth.py)
             self.console.bind()
             server.add_insecure_port(self.console.host_target)
         await self.lease.acquire()  # (another live host with this instance_id: InstanceLeaseError)
@@ -289,7 +291,7 @@ class HostApp:
         self.server = server
         await self.registry.start()
         if self.console is not None:
-            await self.console.start(audit=self.stores.events.run_audit)
+            await self.console.start(audit=self.stores.events.run_audit, gate=self.gate)
         self.report_config_problems()
         for name in ("", HOST_SERVICE_NAME, PROXY_SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -316,7 +318,7 @@ class HostApp:
 
     def _build_server(self, address: str) -> grpc.aio.Server:
         server = grpc.aio.server(options=server_options(self.config.limits))
-        gate = ClientGate(self.config, self.stores.events, listen_address=address)
+        gate = self.gate = ClientGate(self.config, self.stores.events, listen_address=address)
         add_host_service(
             HostServicer(
                 self.runs,

@@ -27,9 +27,18 @@ def _host_of(target: str) -> str:
     return host.strip("[]")
 
 
-def explain_rpc_failure(code: str, details: str, target: str, *, timeout: float | None = None) -> str | None:
+def explain_rpc_failure(
+    code: str,
+    details: str,
+    target: str,
+    *,
+    timeout: float | None = None,
+    tls: bool = False,
+    client_cert: str = "",
+) -> str | None:
     """A sentence for a call that failed in transport (`code` is the status code's name); None when the
-    call reached a server (its own error then says what happened)."""
+    call reached a server (its own error then says what happened). `tls`: the call went over TLS;
+    `client_cert`: the client certificate it presented ('' for none)."""
     text = details or ""
     if code == "DEADLINE_EXCEEDED" and text in ("Deadline Exceeded", ""):
         within = f" within {timeout:g} s" if timeout else " in time"
@@ -60,6 +69,20 @@ def explain_rpc_failure(code: str, details: str, target: str, *, timeout: float 
         )
     if "Tls handshake failed" in text or "SSL_ERROR" in text or "handshake" in text.lower():
         return f"TLS handshake with {target} failed (check the CA, the client certificate and the key)"
+    if tls and ("Socket closed" in text or "Connection reset" in text):
+        # a server that requires mutual TLS closes the connection after a handshake without a client
+        # certificate it accepts (TLS 1.3 reports nothing else to the client)
+        if client_cert:
+            return (
+                f"{target} closed the connection during the TLS handshake: it did not accept the client "
+                f"certificate {client_cert} (is it signed by the CA of the host's listen.tls.client_ca_file, "
+                "and still valid?)"
+            )
+        return (
+            f"{target} closed the connection during the TLS handshake: it requires a client certificate "
+            "(mutual TLS): pass --cert-file and --key-file (or set AGENTRUNNER_HOST_CERT_FILE and "
+            "AGENTRUNNER_HOST_KEY_FILE)"
+        )
     if "Socket closed" in text or "Connection reset" in text:
         return (
             f"{target} closed the connection during setup: it may expect TLS (pass --ca-file or --tls), "
