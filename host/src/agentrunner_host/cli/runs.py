@@ -77,6 +77,22 @@ def _statuses(values: list[str] | None) -> list[common_pb2.RunStatus.ValueType]:
     return out
 
 
+def _print_page(page: host_service_pb2.ListRunsResponse) -> None:
+    """A page of runs as a table, with the command that continues the listing."""
+    table = Table("run id", "status", "agent", "runner", "conversation", "created (UTC)", "took")
+    table.columns[0].overflow = "fold"
+    for r in page.runs:
+        style = {"completed": "green", "failed": "red", "running": "cyan"}.get(status_name(r.status), "")
+        table.add_row(r.run_id, Text(status_name(r.status), style=style), r.agent_id, r.runner_id,
+                      r.conversation_id, _when(r.create_time), _duration(r))  # fmt: skip
+    console.print(table)
+    if not page.runs:
+        err_console.print("no runs match", style="dim")
+    if page.next_page_token:
+        err_console.print(f"more: agentrunner-host runs list --page-token {page.next_page_token}",
+                          style="dim", highlight=False, soft_wrap=True)  # fmt: skip
+
+
 def register(runs_app: typer.Typer) -> None:
     @runs_app.command("list")
     def runs_list(
@@ -115,18 +131,7 @@ def register(runs_app: typer.Typer) -> None:
             for r in page.runs:
                 print(r.run_id)
             return
-        table = Table("run id", "status", "agent", "runner", "conversation", "created (UTC)", "took")
-        table.columns[0].overflow = "fold"
-        for r in page.runs:
-            style = {"completed": "green", "failed": "red", "running": "cyan"}.get(status_name(r.status), "")
-            table.add_row(r.run_id, Text(status_name(r.status), style=style), r.agent_id, r.runner_id,
-                          r.conversation_id, _when(r.create_time), _duration(r))  # fmt: skip
-        console.print(table)
-        if not page.runs:
-            err_console.print("no runs match", style="dim")
-        if page.next_page_token:
-            err_console.print(f"more: agentrunner-host runs list --page-token {page.next_page_token}",
-                              style="dim", highlight=False, soft_wrap=True)  # fmt: skip
+        _print_page(page)
 
     @runs_app.command("show")
     def runs_show(

@@ -45,12 +45,26 @@ def explain_rpc_failure(
         return f"{target} did not answer{within} (is it the right address, and is the server healthy?)"
     if code != "UNAVAILABLE":
         return None
+    return (
+        _address_failure(text, target)
+        or _tls_failure(text, target, tls=tls, client_cert=client_cert)
+        or _connection_failure(text, target)
+    )
+
+
+def _address_failure(text: str, target: str) -> str | None:
+    """A name that does not resolve, or an address where nothing listens."""
     if "errors resolving" in text or "DNS resolution failed" in text:
         if "Misformatted domain name" in text:
             return f"{target!r} is not a valid host:port address"
         return f"cannot resolve the host name {_host_of(target)!r} of {target} (DNS lookup failed)"
     if "Connection refused" in text:
         return f"cannot reach {target}: connection refused (nothing listens there: is the server running?)"
+    return None
+
+
+def _tls_failure(text: str, target: str, *, tls: bool, client_cert: str) -> str | None:
+    """A TLS handshake that failed, and which side's credentials to look at."""
     if "WRONG_VERSION_NUMBER" in text:
         return (
             f"TLS handshake with {target} failed: the server does not speak TLS "
@@ -69,20 +83,25 @@ def explain_rpc_failure(
         )
     if "Tls handshake failed" in text or "SSL_ERROR" in text or "handshake" in text.lower():
         return f"TLS handshake with {target} failed (check the CA, the client certificate and the key)"
-    if tls and ("Socket closed" in text or "Connection reset" in text):
-        # a server that requires mutual TLS closes the connection after a handshake without a client
-        # certificate it accepts (TLS 1.3 reports nothing else to the client)
-        if client_cert:
-            return (
-                f"{target} closed the connection during the TLS handshake: it did not accept the client "
-                f"certificate {client_cert} (is it signed by the CA of the host's listen.tls.client_ca_file, "
-                "and still valid?)"
-            )
+    if not (tls and ("Socket closed" in text or "Connection reset" in text)):
+        return None
+    # a server that requires mutual TLS closes the connection after a handshake without a client
+    # certificate it accepts (TLS 1.3 reports nothing else to the client)
+    if client_cert:
         return (
-            f"{target} closed the connection during the TLS handshake: it requires a client certificate "
-            "(mutual TLS): pass --cert-file and --key-file (or set AGENTRUNNER_HOST_CERT_FILE and "
-            "AGENTRUNNER_HOST_KEY_FILE)"
+            f"{target} closed the connection during the TLS handshake: it did not accept the client "
+            f"certificate {client_cert} (is it signed by the CA of the host's listen.tls.client_ca_file, "
+            "and still valid?)"
         )
+    return (
+        f"{target} closed the connection during the TLS handshake: it requires a client certificate "
+        "(mutual TLS): pass --cert-file and --key-file (or set AGENTRUNNER_HOST_CERT_FILE and "
+        "AGENTRUNNER_HOST_KEY_FILE)"
+    )
+
+
+def _connection_failure(text: str, target: str) -> str | None:
+    """A connection that closed, found no route or timed out; else gRPC's own last error."""
     if "Socket closed" in text or "Connection reset" in text:
         return (
             f"{target} closed the connection during setup: it may expect TLS (pass --ca-file or --tls), "
