@@ -1,8 +1,12 @@
 """Validation of a runner's result stream (PROTOCOL_V1 §7), transport-neutral.
 
-`ResultValidator.accept` takes each result as the runner sent it and returns the result to forward (or
-None to drop it, with a warning and a metric). Accepted results are renumbered with the host's own
-contiguous sequence, so the ledger and every client see 1, 2, 3, ... whatever the runner's numbering.
+`ResultValidator.accept` takes each result as the runner sent it and returns what it decided: the kind
+the result is accepted as (its payload field; the result is renumbered and, where the boundary rules
+require it, repaired in place), or None to drop it (with a warning and a metric). Accepted results are
+renumbered with the host's own contiguous sequence, so the ledger and every client see 1, 2, 3, ...
+whatever the runner's numbering. Which result is the run's terminal is the run's decision
+(`run/execution.py:RunExecution.take`), not the validator's: the pump drops what comes after it
+(`reject`).
 """
 
 from __future__ import annotations
@@ -92,15 +96,12 @@ class ResultValidator:
         self.snapshot = snapshot
         self.run_id = snapshot.run_id
         self.limits = limits
-        self.terminal: result_pb2.RunResult | None = None
         self.saw_message = False
         self.host_sequence = 0
         #: the runner's highest sequence so far, and the ranges below it it skipped (`[low, high]`: still
         #: welcome, once); memory grows with the gaps, not with the results
         self._max_runner_seq = 0
         self._gaps: list[list[int]] = []
-        #: the payload kind of the result `accept` returned last
-        self.kind = ""
         #: text streamed so far per message id, as parts (joined only when a delta carries
         #: `cumulative_text`: appending to one string per delta would copy the whole text every time)
         self._buffers: dict[str, list[str]] = {}
@@ -110,7 +111,8 @@ class ResultValidator:
         #: the run's `delivery.interactions` (None: the surface renders none); set once the context is built
         self.interaction_capabilities: common_pb2.InteractionCapabilities | None = None
 
-    def _reject(self, reason: str, result: result_pb2.RunResult, **extra: object) -> None:
+    def reject(self, reason: str, result: result_pb2.RunResult, **extra: object) -> None:
+        """Drops a result (a warning and a metric with `reason`)."""
         self.dropped += 1
         RESULTS_REJECTED.labels(reason).inc()
         log.warning(
@@ -127,20 +129,16 @@ class ResultValidator:
         id already taken): its sequence is reused, so the stream stays contiguous."""
         if result.sequence == self.host_sequence:
             self.host_sequence -= 1
-        if self.terminal is result:
-            self.terminal = None
-        self._reject("refused_by_host", result)
+        self.reject("refused_by_host", result)
 
     def next_sequence(self) -> int:
         self.host_sequence += 1
         return self.host_sequence
 
-    def accept(self, result: result_pb2.RunResult) -> result_pb2.RunResult | None:
-        if self.terminal is not None:
-            self._reject("after_terminal", result)
-            return None
+    def accept(self, result: result_pb2.RunResult) -> str | None:
+        """The kind `result` is accepted as (renumbered, repaired in place), or None: dropped."""
         if result.run_id != self.run_id:
-            self._reject("wrong_run_id", result, got=result.run_id[:64])
+            self.reject("wrong_run_id", result, got=result.run_id[:64])
             return None
         seq = result.sequence
         if seq:
@@ -152,17 +150,17 @@ class ResultValidator:
                 self._gaps.append([last + 1, seq - 1])
                 self._max_runner_seq = seq
             elif not self._fill_gap(seq):
-                self._reject("duplicate_sequence", result)
+                self.reject("duplicate_sequence", result)
                 return None
         size = result.ByteSize()
         if size > self.limits.result_max_bytes:
-            self._reject("oversize", result, size=size, cap=self.limits.result_max_bytes)
+            self.reject("oversize", result, size=size, cap=self.limits.result_max_bytes)
             return None
         kind = result.WhichOneof("payload")
         if kind != "message_delta" or not _plain_delta(result):
             repaired, left = repair_message(result)  # the boundary rules (no NaN, no NUL, ...)
             if left:
-                self._reject("unstorable", result, field=left[0][0], problem=left[0][1])
+                self.reject("unstorable", result, field=left[0][0], problem=left[0][1])
                 return None
             if repaired:
                 log.warning(
@@ -189,27 +187,24 @@ class ResultValidator:
                     self.saw_message = True
             self.host_sequence += 1
             result.sequence = self.host_sequence
-            self.kind = kind
             # counted in batches (a labelled counter's lock costs more than the rest of a delta's checks)
             self._unreported_deltas += 1
             if self._unreported_deltas >= DELTA_METRIC_BATCH:
                 self.report_metrics()
-            return result
+            return kind
         if kind is None:
             # A payload from a newer protocol revision (or none at all): ignored (PROTOCOL_V1 §3).
-            self._reject("unknown_type", result)
+            self.reject("unknown_type", result)
             return None
         problem = self._check_payload(kind, result)
         if problem:
-            self._reject(problem, result)
+            self.reject(problem, result)
             return None
         result.sequence = self.next_sequence()
-        self.kind = kind
         _RESULT_COUNTERS[kind].inc()
         if kind in TERMINAL_PAYLOADS:
-            self.terminal = result
             self.report_metrics()
-        return result
+        return kind
 
     def _fill_gap(self, seq: int) -> bool:
         """A sequence below the highest one: True (and no longer missing) if it was skipped before."""
