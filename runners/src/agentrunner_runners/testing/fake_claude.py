@@ -41,6 +41,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -359,6 +360,177 @@ async def _use(session: Any, tool: str, arguments: dict[str, Any]) -> str:
     return MCP_PREFIX + json.dumps({"tools": listed, "is_error": bool(result.is_error), "text": text})
 
 
+def _hang(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
+    while True:
+        time.sleep(1)
+
+
+def _crash(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    print(
+        "fatal: upstream said: invalid x-api-key sk-ant-api03-SECRETSECRETSECRET1234 (Authorization: Bearer abc123abc123abc123)",
+        file=sys.stderr,
+    )
+    sys.exit(3)
+
+
+def _tools(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    mid = t.text("I'll list the files first.")
+    t.tool(mid, "toolu_01", "Bash", {"command": "ls"})
+    t.tool_result("toolu_01", "README.md\nsrc")
+    answer = "There are two entries: README.md and src."
+    t.text(answer)
+    t.result(answer, turns=2)
+
+
+def _think(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    t.thinking("The user wants a short answer. ")
+    answer = "Short answer."
+    t.text(answer)
+    t.result(answer)
+
+
+def _answer(text: str) -> Callable[[Transcript, str, list[str], list[str]], None]:
+    """A scenario that answers `text` whole."""
+
+    def scenario(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+        t.text(text)
+        t.result(text)
+
+    return scenario
+
+
+def _multibyte(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    # deltas split between the code points of one grapheme (👋 + skin tone); on the wire the JSON
+    # lines are written in small flushes that cut UTF-8 sequences (see `_emit_split`)
+    answer = "héllo 👋🏽 世界"
+    t.text(answer, pieces=["hé", "llo 👋", "🏽 世", "界"])
+    t.result(answer)
+
+
+def _jsonsplit(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    mid = t.text("Looking it up.")
+    t.tool(
+        mid,
+        "toolu_js",
+        "Grep",
+        {"pattern": "déjà vu", "path": "src"},
+        json_pieces=['{"patt', 'ern": "déj', 'à vu", "pa', 'th": "src"}'],
+    )
+    t.tool_result("toolu_js", "no matches")
+    answer = "Nothing matched."
+    t.text(answer)
+    t.result(answer, turns=2)
+
+
+def _garbage(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    _emit("this is not json")
+    _emit(t.base("mystery_event", payload={"x": 1}))
+    _emit("[1, 2, 3]")
+    t.text(answer)
+    _emit("{broken json")
+    t.result(answer)
+
+
+def _subagent(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    mid = t.text("Delegating to a helper.")
+    t.tool(mid, "toolu_task", "Task", {"prompt": "find it"})
+    t.text("SUB-AGENT SECRET NOTES", parent="toolu_task")
+    t.tool_result("toolu_task", "found it")
+    answer = "The helper found it."
+    t.text(answer)
+    t.result(answer, turns=2)
+
+
+def _noresult(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    t.text(answer)
+
+
+def _maxturns(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    t.text("Still working...")
+    t.result("", subtype="error_max_turns", is_error=True)
+
+
+def _overloaded(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    t.result(
+        'API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}',
+        is_error=True,
+    )
+
+
+def _empty(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    t.result("")
+
+
+def _outbox(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    Path("outbox").mkdir(exist_ok=True)
+    Path("outbox/report.txt").write_text("report body\n" * 30000)
+    with_link = Path("outbox/escape.txt")
+    if not with_link.exists():
+        with_link.symlink_to("/etc/hostname")
+    answer = "I wrote outbox/report.txt."
+    t.text(answer)
+    t.result(answer)
+
+
+def _context(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    document = json.loads(Path("agent-context.json").read_text())
+    skills = (
+        sorted(p.parent.name for p in Path(".claude/skills").glob("*/SKILL.md"))
+        if Path(".claude/skills").is_dir()
+        else []
+    )
+    inputs = [
+        (a.get("path"), Path(a["path"]).read_bytes().decode(errors="replace"))
+        for a in document["input"]["attachments"]
+        if a.get("path")
+    ]
+    answer = json.dumps(
+        {
+            "schema": document["schema"],
+            "inputs": inputs,
+            "skills": skills,
+            "mcp": document.get("mcp"),
+            "md": Path("LANGBOT_CONTEXT.md").exists(),
+        }
+    )
+    t.text(answer)
+    t.result(answer)
+
+
+def _mcp(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    answer = _mcp_call(argv, words)
+    t.text(answer)
+    t.result(answer)
+
+
+def _echo(t: Transcript, answer: str, argv: list[str], words: list[str]) -> None:
+    t.text(answer, pieces=[answer[: len(answer) // 2], answer[len(answer) // 2 :]])
+    t.result(answer)
+
+
+#: the prompt's first word -> what the fake does (anything else: `_echo`)
+SCENARIOS: dict[str, Callable[[Transcript, str, list[str], list[str]], None]] = {
+    "hang": _hang,
+    "crash": _crash,
+    "tools": _tools,
+    "think": _think,
+    "big": _answer("B" * 250_000),
+    "multibyte": _multibyte,
+    "u2028": _answer("line\u2028separator\u2029paragraph"),
+    "jsonsplit": _jsonsplit,
+    "garbage": _garbage,
+    "subagent": _subagent,
+    "noresult": _noresult,
+    "maxturns": _maxturns,
+    "overloaded": _overloaded,
+    "empty": _empty,
+    "outbox": _outbox,
+    "context": _context,
+    "mcp": _mcp,
+}
+
+
 def main() -> None:
     argv = sys.argv[1:]
     prompt = sys.stdin.read()
@@ -369,122 +541,8 @@ def main() -> None:
     word = words[0].lower().rstrip(":,.!?") if words else ""
     t = Transcript(argv, session, "--include-partial-messages" in argv)
     t.init()
-    if word == "hang":
-        subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
-        while True:
-            time.sleep(1)
-    if word == "crash":
-        print(
-            "fatal: upstream said: invalid x-api-key sk-ant-api03-SECRETSECRETSECRET1234 (Authorization: Bearer abc123abc123abc123)",
-            file=sys.stderr,
-        )
-        sys.exit(3)
     answer = f"Claude heard: {prompt.strip()} (turn {turn})"
-    if word == "tools":
-        mid = t.text("I'll list the files first.")
-        t.tool(mid, "toolu_01", "Bash", {"command": "ls"})
-        t.tool_result("toolu_01", "README.md\nsrc")
-        answer = "There are two entries: README.md and src."
-        t.text(answer)
-        t.result(answer, turns=2)
-    elif word == "think":
-        t.thinking("The user wants a short answer. ")
-        answer = "Short answer."
-        t.text(answer)
-        t.result(answer)
-    elif word == "big":
-        answer = "B" * 250_000
-        t.text(answer)
-        t.result(answer)
-    elif word == "multibyte":
-        # deltas split between the code points of one grapheme (👋 + skin tone); on the wire the JSON
-        # lines are written in small flushes that cut UTF-8 sequences (see `_emit_split`)
-        answer = "héllo 👋🏽 世界"
-        t.text(answer, pieces=["hé", "llo 👋", "🏽 世", "界"])
-        t.result(answer)
-    elif word == "u2028":
-        answer = "line\u2028separator\u2029paragraph"
-        t.text(answer)
-        t.result(answer)
-    elif word == "jsonsplit":
-        mid = t.text("Looking it up.")
-        t.tool(
-            mid,
-            "toolu_js",
-            "Grep",
-            {"pattern": "déjà vu", "path": "src"},
-            json_pieces=['{"patt', 'ern": "déj', 'à vu", "pa', 'th": "src"}'],
-        )
-        t.tool_result("toolu_js", "no matches")
-        answer = "Nothing matched."
-        t.text(answer)
-        t.result(answer, turns=2)
-    elif word == "garbage":
-        _emit("this is not json")
-        _emit(t.base("mystery_event", payload={"x": 1}))
-        _emit("[1, 2, 3]")
-        t.text(answer)
-        _emit("{broken json")
-        t.result(answer)
-    elif word == "subagent":
-        mid = t.text("Delegating to a helper.")
-        t.tool(mid, "toolu_task", "Task", {"prompt": "find it"})
-        t.text("SUB-AGENT SECRET NOTES", parent="toolu_task")
-        t.tool_result("toolu_task", "found it")
-        answer = "The helper found it."
-        t.text(answer)
-        t.result(answer, turns=2)
-    elif word == "noresult":
-        t.text(answer)
-    elif word == "maxturns":
-        t.text("Still working...")
-        t.result("", subtype="error_max_turns", is_error=True)
-    elif word == "overloaded":
-        t.result(
-            'API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}',
-            is_error=True,
-        )
-    elif word == "empty":
-        t.result("")
-    elif word == "outbox":
-        Path("outbox").mkdir(exist_ok=True)
-        Path("outbox/report.txt").write_text("report body\n" * 30000)
-        with_link = Path("outbox/escape.txt")
-        if not with_link.exists():
-            with_link.symlink_to("/etc/hostname")
-        answer = "I wrote outbox/report.txt."
-        t.text(answer)
-        t.result(answer)
-    elif word == "context":
-        document = json.loads(Path("agent-context.json").read_text())
-        skills = (
-            sorted(p.parent.name for p in Path(".claude/skills").glob("*/SKILL.md"))
-            if Path(".claude/skills").is_dir()
-            else []
-        )
-        inputs = [
-            (a.get("path"), Path(a["path"]).read_bytes().decode(errors="replace"))
-            for a in document["input"]["attachments"]
-            if a.get("path")
-        ]
-        answer = json.dumps(
-            {
-                "schema": document["schema"],
-                "inputs": inputs,
-                "skills": skills,
-                "mcp": document.get("mcp"),
-                "md": Path("LANGBOT_CONTEXT.md").exists(),
-            }
-        )
-        t.text(answer)
-        t.result(answer)
-    elif word == "mcp":
-        answer = _mcp_call(argv, words)
-        t.text(answer)
-        t.result(answer)
-    else:
-        t.text(answer, pieces=[answer[: len(answer) // 2], answer[len(answer) // 2 :]])
-        t.result(answer)
+    SCENARIOS.get(word, _echo)(t, answer, argv, words)
 
 
 if __name__ == "__main__":
