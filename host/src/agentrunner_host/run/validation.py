@@ -15,6 +15,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Callable
 
 import structlog
 from google.protobuf import json_format
@@ -244,72 +245,93 @@ class ResultValidator:
             self.saw_message = True
 
     def _check_payload(self, kind: str, result: result_pb2.RunResult) -> str | None:
-        """Every payload but `message.delta` (checked in `accept`); the reason to drop it, or None."""
-        if kind == "message_completed":
-            msg = result.message_completed.message
-            if not result.message_completed.HasField("message"):
-                return "invalid_message_completed"
-            if (msg.content or msg.contents or msg.artifacts) and msg.kind <= _ANSWER:
-                self.saw_message = True
-            return None
-        if kind == "tool_call_started":
-            p = result.tool_call_started
-            if not p.tool_call_id or not p.tool_name:
-                return "invalid_tool_call_started"
-            self._open_tools.add(p.tool_call_id)
-            return None
-        if kind == "tool_call_completed":
-            done = result.tool_call_completed
-            if not done.tool_call_id:
-                return "invalid_tool_call_completed"
-            if done.tool_call_id not in self._open_tools:
-                log.warning("result.tool_call_unmatched", run_id=self.run_id, tool_call_id=done.tool_call_id)
-            self._open_tools.discard(done.tool_call_id)
-            return None
-        if kind == "artifact_created":
-            return _artifact_problem(result.artifact_created)
-        if kind == "state_updated":
-            s = result.state_updated
-            scope = STATE_SCOPE_NAMES.get(s.scope)
-            if scope is None or scope not in self.snapshot.state_scopes:
-                return "state_scope_denied"
-            if not state_identity(self.snapshot, scope):  # e.g. conversation state, no conversation
-                return "state_scope_no_identity"
-            if not s.key or len(s.key) > self.limits.state_key_max_chars:
-                return "state_key_invalid"
-            if not s.HasField("value"):
-                return "state_value_missing"
-            encoded = json.dumps(json_format.MessageToDict(s.value), separators=(",", ":"))
-            if len(encoded.encode()) > self.limits.state_value_max_bytes:
-                return "state_value_too_large"
-            return None
-        if kind == "action_requested":
-            action = result.action_requested
-            if not action.action:
-                return "invalid_action"
-            # Telemetry only in v1: recorded, never executed.
-            log.info(
-                "result.action_requested",
-                run_id=self.run_id,
-                action=action.action,
-                idempotency_key=action.idempotency_key,
-                executed=False,
-            )
-            return None
-        if kind == "run_failed":
-            if not result.run_failed.code:
-                result.run_failed.code = "runner.error"
-            return None
-        if kind == "run_log":
-            return _check_run_log(result, self.limits)
-        if kind == "interaction_requested":
-            return _check_interaction(result, self.interaction_capabilities, self.run_id)
-        if kind == "run_completed":
-            m = result.run_completed.message
-            if (m.content or m.contents or m.artifacts) and m.kind <= _ANSWER:
-                self.saw_message = True
-            return None
+        """Every payload but `message.delta` (checked in `accept`): its kind's check (`_CHECKS`); the
+        reason to drop it, or None."""
+        check = _CHECKS.get(kind)
+        return check(self, result) if check is not None else None
+
+    def _message_completed(self, result: result_pb2.RunResult) -> str | None:
+        msg = result.message_completed.message
+        if not result.message_completed.HasField("message"):
+            return "invalid_message_completed"
+        if (msg.content or msg.contents or msg.artifacts) and msg.kind <= _ANSWER:
+            self.saw_message = True
         return None
+
+    def _tool_call_started(self, result: result_pb2.RunResult) -> str | None:
+        p = result.tool_call_started
+        if not p.tool_call_id or not p.tool_name:
+            return "invalid_tool_call_started"
+        self._open_tools.add(p.tool_call_id)
+        return None
+
+    def _tool_call_completed(self, result: result_pb2.RunResult) -> str | None:
+        done = result.tool_call_completed
+        if not done.tool_call_id:
+            return "invalid_tool_call_completed"
+        if done.tool_call_id not in self._open_tools:
+            log.warning("result.tool_call_unmatched", run_id=self.run_id, tool_call_id=done.tool_call_id)
+        self._open_tools.discard(done.tool_call_id)
+        return None
+
+    def _state_updated(self, result: result_pb2.RunResult) -> str | None:
+        s = result.state_updated
+        scope = STATE_SCOPE_NAMES.get(s.scope)
+        if scope is None or scope not in self.snapshot.state_scopes:
+            return "state_scope_denied"
+        if not state_identity(self.snapshot, scope):  # e.g. conversation state, no conversation
+            return "state_scope_no_identity"
+        if not s.key or len(s.key) > self.limits.state_key_max_chars:
+            return "state_key_invalid"
+        if not s.HasField("value"):
+            return "state_value_missing"
+        encoded = json.dumps(json_format.MessageToDict(s.value), separators=(",", ":"))
+        if len(encoded.encode()) > self.limits.state_value_max_bytes:
+            return "state_value_too_large"
+        return None
+
+    def _action_requested(self, result: result_pb2.RunResult) -> str | None:
+        action = result.action_requested
+        if not action.action:
+            return "invalid_action"
+        # Telemetry only in v1: recorded, never executed.
+        log.info(
+            "result.action_requested",
+            run_id=self.run_id,
+            action=action.action,
+            idempotency_key=action.idempotency_key,
+            executed=False,
+        )
+        return None
+
+    def _run_completed(self, result: result_pb2.RunResult) -> str | None:
+        m = result.run_completed.message
+        if (m.content or m.contents or m.artifacts) and m.kind <= _ANSWER:
+            self.saw_message = True
+        return None
+
+
+def _run_failed(validator: ResultValidator, result: result_pb2.RunResult) -> str | None:
+    if not result.run_failed.code:
+        result.run_failed.code = "runner.error"
+    return None
+
+
+#: the check of each payload kind but `message.delta` (a kind without one is accepted as it is)
+_CHECKS: dict[str, Callable[[ResultValidator, result_pb2.RunResult], str | None]] = {
+    "message_completed": ResultValidator._message_completed,
+    "tool_call_started": ResultValidator._tool_call_started,
+    "tool_call_completed": ResultValidator._tool_call_completed,
+    "artifact_created": lambda v, result: _artifact_problem(result.artifact_created),
+    "state_updated": ResultValidator._state_updated,
+    "action_requested": ResultValidator._action_requested,
+    "run_failed": _run_failed,
+    "run_log": lambda v, result: _check_run_log(result, v.limits),
+    "interaction_requested": lambda v, result: _check_interaction(
+        result, v.interaction_capabilities, v.run_id
+    ),
+    "run_completed": ResultValidator._run_completed,
+}
 
 
 def _check_run_log(result: result_pb2.RunResult, limits: Limits) -> str | None:
