@@ -1,5 +1,6 @@
 """Runner processes the host starts itself (`runners[].kind: langbot-plugins`, server/managed.py): the
-config rules, the environment the bridge gets, and a bridge that cannot start never stopping the host."""
+config rules, the environment the bridge gets, a bridge that cannot start never stopping the host, and a
+plugins directory that is not there told in one line before anything starts."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from agentrunner_host.config.model import ConfigError, HostConfig, RunnerEndpointConfig, parse_config
 from agentrunner_host.server.managed import ManagedRunners, bridge_env
+from tests.integration.conftest import cli, write_config
 
 
 def _config(runner: dict[str, object]) -> HostConfig:
@@ -67,3 +69,23 @@ async def test_a_bridge_that_cannot_start_leaves_the_host_running(tmp_path: Path
         assert host == "127.0.0.1" and int(port) > 0
     finally:
         await managed.stop()
+
+
+def test_a_plugins_dir_that_is_not_a_directory_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """`serve` refuses to start (exit 2, one line naming the entry's path) instead of serving with a
+    bridge that exits and is retried forever; `config check` reports it as an error."""
+    config = write_config(
+        tmp_path / "host.yaml",
+        {
+            "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'host.db'}"},
+            "runners": [{"id": "langbot", "kind": "langbot-plugins", "plugins_dir": str(tmp_path / "nope")}],
+        },
+    )
+    assert cli("db", "upgrade", "--config", str(config)).returncode == 0  # nothing else stops it serving
+    served = cli("serve", "--config", str(config), timeout=60)
+    assert served.returncode == 2, served.stdout + served.stderr
+    (line,) = served.stderr.strip().splitlines()
+    assert "runners.0.plugins_dir" in line and "is not a directory" in line, line
+    checked = cli("config", "check", "--offline", "--config", str(config))
+    assert checked.returncode == 1
+    assert "error: runners.0.plugins_dir: " in checked.stdout, checked.stdout

@@ -23,7 +23,9 @@ import contextlib
 import os
 import socket
 import sys
+import tempfile
 from collections.abc import Mapping
+from typing import IO
 
 import structlog
 
@@ -60,6 +62,18 @@ def bridge_env(entry: RunnerEndpointConfig, environ: Mapping[str, str] = os.envi
     return out
 
 
+def entry_problems(config: HostConfig) -> list[tuple[str, str]]:
+    """What is wrong with the managed entries before anything starts, as `(config path, reason)`: a
+    `plugins_dir` that is not a directory (a path is relative to the host's working directory). `serve`
+    refuses to start on one and `config check` reports it; a directory that goes away later is only a
+    bridge that fails to start (retried, its runners down)."""
+    return [
+        (f"runners.{i}.plugins_dir", f"{str(e.plugins_dir)!r} is not a directory ({e.plugins_dir.resolve()})")
+        for i, e in enumerate(config.runners)
+        if e.kind == "langbot-plugins" and e.plugins_dir is not None and not e.plugins_dir.is_dir()
+    ]
+
+
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.bind((host.strip("[]"), 0))
@@ -67,10 +81,12 @@ def _free_port(host: str) -> int:
 
 
 class ManagedRunner:
-    """One started bridge, supervised."""
+    """One started bridge, supervised. Its stderr (the bridge's and the plugin runtime's logs) is the
+    host's, or a temporary file when `capture` (`config check`: `start_error` reads it)."""
 
-    def __init__(self, entry: RunnerEndpointConfig) -> None:
+    def __init__(self, entry: RunnerEndpointConfig, *, capture: bool = False) -> None:
         self.entry = entry
+        self.stderr: IO[bytes] | None = tempfile.TemporaryFile() if capture else None
         host, _, port = entry.address.rpartition(":")
         self.host = host or "127.0.0.1"
         self.port = int(port) if port.isdigit() and int(port) else _free_port(self.host)
@@ -94,6 +110,7 @@ class ManagedRunner:
             *self.command(),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            stderr=self.stderr,
             env=bridge_env(self.entry),
             start_new_session=True,
         )
@@ -139,6 +156,14 @@ class ManagedRunner:
     def stopping(self) -> bool:
         return self._stopping
 
+    def start_error(self) -> str:
+        """The bridge's last one-line `error: ...` from its captured stderr ("" when none)."""
+        if self.stderr is None:
+            return ""
+        self.stderr.seek(0)
+        lines = self.stderr.read().decode(errors="replace").splitlines()
+        return next((line for line in reversed(lines) if line.startswith("error: ")), "")
+
     async def _terminate(self) -> None:
         process = self.process
         if process is None or process.returncode is not None:
@@ -158,6 +183,8 @@ class ManagedRunner:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self.stderr is not None:
+            self.stderr.close()
 
 
 class ManagedRunners:
@@ -167,9 +194,9 @@ class ManagedRunners:
         self.runners = runners
 
     @classmethod
-    async def start(cls, config: HostConfig) -> ManagedRunners:
+    async def start(cls, config: HostConfig, *, capture: bool = False) -> ManagedRunners:
         """Starts the managed runners (concurrently); sets each entry's address to where it listens."""
-        runners = [ManagedRunner(e) for e in config.runners if e.kind == "langbot-plugins"]
+        runners = [ManagedRunner(e, capture=capture) for e in config.runners if e.kind == "langbot-plugins"]
         await asyncio.gather(*(r.start() for r in runners))
         return cls(runners)
 
