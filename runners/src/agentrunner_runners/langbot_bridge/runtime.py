@@ -37,7 +37,7 @@ from typing import Any
 
 import structlog
 
-from agentrunner_runners.langbot_bridge.kinds import KINDS, ComponentKind, unknown_action
+from agentrunner_runners.langbot_bridge.kinds import ComponentKind, installed_kinds, unknown_action
 from agentrunner_runners.langbot_bridge.peer import ActionError, PeerClosed, RuntimePeer
 from agentrunner_runners.langbot_bridge.plugins import Plugin, lay_out
 from agentrunner_runners.langbot_bridge.wire import MAX_LINE_BYTES
@@ -284,7 +284,7 @@ class PluginRuntime:
         """Every runner entry of every component kind the runtime knows."""
         peer = await self._peer(30.0)
         entries: list[tuple[ComponentKind, dict[str, Any]]] = []
-        for kind in KINDS:
+        for kind in installed_kinds():
             try:
                 answer = await peer.call(kind.list_action, {})
             except ActionError as exc:
