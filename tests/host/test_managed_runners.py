@@ -41,13 +41,22 @@ def test_the_bridge_sees_no_secret_of_the_host(tmp_path: Path) -> None:
         "AGENTRUNNER_CONSOLE_TOKEN": "console-secret",
         "AGENTRUNNER_RUNNER_TOKENS": '{"ref": "s3cret"}',
         "AGENTRUNNER_HOST_CA_FILE": "/etc/ca.pem",
+        "AGENTRUNNER_HOST_API_KEY": "ark-cli-key",  # the CLI's key to the host (a shell exported it)
+        "AGENTRUNNER_HOST_API_KEY_FILE": "/home/x/cli.key",
         "ACME_TOKEN": "named",
         "OTHER_TOKEN": "not named",
     }
     env = bridge_env(entry, environ)
     assert env["ACME_TOKEN"] == "named" and env["AGENTRUNNER_HOST_CA_FILE"] == "/etc/ca.pem"
     assert {"PATH", "HOME", "LC_ALL", "HTTPS_PROXY"} <= set(env)
-    for secret in ("OPENAI_API_KEY", "AGENTRUNNER_CONSOLE_TOKEN", "AGENTRUNNER_RUNNER_TOKENS", "OTHER_TOKEN"):
+    for secret in (
+        "OPENAI_API_KEY",
+        "AGENTRUNNER_CONSOLE_TOKEN",
+        "AGENTRUNNER_RUNNER_TOKENS",
+        "AGENTRUNNER_HOST_API_KEY",
+        "AGENTRUNNER_HOST_API_KEY_FILE",
+        "OTHER_TOKEN",
+    ):
         assert secret not in env
 
 

@@ -13,7 +13,7 @@ plugins registered). The bridge is an ordinary runner endpoint from then on.
   runtime) and SIGKILL after a grace.
 - **No secrets**: the bridge sees the basics of the environment (PATH, HOME, locale, proxies, the
   Python path, the host's TLS files for its ProxyService calls) and the variables the entry names in
-  `env`, nothing else (no model API keys, no console token).
+  `env`, nothing else (no model API keys, no console token, not the CLI's `AGENTRUNNER_HOST_API_KEY`).
 """
 
 from __future__ import annotations
@@ -46,8 +46,14 @@ _ENV_BASICS = (
     "PYTHONPATH",
     "VIRTUAL_ENV",
     "PIP_INDEX_URL",
+    # the TLS files for the bridge's ProxyService calls to this host (the SDK reads them); not the CLI's
+    # AGENTRUNNER_HOST_API_KEY(_FILE), a client credential the bridge has no use for
+    "AGENTRUNNER_HOST_CA_FILE",
+    "AGENTRUNNER_HOST_CERT_FILE",
+    "AGENTRUNNER_HOST_KEY_FILE",
+    "AGENTRUNNER_HOST_SERVER_NAME",
 )
-_ENV_PREFIXES = ("LC_", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "AGENTRUNNER_HOST_", "OTEL_")
+_ENV_PREFIXES = ("LC_", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "OTEL_")
 
 
 def bridge_env(entry: RunnerEndpointConfig, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
