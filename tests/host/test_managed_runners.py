@@ -91,7 +91,7 @@ def test_a_plugins_dir_that_is_not_a_directory_is_one_line_before_anything_start
         },
     )
     assert cli("db", "upgrade", "--config", str(config)).returncode == 0  # nothing else stops it serving
-    served = cli("serve", "--config", str(config), timeout=60)
+    served = cli("serve", "--config", str(config), timeout=120)  # exits at once; the margin is for load
     assert served.returncode == 2, served.stdout + served.stderr
     (line,) = served.stderr.strip().splitlines()
     assert "runners.0.plugins_dir" in line and "is not a directory" in line, line
