@@ -70,10 +70,14 @@ class AcpTurn:
         self.config = run.config
         self.ctx = run.ctx
         self.stream = TurnStream(run.redactor)
-        ask = self._ask if self.config.permissions == "ask" else None
+        policy = self.config.permissions
+        self.ask_refused = policy == "ask" and not self.ctx.context.available_apis.steering_pull
+        if self.ask_refused:  # the answer reaches an open run only as steering input: nobody could answer
+            policy = "workspace"
+        ask = self._ask if policy == "ask" else None
         workspace = run.workspace.directory if run.workspace is not None else None
         tools = run.bridge.tool_names if run.bridge is not None else []
-        self.permissions = Permissions(self.config.permissions, workspace, tools, ask)
+        self.permissions = Permissions(policy, workspace, tools, ask)
         self.client = AcpClient(
             self.stream,
             self.permissions,
@@ -129,6 +133,12 @@ class AcpTurn:
         self, conn: acp.ClientSideConnection, transport: ProcessTransport
     ) -> AsyncIterator[result_pb2.RunResult]:
         run, config = self.run, self.config
+        if self.ask_refused:
+            yield results.log(
+                "permissions: ask needs steering (the answer comes back into the open run); "
+                "this run answers by the workspace policy",
+                "warning",
+            )
         self.init = init = await self._rpc(
             "initialize",
             conn.initialize(
