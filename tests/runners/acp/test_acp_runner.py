@@ -138,7 +138,9 @@ async def test_tool_calls_commentary_and_plans_are_apart_from_the_answer(
     done = {
         r.tool_call_completed.tool_call_id: r.tool_call_completed for r in out.of_type("tool.call.completed")
     }
-    assert started["call-1"].tool_name == "Read" and set(done) == {"call-1", "call-2"}
+    assert started["call-1"].tool_name == "Read" and set(done) == {"call-1", "call-2", "call-3"}
+    assert dict(started["call-3"].parameters) == {"pattern": "TODO"}  # held until its input came
+    assert done["call-3"].result_preview["text"] == "no match"
     assert done["call-1"].result_preview["text"] == "# readme" and not done["call-1"].error_code
     assert done["call-2"].error_code == "acp.tool_unfinished"  # the pair balances when the turn ends
 
@@ -147,9 +149,9 @@ async def test_the_workspace_policy_allows_edits_inside_and_rejects_the_rest(
     host: HostDouble, fake: Fake
 ) -> None:
     out = await run(host, fake, "permit")
-    assert out.text == "decisions: yes,no,no"
+    assert out.text == "decisions: yes,no,no,yes"  # the last one named by its id: known from its tool call
     out = await run(host, fake, "permit", config={"permissions": "allow"})
-    assert out.text == "decisions: yes,yes,yes"
+    assert out.text == "decisions: yes,yes,yes,yes"
 
 
 async def _asked(handle: RunHandle, count: int) -> list:
@@ -171,8 +173,11 @@ async def test_ask_forwards_each_permission_to_the_user(host: HostDouble, fake: 
     await host.answer_interaction(handle.run_id, outside.interaction_id, "confirm")
     (command,) = await _asked(handle, 1)
     await host.answer_interaction(handle.run_id, command.interaction_id, "cancel")
+    (known,) = await _asked(handle, 1)
+    assert "b.txt" in known.description  # what the agent announced, though it asked by id alone
+    await host.answer_interaction(handle.run_id, known.interaction_id, "confirm")
     out = await handle.wait(30)
-    assert out.text == "decisions: no,yes,no"
+    assert out.text == "decisions: no,yes,no,yes"
 
 
 async def test_fs_stays_inside_the_workspace_and_outbox_files_come_back(host: HostDouble, fake: Fake) -> None:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,10 @@ from typing import Any
 import structlog
 from acp import RequestError, schema
 
+from agentrunner import results
 from agentrunner.harness import PathEscape, Redactor, Workspace
 from agentrunner.v1 import result_pb2
-from agentrunner_runners.acp.permissions import Permissions, cancelled
+from agentrunner_runners.acp.permissions import Permissions, cancelled, tool_name
 from agentrunner_runners.acp.terminals import Terminals
 from agentrunner_runners.acp.updates import TurnStream
 
@@ -98,6 +100,7 @@ class AcpClient:
     ) -> schema.RequestPermissionResponse:
         if self.cancelled.is_set():
             return cancelled()
+        tool_call = self.stream.known(tool_call)
         decision = asyncio.ensure_future(self.permissions.answer(tool_call, options))
         stop = asyncio.ensure_future(self.cancelled.wait())
         try:
@@ -106,9 +109,22 @@ class AcpClient:
             stop.cancel()
             if not decision.done():
                 decision.cancel()
+        name = tool_name(tool_call)
         if decision.done() and not decision.cancelled():
-            return decision.result()
+            answer = decision.result()
+            chosen = getattr(answer.outcome, "option_id", "cancelled")
+            asked = json.dumps(
+                tool_call.model_dump(mode="json", by_alias=True, exclude_none=True), default=str
+            )
+            self._log(
+                f"permission for {name} ({tool_call.kind or 'other'}): {chosen}; asked: {asked[:600]}", "info"
+            )
+            return answer
+        self._log(f"permission for {name}: cancelled (the run was cancelled)", "info")
         return cancelled()
+
+    def _log(self, text: str, level: str) -> None:
+        self.queue.put_nowait(results.log(self.redactor(text), level))
 
     # -- files ----------------------------------------------------------------------------------------
 

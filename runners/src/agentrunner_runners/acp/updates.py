@@ -5,7 +5,7 @@
 | `agent_message_chunk` (text) | `message.delta` (answer) under a message id of the runner's; the text of a message followed by a tool call or a plan was commentary: completed as `progress`; the last message is the answer, completed once by the runner (with the outbox files) |
 | an `agent_message_chunk` an agent marks as its own notice (`_meta.<agent>.kind` `informational` / `notice`) | `run.log` warning, never answer text |
 | `agent_thought_chunk` | `message.delta` kind `reasoning`, completed when the thought ends |
-| `tool_call`, `tool_call_update` | `tool.call.started` (the agent's tool name, its input) and, at `completed` / `failed`, `tool.call.completed` with a preview of its content and output; a call still open when the turn ends is completed as `acp.tool_unfinished` |
+| `tool_call`, `tool_call_update` | `tool.call.started` (the agent's tool name, its input; a call announced without its input, as Claude's are, is held until the input arrives or anything else happens) and, at `completed` / `failed`, `tool.call.completed` with a preview of its content and output; a call still open when the turn ends is completed as `acp.tool_unfinished` |
 | `plan` | a `progress` message: one `[ ]` / `[~]` / `[x]` line per entry |
 | `usage_update` | kept: the context window use and the session's cumulative cost |
 | `user_message_chunk`, commands, modes, config options, session info | nothing |
@@ -71,6 +71,15 @@ def content_text(items: list[Any] | None) -> str:
     return "\n".join(t for t in out if t)
 
 
+def _merged(
+    held: schema.ToolCallStart, update: schema.ToolCallProgress | schema.ToolCallStart
+) -> schema.ToolCallStart:
+    """A held announcement completed by the update that brought its input (the update's fields win)."""
+    fields = {k: v for k, v in update.model_dump(exclude_none=True).items() if k != "session_update"}
+    meta = {**(held.field_meta or {}), **(update.field_meta or {})}
+    return held.model_copy(update={**fields, "field_meta": meta or None})
+
+
 def _tool_name(update: schema.ToolCallStart | schema.ToolCallProgress) -> str:
     for value in (update.field_meta or {}).values():
         if isinstance(value, dict) and isinstance(value.get("toolName"), str) and value["toolName"]:
@@ -89,6 +98,10 @@ class TurnStream:
         self.thought: _Text | None = None
         self.progress: list[str] = []
         self.tools: dict[str, str] = {}
+        #: every started call as announced (a permission request may name only its id)
+        self.calls: dict[str, schema.ToolCallStart | schema.ToolCallProgress] = {}
+        #: announced calls without their input yet (`tool_call` with an empty `rawInput`)
+        self._held: dict[str, schema.ToolCallStart] = {}
         self._done_tools: set[str] = set()
         self.cost: schema.Cost | None = None
         self.context: tuple[int, int] | None = None
@@ -103,12 +116,16 @@ class TurnStream:
 
     def feed(self, update: Any) -> list[result_pb2.RunResult]:
         self.updates += 1
+        if isinstance(update, schema.ToolCallStart | schema.ToolCallProgress):
+            return self._tool(update)
+        out = self._release()
+        return out + self._other(update)
+
+    def _other(self, update: Any) -> list[result_pb2.RunResult]:
         if isinstance(update, schema.AgentMessageChunk):
             return self._message(update)
         if isinstance(update, schema.AgentThoughtChunk):
             return self._thought(_chunk_text(update.content))
-        if isinstance(update, schema.ToolCallStart | schema.ToolCallProgress):
-            return self._tool(update)
         if isinstance(update, schema.AgentPlanUpdate):
             return self._plan(update.entries)
         if isinstance(update, schema.UsageUpdate):
@@ -158,20 +175,51 @@ class TurnStream:
 
     # -- tools and plans ------------------------------------------------------------------------------
 
+    def _release(self) -> list[result_pb2.RunResult]:
+        """Starts the held calls as they are (something else happened: their input is not coming)."""
+        out: list[result_pb2.RunResult] = []
+        for held in list(self._held.values()):
+            out += self._start(held)
+        self._held.clear()
+        return out
+
     def _tool(self, update: schema.ToolCallStart | schema.ToolCallProgress) -> list[result_pb2.RunResult]:
         call_id = update.tool_call_id
-        out: list[result_pb2.RunResult] = []
+        if isinstance(update, schema.ToolCallStart) and call_id not in self.tools and not update.raw_input:
+            if update.status in (None, "pending", "in_progress"):
+                out = self._release()
+                self._held[call_id] = update
+                return out
+        held = self._held.pop(call_id, None)
+        out = self._release()
         if call_id not in self.tools:
-            out += self._end_thought() + self._commentary()
-            name = _tool_name(update)
-            self.tools[call_id] = name
-            params = update.raw_input if isinstance(update.raw_input, dict) else {}
-            if update.raw_input is not None and not isinstance(update.raw_input, dict):
-                params = {"input": update.raw_input}
-            meta = {"title": update.title or name, "kind": update.kind or "other"}
-            out.append(results.tool_started(call_id, name, self._redacted(params), metadata=meta))
+            out += self._start(_merged(held, update) if held is not None else update)
         if update.status in ("completed", "failed") and call_id not in self._done_tools:
             out.append(self._tool_done(call_id, update))
+        return out
+
+    def known(self, call: schema.ToolCallUpdate) -> schema.ToolCallUpdate:
+        """`call` (from a permission request) completed by what the turn's updates said about it: Codex's
+        agent asks about a call by its id alone."""
+        seen = self.calls.get(call.tool_call_id) or self._held.get(call.tool_call_id)
+        if seen is None:
+            return call
+        fields = {k: v for k, v in seen.model_dump(exclude_none=True).items() if k in type(call).model_fields}
+        asked = {k: v for k, v in call.model_dump(exclude_none=True).items()}
+        meta = {**(seen.field_meta or {}), **(call.field_meta or {})}
+        return schema.ToolCallUpdate.model_validate({**fields, **asked, "field_meta": meta or None})
+
+    def _start(self, update: schema.ToolCallStart | schema.ToolCallProgress) -> list[result_pb2.RunResult]:
+        call_id = update.tool_call_id
+        out = self._end_thought() + self._commentary()
+        name = _tool_name(update)
+        self.tools[call_id] = name
+        self.calls[call_id] = update
+        params = update.raw_input if isinstance(update.raw_input, dict) else {}
+        if update.raw_input is not None and not isinstance(update.raw_input, dict):
+            params = {"input": update.raw_input}
+        meta = {"title": update.title or name, "kind": update.kind or "other"}
+        out.append(results.tool_started(call_id, name, self._redacted(params), metadata=meta))
         return out
 
     def _tool_done(
@@ -213,7 +261,7 @@ class TurnStream:
 
     def finish(self) -> list[result_pb2.RunResult]:
         """The turn ended: the open thought is completed and open tool calls are closed."""
-        out = self._end_thought()
+        out = self._release() + self._end_thought()
         for call_id, name in self.tools.items():
             if call_id not in self._done_tools:
                 self._done_tools.add(call_id)

@@ -13,8 +13,8 @@ The turn is chosen by the prompt's first word:
 | --- | --- |
 | (anything else) | a thought, then `Fake heard: <prompt> (turn N)` in three chunks; usage and a cumulative cost of 0.01 per turn |
 | `multibyte` | an answer of emoji and CJK, chunks cut inside characters |
-| `tools` | commentary, a `read` tool call and its completion, a plan, a second tool call left open, the answer |
-| `permit` | asks permission for an edit inside the workspace, one outside it and a command; answers with the decisions |
+| `tools` | commentary, a `read` tool call and its completion, a call whose input comes in its update, a plan, a second tool call left open, the answer |
+| `permit` | asks permission for an edit inside the workspace, one outside it, a command, and an announced edit inside by its id alone; answers with the decisions |
 | `fs` | writes `outbox/note.txt` through `fs/write_text_file`, reads it back, tries `/etc/hostname`; answers with what happened |
 | `terminal` | runs `echo from-terminal` through `terminal/*`; answers with its output or the error |
 | `blocks` | answers with the prompt's content blocks (type, mime type, uri; text) |
@@ -264,6 +264,26 @@ class Agent:
                 "content": [{"type": "content", "content": {"type": "text", "text": "# readme"}}],
             }
         )
+        # announced without its input (as Claude's agent does), the input in the next update
+        self.update(
+            {
+                "sessionUpdate": "tool_call",
+                "toolCallId": "call-3",
+                "title": "grep",
+                "kind": "search",
+                "status": "pending",
+                "rawInput": {},
+            }
+        )
+        self.update(
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": "call-3",
+                "status": "completed",
+                "rawInput": {"pattern": "TODO"},
+                "rawOutput": "no match",
+            }
+        )
         self.update(
             {
                 "sessionUpdate": "plan",
@@ -286,7 +306,7 @@ class Agent:
         self.chunk(answer)
         return answer
 
-    def _permit(self, title: str, kind: str, path: str) -> str:
+    def _permit(self, title: str, kind: str, path: str, *, by_id: bool = False) -> str:
         options = [
             {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
             {"optionId": "always", "name": "Always", "kind": "allow_always"},
@@ -299,6 +319,9 @@ class Agent:
             "locations": [{"path": path}] if path else [],
             "rawInput": {"path": path},
         }
+        if by_id:  # announced as a tool call first, then asked about by its id alone (as codex-acp does)
+            self.update({"sessionUpdate": "tool_call", **call, "status": "pending"})
+            call = {"toolCallId": call["toolCallId"]}
         answer = self.call(
             "session/request_permission", {"sessionId": self.session, "toolCall": call, "options": options}
         )
@@ -310,6 +333,7 @@ class Agent:
             self._permit("edit-inside", "edit", os.path.join(os.getcwd(), "outbox", "a.txt")),
             self._permit("edit-outside", "edit", "/etc/passwd"),
             self._permit("command", "execute", ""),
+            self._permit("known-edit", "edit", os.path.join(os.getcwd(), "b.txt"), by_id=True),
         ]
         answer = "decisions: " + ",".join(decisions)
         self.chunk(answer)
