@@ -203,7 +203,7 @@ class Agent:
     def prompt(self, rid: Any, blocks: list[dict[str, Any]]) -> None:
         _LOG["prompt"] = [{k: v for k, v in b.items() if k not in ("data",)} for b in blocks]
         text = " ".join(b.get("text", "") for b in blocks if b.get("type") == "text").strip()
-        word = (text.split() or [""])[0].lower()
+        word = (text.split() or [""])[0].lower().rstrip(":,.!?")
         self.cancelled = False
         handler = getattr(self, f"turn_{word}", None)
         outcome = handler(text, blocks) if handler is not None else self.turn_echo(text, blocks)
