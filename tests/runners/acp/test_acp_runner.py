@@ -343,3 +343,37 @@ async def test_the_langbot_bridge_is_offered_over_http_with_its_token_in_a_heade
     )
     (stdio,) = fake.invocations()[1]["mcpServers"]
     assert stdio["args"] == ["-m", "agentrunner.harness.mcp_proxy"] and "type" not in stdio
+
+
+async def test_remote_ssh_runs_the_agent_in_the_remote_workspace_with_its_keys_off_argv(
+    host: HostDouble, fake: Fake, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentrunner_runners.testing import install_fake
+
+    ssh = install_fake(tmp_path / "bin", "ssh")
+    remote_home, ssh_log = tmp_path / "remote-home", tmp_path / "ssh.log"
+    remote_home.mkdir()
+    monkeypatch.setenv("FAKE_SSH_HOME", str(remote_home))
+    monkeypatch.setenv("FAKE_SSH_LOG", str(ssh_log))
+    monkeypatch.setenv(
+        "AGENTRUNNER_HARNESS_ENV_PASSTHROUGH", "FAKE_ACP_LOG,FAKE_ACP_HOME,FAKE_SSH_HOME,FAKE_SSH_LOG"
+    )
+    secret = "sk-remote-agent-key-0123456789abcdef"
+    config = {
+        "location": "remote-ssh",
+        "ssh-target": "dev@remote.example",
+        "ssh-port": 2222,
+        "ssh-command": str(ssh),
+        "env-json": {"REMOTE_AGENT_API_KEY": secret},
+        "workspace": "",  # the remote default: ~/.langbot/workspaces
+    }
+    out = await run(host, fake, "hello over ssh", config=config)
+    assert out.completed and out.text == "Fake heard: hello over ssh (turn 1)"
+    argv = json.loads(ssh_log.read_text().splitlines()[-1])["argv"]
+    assert argv[:6] == ["-T", "-o", "BatchMode=yes", "-p", "2222", "dev@remote.example"]
+    assert secret not in " ".join(argv)  # the key travels on stdin, exported by the remote script
+    (call,) = fake.invocations()
+    assert "REMOTE_AGENT_API_KEY" in call["env"]
+    workspace = remote_home / ".langbot" / "workspaces"
+    assert any(p.name.startswith("conv-") for p in workspace.iterdir())
+    assert call["mcpServers"] == []  # the loopback bridge is not offered over ssh
