@@ -40,6 +40,8 @@ from agentrunner_host.proxy.servicer import ProxyServicer
 from agentrunner_host.registry.check import Problem, check_against_registry, check_bindings, registry_view
 from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.run import outcomes
+from agentrunner_host.run.access import RunAccess
+from agentrunner_host.run.records import RunRecords
 from agentrunner_host.run.service import RunService
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database
@@ -319,16 +321,16 @@ class HostApp:
     def _build_server(self, address: str) -> grpc.aio.Server:
         server = grpc.aio.server(options=server_options(self.config.limits))
         gate = self.gate = ClientGate(self.config, self.stores.events, listen_address=address)
+        access = RunAccess(self.runs, self.runs.resolver, self.interactions.store)
+        records = RunRecords(
+            access,
+            self.runs,
+            ledger=self.stores.ledger,
+            artifacts=self.stores.artifacts,
+            page_max_bytes=self.stores.settings.page_max_bytes,
+        )
         add_host_service(
-            HostServicer(
-                self.runs,
-                self.registry,
-                self.interactions,
-                gate,
-                ledger=self.stores.ledger,
-                artifacts=self.stores.artifacts,
-                page_max_bytes=self.stores.settings.page_max_bytes,
-            ),
+            HostServicer(self.runs, self.registry, self.interactions, gate, access=access, records=records),
             server,
         )
         server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
