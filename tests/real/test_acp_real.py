@@ -202,8 +202,12 @@ async def test_claude_calls_a_langbot_tool_through_the_bridge_and_the_timeline_k
     updates = await stack.run("What is the time in Tokyo?", "mcp-claude", "claude")
     assert updates[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED, results_of(updates)[-3:]
     assert "+09:00" in answer(updates).content  # the host tool's result reached the model
-    assert audit_outcomes(stack.db_file, updates[0].accepted.run_id, "CallTool") == ["OK"]
-    timeline = build_timeline(results_of(updates))
+    run_id = updates[0].accepted.run_id
+    assert audit_outcomes(stack.db_file, run_id, "CallTool") == ["OK"]
+    shown = cli("runs", "show", run_id, "--json", "--host", stack.address)  # the CLI a user reads it with
+    assert shown.returncode == 0, shown.stderr
+    timeline = json.loads(shown.stdout)["timeline"]
+    assert timeline == build_timeline(results_of(updates))  # stored as streamed
     kinds = {(e["kind"], e.get("message_kind")) for e in timeline}
     assert {("message", "answer"), ("message", "reasoning")} <= kinds, timeline
     tools = [e for e in timeline if e["kind"] == "tool_call"]

@@ -167,6 +167,7 @@ async def _asked(handle: RunHandle, count: int) -> list:
 async def test_ask_forwards_each_permission_to_the_user(host: HostDouble, fake: Fake) -> None:
     handle = await host.start_run(AcpRunner, "permit", config=fake.config(permissions="ask"))
     (inside,) = await _asked(handle, 1)
+    await host.steer(handle.run_id, "an unrelated follow-up")  # not an answer: kept for the next turn
     assert inside.title == "The agent asks to use edit-inside" and "outbox/a.txt" in inside.description
     await host.answer_interaction(handle.run_id, inside.interaction_id, "cancel")
     (outside,) = await _asked(handle, 1)
@@ -177,7 +178,11 @@ async def test_ask_forwards_each_permission_to_the_user(host: HostDouble, fake: 
     assert "b.txt" in known.description  # what the agent announced, though it asked by id alone
     await host.answer_interaction(handle.run_id, known.interaction_id, "confirm")
     out = await handle.wait(30)
-    assert out.text == "decisions: no,yes,no,yes"
+    answers = _completed(out, common_pb2.MESSAGE_KIND_UNSPECIFIED)
+    assert answers[0] == "decisions: no,yes,no,yes"
+    # the follow-up ran as the next turn of the same session (a new agent process resumed it)
+    assert answers[1] == "Fake heard: an unrelated follow-up (turn 2)"
+    assert [call["opened"] for call in fake.invocations()] == ["session/new", "session/resume"]
 
 
 async def test_fs_stays_inside_the_workspace_and_outbox_files_come_back(host: HostDouble, fake: Fake) -> None:

@@ -68,6 +68,8 @@ class AcpRun(HarnessRun):
         self.remote_dir = ""
         self.attachments: list[dict[str, Any]] = []
         self.session_id = ""
+        #: the stored `external.acp_cost_total` (read with the session id at each turn)
+        self.cost_total: Any = None
         prefixes = self.config.preset.env_prefixes
         allow = [name for name in os.environ if prefixes and name.startswith(prefixes)]
         self.env = harness_env(self.config.env, allow=allow)
@@ -162,7 +164,7 @@ class AcpRun(HarnessRun):
         """This turn's cost (the session's reported total minus the stored one) and its `state.updated`."""
         if cost is None:
             return {}, []
-        stored = getattr(self, "cost_total", None)
+        stored = self.cost_total
         turn = cost.amount
         if (
             isinstance(stored, dict)
