@@ -7,7 +7,7 @@ every message the client sends is checked (`initialize` first, `session/*` on a 
 answer per request of ours, a `cwd` that is the working directory). A violation prints `fake acp:
 protocol violation: ...` on stderr and exits 2.
 
-The turn is chosen by the prompt's first word:
+The turn is chosen by the prompt's first word (`fake_acp_turns.py`):
 
 | word | turn |
 | --- | --- |
@@ -37,12 +37,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from agentrunner_runners.testing.fake_acp_turns import Turns
 
 CAPS = {
     "loadSession": True,
@@ -90,6 +91,11 @@ class Agent:
         self.next_id = 1000
         self.pending: list[dict[str, Any]] = []
         self.cancelled = False
+        self.log = _LOG
+        self.turns = Turns(self)
+
+    def flush_log(self) -> None:
+        _flush_log()
 
     # -- io -------------------------------------------------------------------------------------------
 
@@ -205,8 +211,8 @@ class Agent:
         text = " ".join(b.get("text", "") for b in blocks if b.get("type") == "text").strip()
         word = (text.split() or [""])[0].lower().rstrip(":,.!?")
         self.cancelled = False
-        handler = getattr(self, f"turn_{word}", None)
-        outcome = handler(text, blocks) if handler is not None else self.turn_echo(text, blocks)
+        handler = getattr(self.turns, f"turn_{word}", None)
+        outcome = handler(text, blocks) if handler is not None else self.turns.turn_echo(text, blocks)
         if isinstance(outcome, dict) and "error" in outcome:
             send({"id": rid, **outcome})
             return
@@ -224,211 +230,6 @@ class Agent:
         )
         usage = {"totalTokens": 120, "inputTokens": 100, "outputTokens": 20, "thoughtTokens": 5}
         send({"id": rid, "result": {"stopReason": stop, "usage": usage}})
-
-    # -- turns ----------------------------------------------------------------------------------------
-
-    def turn_echo(self, text: str, blocks: list[dict[str, Any]]) -> str:
-        self.chunk("Thinking about it.", "agent_thought_chunk")
-        answer = f"Fake heard: {text} (turn {len(self.history) + 1})"
-        third = len(answer) // 3
-        for piece in (answer[:third], answer[third : 2 * third], answer[2 * third :]):
-            self.chunk(piece)
-        return answer
-
-    def turn_multibyte(self, text: str, blocks: list[dict[str, Any]]) -> str:
-        answer = "héllo 👋🏽 世界 ✓"
-        for piece in ("hé", "llo 👋", "🏽 世", "界 ✓"):
-            self.chunk(piece)
-        return answer
-
-    def turn_tools(self, text: str, blocks: list[dict[str, Any]]) -> str:
-        self.chunk("Let me look at the workspace.")
-        where = os.path.join(os.getcwd(), "README.md")
-        self.update(
-            {
-                "sessionUpdate": "tool_call",
-                "toolCallId": "call-1",
-                "title": "Read README.md",
-                "kind": "read",
-                "status": "pending",
-                "locations": [{"path": where}],
-                "rawInput": {"path": where},
-                "_meta": {"fake": {"toolName": "Read"}},
-            }
-        )
-        self.update(
-            {
-                "sessionUpdate": "tool_call_update",
-                "toolCallId": "call-1",
-                "status": "completed",
-                "content": [{"type": "content", "content": {"type": "text", "text": "# readme"}}],
-            }
-        )
-        # announced without its input (as Claude's agent does), the input in the next update
-        self.update(
-            {
-                "sessionUpdate": "tool_call",
-                "toolCallId": "call-3",
-                "title": "grep",
-                "kind": "search",
-                "status": "pending",
-                "rawInput": {},
-            }
-        )
-        self.update(
-            {
-                "sessionUpdate": "tool_call_update",
-                "toolCallId": "call-3",
-                "status": "completed",
-                "rawInput": {"pattern": "TODO"},
-                "rawOutput": "no match",
-            }
-        )
-        self.update(
-            {
-                "sessionUpdate": "plan",
-                "entries": [
-                    {"content": "Read the files", "priority": "high", "status": "completed"},
-                    {"content": "Answer", "priority": "medium", "status": "in_progress"},
-                ],
-            }
-        )
-        self.update(
-            {
-                "sessionUpdate": "tool_call",
-                "toolCallId": "call-2",
-                "title": "Left open",
-                "kind": "other",
-                "status": "in_progress",
-            }
-        )
-        answer = "The workspace has a README."
-        self.chunk(answer)
-        return answer
-
-    def _permit(self, title: str, kind: str, path: str, *, by_id: bool = False) -> str:
-        options = [
-            {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
-            {"optionId": "always", "name": "Always", "kind": "allow_always"},
-            {"optionId": "no", "name": "Reject", "kind": "reject_once"},
-        ]
-        call = {
-            "toolCallId": f"perm-{title}",
-            "title": title,
-            "kind": kind,
-            "locations": [{"path": path}] if path else [],
-            "rawInput": {"path": path},
-        }
-        if by_id:  # announced as a tool call first, then asked about by its id alone (as codex-acp does)
-            self.update({"sessionUpdate": "tool_call", **call, "status": "pending"})
-            call = {"toolCallId": call["toolCallId"]}
-        answer = self.call(
-            "session/request_permission", {"sessionId": self.session, "toolCall": call, "options": options}
-        )
-        outcome = (answer.get("result") or {}).get("outcome") or {}
-        return str(outcome.get("optionId") or outcome.get("outcome"))
-
-    def turn_permit(self, text: str, blocks: list[dict[str, Any]]) -> str:
-        decisions = [
-            self._permit("edit-inside", "edit", os.path.join(os.getcwd(), "outbox", "a.txt")),
-            self._permit("edit-outside", "edit", "/etc/passwd"),
-            self._permit("command", "execute", ""),
-            self._permit("known-edit", "edit", os.path.join(os.getcwd(), "b.txt"), by_id=True),
-        ]
-        answer = "decisions: " + ",".join(decisions)
-        self.chunk(answer)
-        return answer
-
-    def turn_fs(self, text: str, blocks: list[dict[str, Any]]) -> str:
-        target = os.path.join(os.getcwd(), "outbox", "note.txt")
-        wrote = self.call(
-            "fs/write_text_file", {"sessionId": self.session, "path": target, "content": "nöte\n"}
-        )
-        read = self.call("fs/read_text_file", {"sessionId": self.session, "path": target})
-        outside = self.call("fs/read_text_file", {"sessionId": self.session, "path": "/etc/hostname"})
-        answer = (
-            f"write: {'error' if 'error' in wrote else 'ok'}; read: "
-            f"{(read.get('result') or {}).get('content', read.get('error'))!r}; "
-            f"outside: {(outside.get('error') or {}).get('code', 'allowed')}"
-        )
-        self.chunk(answer)
-        return answer
-
-    def turn_terminal(self, text: str, blocks: list[dict[str, Any]]) -> str:
-        made = self.call(
-            "terminal/create", {"sessionId": self.session, "command": "echo", "args": ["from-terminal"]}
-        )
-        if "error" in made:
-            answer = f"terminal refused: {made['error'].get('code')}"
-        else:
-            tid = made["result"]["terminalId"]
-            exited = self.call("terminal/wait_for_exit", {"sessionId": self.session, "terminalId": tid})
-            output = self.call("terminal/output", {"sessionId": self.session, "terminalId": tid})
-            self.call("terminal/release", {"sessionId": self.session, "terminalId": tid})
-            answer = f"terminal: {output['result']['output'].strip()} exit {exited['result'].get('exitCode')}"
-        self.chunk(answer)
-        return answer
-
-    def turn_blocks(self, text: str, blocks: list[dict[str, Any]]) -> str:
-        seen = []
-        for b in blocks:
-            resource = b.get("resource") or {}
-            seen.append(
-                {
-                    "type": b.get("type"),
-                    "mime": b.get("mimeType") or resource.get("mimeType"),
-                    "uri": b.get("uri") or resource.get("uri"),
-                    "text": resource.get("text"),
-                }
-            )
-        answer = json.dumps({"blocks": seen, "text": text}, ensure_ascii=False)
-        self.chunk(answer)
-        return answer
-
-    def turn_notice(self, text: str, blocks: list[dict[str, Any]]) -> str:
-        self.chunk("**Warning:** this is the agent's notice", meta={"claudeCode": {"kind": "informational"}})
-        self.chunk("The real answer.")
-        return "The real answer."
-
-    def turn_die(self, text: str, blocks: list[dict[str, Any]]) -> str:
-        self.chunk("I was about to")
-        print(f"fatal: lost my key {os.environ.get('FAKE_ACP_SECRET', '')}", file=sys.stderr, flush=True)
-        _flush_log()
-        os._exit(3)
-
-    def _wait_cancel(self, honour: bool) -> tuple[str, str]:
-        child = subprocess.Popen(["sleep", "300"])  # a grandchild of the runner
-        _LOG["child"] = child.pid
-        self.chunk("Working on it...")
-        while True:
-            message = self.read()
-            if message is None:
-                sys.exit(0)
-            if message.get("method") == "session/cancel" and honour:
-                child.terminate()
-                return "", "cancelled"
-
-    def turn_hang(self, text: str, blocks: list[dict[str, Any]]) -> tuple[str, str]:
-        return self._wait_cancel(honour=True)
-
-    def turn_stubborn(self, text: str, blocks: list[dict[str, Any]]) -> tuple[str, str]:
-        return self._wait_cancel(honour=False)
-
-    def turn_maxtokens(self, text: str, blocks: list[dict[str, Any]]) -> tuple[str, str]:
-        self.chunk("A long answer that was cut")
-        return "cut", "max_tokens"
-
-    def turn_maxturns(self, text: str, blocks: list[dict[str, Any]]) -> tuple[str, str]:
-        return "", "max_turn_requests"
-
-    def turn_refusal(self, text: str, blocks: list[dict[str, Any]]) -> tuple[str, str]:
-        return "", "refusal"
-
-    def turn_autherror(self, text: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"error": {"code": -32000, "message": "Authentication required"}}
-
-    def turn_empty(self, text: str, blocks: list[dict[str, Any]]) -> str:
-        return ""
 
 
 def main() -> None:
