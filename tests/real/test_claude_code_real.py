@@ -53,6 +53,62 @@ class Stack:
     mock: AnthropicMock
 
 
+def _agent(claude: Path, root: Path, agent_id: str, **config: Any) -> dict[str, Any]:
+    return {
+        "id": agent_id,
+        "runner_id": CLAUDE_ID,
+        "runner_config": {"command": str(claude), "workspace": str(root), **config},
+        "resource_policy": {"tools": ["current_time"]},
+        "timeout_seconds": 120,
+    }
+
+
+def _only(conversation: str, agent_id: str) -> dict[str, Any]:
+    return {
+        "id": conversation,
+        "scope": {"type": "conversation", "id": conversation},
+        "event": "message.*",
+        "target": {"agent": agent_id},
+    }
+
+
+def _host_config(tmp: Path, claude: Path, root: Path, runner: str) -> Path:
+    """The host's config: the default agent, one that may run commands, one with a refused key."""
+    db_file = tmp / "host.db"
+    return write_config(
+        tmp / "host.yaml",
+        {
+            "instance_id": "claude-real",
+            "listen": {"address": "127.0.0.1:0"},
+            "database": {
+                "url": f"sqlite+aiosqlite:///{db_file}",
+                "artifact_dir": str(tmp / "artifacts"),
+            },
+            "limits": {"cancel_grace_seconds": 5},
+            "runners": [{"id": "claude", "address": runner}],
+            "agents": [
+                _agent(claude, root, "claude"),  # the defaults
+                # commands allowed (the user's choice): the key must still not show in `env`
+                _agent(claude, root, "claude-bash", **{"allowed-tools": "Bash, Edit(./outbox/**)"}),
+                # Claude Code's own retry count (10): only the runner's reading of the retry
+                # lines can make a refused key fail fast
+                _agent(
+                    claude,
+                    root,
+                    "claude-badkey",
+                    **{"env-json": {"ANTHROPIC_API_KEY": BAD_KEY, "CLAUDE_CODE_MAX_RETRIES": "10"}},
+                ),
+            ],
+            "bindings": [
+                _only("env-conv", "claude-bash"),
+                _only("cancel-conv", "claude-bash"),
+                _only("badkey-conv", "claude-badkey"),
+                {"id": "claude", "event": "message.*", "target": {"agent": "claude"}},
+            ],
+        },
+    )
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     claude = real_tool("claude") / "node_modules" / ".bin" / "claude"
@@ -74,55 +130,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 }
             )
             procs.append(runner)
-
-            def agent(agent_id: str, **config: Any) -> dict[str, Any]:
-                return {
-                    "id": agent_id,
-                    "runner_id": CLAUDE_ID,
-                    "runner_config": {"command": str(claude), "workspace": str(root), **config},
-                    "resource_policy": {"tools": ["current_time"]},
-                    "timeout_seconds": 120,
-                }
-
-            def only(conversation: str, agent_id: str) -> dict[str, Any]:
-                return {
-                    "id": conversation,
-                    "scope": {"type": "conversation", "id": conversation},
-                    "event": "message.*",
-                    "target": {"agent": agent_id},
-                }
-
-            db_file = tmp / "host.db"
-            config = write_config(
-                tmp / "host.yaml",
-                {
-                    "instance_id": "claude-real",
-                    "listen": {"address": "127.0.0.1:0"},
-                    "database": {
-                        "url": f"sqlite+aiosqlite:///{db_file}",
-                        "artifact_dir": str(tmp / "artifacts"),
-                    },
-                    "limits": {"cancel_grace_seconds": 5},
-                    "runners": [{"id": "claude", "address": runner.value}],
-                    "agents": [
-                        agent("claude"),  # the defaults
-                        # commands allowed (the user's choice): the key must still not show in `env`
-                        agent("claude-bash", **{"allowed-tools": "Bash, Edit(./outbox/**)"}),
-                        # Claude Code's own retry count (10): only the runner's reading of the retry
-                        # lines can make a refused key fail fast
-                        agent(
-                            "claude-badkey",
-                            **{"env-json": {"ANTHROPIC_API_KEY": BAD_KEY, "CLAUDE_CODE_MAX_RETRIES": "10"}},
-                        ),
-                    ],
-                    "bindings": [
-                        only("env-conv", "claude-bash"),
-                        only("cancel-conv", "claude-bash"),
-                        only("badkey-conv", "claude-badkey"),
-                        {"id": "claude", "event": "message.*", "target": {"agent": "claude"}},
-                    ],
-                },
-            )
+            config = _host_config(tmp, claude, root, runner.value)
             upgraded = cli("db", "upgrade", "--config", str(config))
             assert upgraded.returncode == 0, upgraded.stderr
             # generous start timeouts: these suites share 2 cores with the rest of `make test`
@@ -132,7 +140,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 timeout=90,
             )
             procs.append(host)
-            yield Stack(host.value, db_file, root, home, mock)
+            yield Stack(host.value, tmp / "host.db", root, home, mock)
         finally:
             for proc in reversed(procs):
                 proc.kill(signal.SIGTERM)
