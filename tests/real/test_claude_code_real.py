@@ -27,6 +27,7 @@ from google.protobuf import json_format
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.views.timeline import build_timeline
 from agentrunner_runners.testing.anthropic_mock import AnthropicMock, serve_in_thread
+from tests.helpers import next_message, rest_of
 from tests.integration.conftest import CLI, ROOT, Proc, audit_outcomes, cli, run_request, write_config
 from tests.integration.test_claude_code_e2e import (
     CLAUDE_ID,
@@ -300,14 +301,12 @@ async def test_cancel_leaves_no_process_behind(stack: Stack) -> None:
     async with grpc.aio.insecure_channel(stack.address) as channel:
         stub = host_service_pb2_grpc.HostServiceStub(channel)
         call = stub.Run(run_request("run forever", conversation_id="cancel-conv"), timeout=120)
-        accepted = await call.read()
+        accepted = await next_message(call)
         await wait_for(lambda: tail_running(stack.root), 60)
         await stub.CancelRun(
             host_service_pb2.CancelRunRequest(run_id=accepted.accepted.run_id, reason="stop"), timeout=10
         )
-        rest = []
-        while (item := await call.read()) is not grpc.aio.EOF:
-            rest.append(item)
+        rest = await rest_of(call)
     assert rest[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED
     await wait_for(lambda: harness_processes(stack.root) == [], seconds=15)
 

@@ -87,7 +87,8 @@ class ProxyCall:
     """One recorded ProxyService call."""
 
     method: str
-    request: pb_message.Message
+    #: the method's request message (its type depends on `method`, so it is not narrowed here)
+    request: Any
     metadata: dict[str, str]
     #: Seconds left on the call's gRPC deadline when it arrived (None without a deadline).
     time_remaining: float | None = None
