@@ -176,7 +176,7 @@ async def ask(stack: Stack, agent: str, text: str, *, conversation: str = "") ->
 
 
 async def start_forever(stub: host_service_pb2_grpc.HostServiceStub, conversation: str) -> tuple[Any, str]:
-    call = stub.Run(request_for("forever", "run forever", conversation), timeout=120)
+    call: Any = stub.Run(request_for("forever", "run forever", conversation), timeout=120)  # an aio call
     updates = []
     async for update in call:
         updates.append(update)

@@ -16,16 +16,22 @@ from agentrunner_runners.langbot_bridge.kinds import AGENT_RUNNER, KINDS, RUNNER
 ENUMS = "langbot_plugin.entities.io.actions.enums"
 
 
+class LangBotToRuntimeAction(enum.Enum):
+    """A runtime's actions enum that declares the AgentRunner kind (the SDK's development branch)."""
+
+    LIST_RUNNERS = "list_runners"
+    LIST_AGENT_RUNNERS = "list_agent_runners"
+
+
 def test_the_released_runtime_is_asked_for_runners_only() -> None:
     assert installed_kinds() == (RUNNER,)
     assert KINDS == (RUNNER, AGENT_RUNNER)  # the table keeps the unreleased kind
 
 
 def test_a_runtime_that_declares_agent_runners_is_asked_for_both(monkeypatch: pytest.MonkeyPatch) -> None:
-    actions = enum.Enum(
-        "LangBotToRuntimeAction", {"LIST_RUNNERS": "list_runners", "LIST_AGENTS": "list_agent_runners"}
+    monkeypatch.setitem(
+        sys.modules, ENUMS, types.SimpleNamespace(LangBotToRuntimeAction=LangBotToRuntimeAction)
     )
-    monkeypatch.setitem(sys.modules, ENUMS, types.SimpleNamespace(LangBotToRuntimeAction=actions))
     assert installed_kinds() == (RUNNER, AGENT_RUNNER)
 
 

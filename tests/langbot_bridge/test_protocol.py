@@ -54,7 +54,7 @@ async def test_the_runtime_reads_what_the_bridge_frames() -> None:
     small = {"seq_id": 1, "code": 0, "message": "success", "data": {}}
     stream.feed_data(encode(small) + encode(BIG))
     stream.feed_eof()
-    connection = StdioConnection(stream, _Sink())  # type: ignore[arg-type]
+    connection = StdioConnection(stream, _Sink())
     assert json.loads(await connection.receive()) == small
     assert json.loads(await connection.receive()) == BIG
     assert len(encode(BIG).splitlines()) > 3  # it was fragmented
@@ -63,7 +63,7 @@ async def test_the_runtime_reads_what_the_bridge_frames() -> None:
 @pytest.mark.asyncio
 async def test_the_bridge_reads_what_the_runtime_frames() -> None:
     sink = _Sink()
-    connection = StdioConnection(asyncio.StreamReader(), sink)  # type: ignore[arg-type]
+    connection = StdioConnection(asyncio.StreamReader(), sink)
     await connection.send(json.dumps({"seq_id": 1, "action": "small", "data": {}}))
     await connection.send(json.dumps(BIG))
     assert _read_all(bytes(sink.data)) == [{"seq_id": 1, "action": "small", "data": {}}, BIG]
