@@ -4,8 +4,9 @@ Fresh processes on loopback (this client, the host via its CLI, the bench runner
 harness of `bench_host.py`. Memory is read from /proc (RSS, `VmHWM`): unlike CPU timings on this shared
 2-core VM it barely moves with the machine's load, so single figures are comparable between runs.
 
-- open_runs: `stall` runs held open at once on one host with one runner process (default limits);
-  every one must be accepted, else the line says how many were refused;
+- open_runs: `stall` runs (each in a conversation of its own) held open at once on one host with one
+  runner process (default limits): how many of the 10,000 were accepted (stderr says what the others
+  got);
 - rss_kib_per_open_run_1k / _10k: host RSS growth per open run with 1,000 / 10,000 open
   (`rss_kib_per_open_run_runner_10k`: the SDK runner's, the same runs); open_seconds_10k: from the
   first `Run` to the last `accepted`;
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import pathlib
 import statistics
@@ -36,7 +38,7 @@ import time
 import grpc
 from bench_host import HERE, host_config, request, start, start_runner, stop
 
-from agentrunner.v1 import host_service_pb2_grpc
+from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 
 #: the children inherit this process's environment (as in `bench_host.py`), with bytecode caches on
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -110,6 +112,13 @@ def idle(starts: int, tmp: pathlib.Path) -> dict[str, float]:
     }
 
 
+def stall(i: int) -> host_service_pb2.HostServiceRunRequest:
+    """A `stall` run in a conversation of its own (open runs are chats: one run per conversation)."""
+    req = request("stall")
+    req.event.conversation.conversation_id = f"open-{i}"
+    return req
+
+
 async def hold_open(address: str, pids: dict[str, int], count: int) -> dict[str, float]:
     """Opens `count` `stall` runs at once, waits for every answer (`accepted` or a refusal), reads the
     RSS growth per accepted run of each process in `pids`, then cancels them all."""
@@ -118,10 +127,17 @@ async def hold_open(address: str, pids: dict[str, int], count: int) -> dict[str,
         await asyncio.sleep(1.0)
         before = {name: rss_kib(pid) for name, pid in pids.items()}
         began = time.perf_counter()
-        calls = [stub.Run(request("stall"), timeout=600) for _ in range(count)]
+        calls = [stub.Run(stall(i), timeout=600) for i in range(count)]
         answers = await asyncio.gather(*(c.read() for c in calls), return_exceptions=True)
         took = time.perf_counter() - began
         accepted = sum(1 for a in answers if not isinstance(a, BaseException) and a.HasField("accepted"))
+        failed = collections.Counter(
+            a.code().name if isinstance(a, grpc.aio.AioRpcError) else type(a).__name__
+            for a in answers
+            if isinstance(a, BaseException)
+        )
+        if failed:
+            print(f"# {count} runs: {accepted} accepted, not accepted: {dict(failed)}", file=sys.stderr)
         await asyncio.sleep(2.0)  # the runner's side of the last runs, and the allocator settles
         after = {name: rss_kib(pid) for name, pid in pids.items()}
         for c in calls:
