@@ -61,3 +61,9 @@ async def test_a_run_beyond_the_cap_is_refused_with_retry_info_and_nothing_recor
     again = [u async for u in host.stub.Run(run_request("hello", conversation_id="adm-again"), timeout=30)]
     assert again[0].HasField("accepted") and again[-1].HasField("finished")
     held[1].cancel()
+    for _ in range(100):
+        if host.app.runs.open_runs == 0:
+            break
+        await asyncio.sleep(0.02)
+    # steering's index of open runs by conversation forgets ended runs (no per-run memory left behind)
+    assert host.app.runs.open_runs == 0 and host.app.runs._by_conversation == {}
