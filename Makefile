@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
 TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance soak demo demo-services demo-claude demo-codex bench clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance soak demo demo-services demo-claude demo-codex bench bench-scale clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -87,8 +87,11 @@ demo-claude: sync ## The claude-code runner through the host (the real `claude` 
 demo-codex: sync ## The codex runner through the host (the real `codex` against a local model-API mock if installed, else the bundled fake)
 	PATH="$(CURDIR)/.tools/real/codex/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness codex
 
-bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
+bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge, footprint at scale (BENCH_SCALE_FAST=1: 1k open runs only)
 	$(RUN) python bench/run_all.py
+
+bench-scale: sync ## Per-run cost and footprint alone (issue 37): open runs, RSS per open run, idle RSS, start, streaming high-water; `make bench-scale FAST=1` for the quick one
+	cd bench && $(RUN) python bench_scale.py $(if $(FAST),--fast)
 
 clean: ## Remove generated scratch and local state
 	rm -rf .gen var .pytest_cache sdk_ts/dist .tools

@@ -194,20 +194,24 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = pathlib.Path(tmp_name)
         line.update(idle(starts, tmp))
-        runner, runner_addr, _ = spawn_runner()
-        try:
-            for count in counts:
+        for count in counts:  # a fresh runner and host per phase: no memory freed by a phase before
+            runner, runner_addr, _ = spawn_runner()
+            try:
                 held = run_host(
                     tmp,
                     runner_addr,
                     f"open{count}",
-                    lambda a, p, n=count: hold_open(a, {"host": p, "runner": runner.pid}, n),
+                    lambda a, p, n=count, r=runner.pid: hold_open(a, {"host": p, "runner": r}, n),
                 )
-                label = "1k" if count == 1000 else "10k"
-                line["open_runs"] = held["accepted"]
-                line[f"rss_kib_per_open_run_{label}"] = round(held["kib_host"], 1)
-                line[f"rss_kib_per_open_run_runner_{label}"] = round(held["kib_runner"], 1)
-                line[f"open_seconds_{label}"] = round(held["open_seconds"], 2)
+            finally:
+                stop([runner])
+            label = "1k" if count == 1000 else "10k"
+            line["open_runs"] = held["accepted"]
+            line[f"rss_kib_per_open_run_{label}"] = round(held["kib_host"], 1)
+            line[f"rss_kib_per_open_run_runner_{label}"] = round(held["kib_runner"], 1)
+            line[f"open_seconds_{label}"] = round(held["open_seconds"], 2)
+        runner, runner_addr, _ = spawn_runner()
+        try:
             deltas = 200 if args.fast else 1000
             flow = run_host(tmp, runner_addr, "stream", lambda a, p: streaming(a, p, deltas, 200))
             line["hwm_mib_streaming"] = flow["hwm_mib_streaming"]
