@@ -7,14 +7,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+from typing import Any, cast
 
 import grpc
 import pytest
-from conftest import FakeRunner, Host, HostFactory, host_config, run_request
 from grpc_status import rpc_status
 
 from agentrunner.errors import RateLimitedError, from_rpc_error
+from agentrunner.v1 import host_service_pb2
 from agentrunner_host.config.model import LimitsConfig
+from tests.helpers import next_message
+from tests.host.conftest import FakeRunner, Host, HostFactory, host_config, run_request
 
 
 def test_the_default_cap_is_ten_thousand_open_runs() -> None:
@@ -22,10 +25,12 @@ def test_the_default_cap_is_ten_thousand_open_runs() -> None:
     assert LimitsConfig().max_open_runs == 10_000
 
 
-async def _open(host: Host, conversation: str) -> grpc.aio.UnaryStreamCall:
+async def _open(
+    host: Host, conversation: str
+) -> grpc.aio.UnaryStreamCall[Any, host_service_pb2.HostServiceRunResponse]:
     call = host.stub.Run(run_request("stall", conversation_id=conversation), timeout=30)
-    assert (await call.read()).HasField("accepted")
-    assert (await call.read()).result.message_delta.text == "working"
+    assert (await next_message(call)).HasField("accepted")
+    assert (await next_message(call)).result.message_delta.text == "working"
     return call
 
 
@@ -41,7 +46,7 @@ async def test_a_run_beyond_the_cap_is_refused_with_retry_info_and_nothing_recor
         async for _ in host.stub.Run(run_request("hello", conversation_id="adm-late"), timeout=30):
             pass
     assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    details = rpc_status.from_call(caught.value)
+    details = rpc_status.from_call(cast(grpc.Call, caught.value))  # an aio error has the same accessors
     assert details is not None
     kinds = [d.type_url.rsplit("/", 1)[-1] for d in details.details]
     assert kinds == ["google.rpc.ErrorInfo", "google.rpc.RetryInfo"]
