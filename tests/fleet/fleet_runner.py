@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 from collections.abc import AsyncIterator
+from typing import Any, ClassVar
 
 from agentrunner import RunContext, Runner, results
 from agentrunner.v1 import result_pb2
@@ -48,7 +49,7 @@ def _stopped(ctx: RunContext) -> result_pb2.RunResult:
 
 
 class FleetRunner(Runner):
-    manifest = {
+    manifest: ClassVar[dict[str, Any]] = {
         "id": RUNNER_ID,
         "label": "Fleet",
         "capabilities": ["streaming", "interrupt", "steering", "interactions"],
