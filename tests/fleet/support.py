@@ -147,13 +147,14 @@ class Fleet:
 
 
 def run_request(
-    text: str, conversation_id: str, event_id: str = ""
+    text: str, conversation_id: str, event_id: str = "", thread_id: str = ""
 ) -> host_service_pb2.HostServiceRunRequest:
     req = host_service_pb2.HostServiceRunRequest()
     ev = req.event
     ev.event_id = event_id
     ev.bot_id = "bot-1"
     ev.conversation.conversation_id = conversation_id
+    ev.conversation.thread_id = thread_id
     ev.input.text = text
     ev.delivery.supports_streaming = True
     ev.delivery.interactions.SetInParent()
