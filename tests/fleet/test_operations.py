@@ -5,15 +5,24 @@ stream reach `b` (replica `a` advertises `b`'s address), so each operation cross
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 from typing import Any
 
 import grpc
 import pytest
 
+from agentrunner.client import host_service_channel
 from agentrunner.errors import from_rpc_error
 from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
-from agentrunner.v1 import common_pb2, host_service_pb2, proxy_service_pb2, proxy_service_pb2_grpc
+from agentrunner.v1 import (
+    common_pb2,
+    host_service_pb2,
+    host_service_pb2_grpc,
+    proxy_service_pb2,
+    proxy_service_pb2_grpc,
+)
 from tests.fleet.support import Fleet, db_check, read_rest, run_request, runner_run, sequences
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -158,6 +167,33 @@ async def test_send_message_and_interaction_answers_cross_replicas(fleet: Fleet)
         )
         answered = await read_rest(fleet["c"].stub(cc).SubmitInteraction(answer, timeout=30))
         assert _terminal(answered).run_completed.message.content == "answered: confirm"  # type: ignore[attr-defined]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentrunner_host", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+async def test_one_address_for_the_fleet_spreads_calls_over_every_replica(fleet: Fleet) -> None:
+    """The SDK's channel and the CLI given every replica's address (comma-separated): calls go round
+    robin over the three (each run's `owner` is the replica its `Run` reached), and every one works."""
+    every = ",".join(f"127.0.0.1:{fleet.ports[name]}" for name in "abc")
+    async with host_service_channel(every) as channel:
+        stub = host_service_pb2_grpc.HostServiceStub(channel)
+        ended = [
+            await read_rest(stub.Run(run_request(f"hello {i}", f"rr-{i}"), timeout=60)) for i in range(9)
+        ]
+    assert all(u[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED for u in ended)
+    run_ids = [u[0].accepted.run_id for u in ended]
+    owners = fleet.sql("SELECT owner FROM runs WHERE run_id = ANY(:ids)", ids=run_ids)
+    assert sorted({o for (o,) in owners}) == ["a", "b", "c"], owners
+
+    listed = await asyncio.to_thread(_cli, "runs", "list", "--host", every, "--conversation", "rr-3", "-q")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split() == [run_ids[3]]
+    bad = await asyncio.to_thread(_cli, "runs", "list", "--host", f"{every},nowhere")
+    assert bad.returncode == 2 and "'nowhere' is not host:port" in bad.stderr, bad.stderr
 
 
 async def test_the_database_is_whole_after_the_operations(fleet: Fleet) -> None:
