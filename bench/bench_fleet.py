@@ -3,6 +3,9 @@ the fleet test runner (`tests/fleet/fleet_runner.py`) as their runner.
 
 - `runs_per_s_N`, `deltas_per_s_N`: the same client load (`--clients` concurrent clients, each running
   `stream DELTAS 0` runs back to back for `--seconds`) through 1 replica, then spread over 3;
+- `cpu_ms_per_run_start`, `cpu_us_per_delta`: one replica's CPU (user + system) per run of no delta,
+  and per delta on top; `db_commits_per_run`, `db_rows_per_run` (no delta), `db_commits_per_run_N_deltas`,
+  `db_commits_per_s_1` / `_3`: the database's side (pg_stat_database, the whole cluster);
 - `attach_cross_replica_ms`: `AttachRun` on replica b of a run open on replica a, to its first item
   (median);
 - `cancel_cross_replica_p50_ms` / `_p99_ms`: `CancelRun` sent to replica b for a run open on a, to the
@@ -81,6 +84,39 @@ class Bench:
             replica.kill(signal.SIGTERM)
         self.replicas = {}
 
+    def cost(self) -> tuple[float, int, int]:
+        """The replicas' CPU seconds so far, and the database's commits and written rows so far."""
+        import psutil
+
+        cpu = sum(sum(psutil.Process(r.popen.pid).cpu_times()[:2]) for r in self.replicas.values())
+        ((commits, rows),) = self.pg_stats()
+        return cpu, int(commits), int(rows)
+
+    def pg_stats(self) -> list[Any]:
+        import psycopg
+
+        with psycopg.connect(host="127.0.0.1", port=self.pg.port, user="postgres", dbname="postgres") as conn:
+            return list(
+                conn.execute(
+                    "SELECT sum(xact_commit), sum(tup_inserted + tup_updated + tup_deleted) FROM pg_stat_database"
+                ).fetchall()
+            )
+
+    async def costed_load(self, clients: int, seconds: float, deltas: int) -> dict[str, float]:
+        """`load`, with the replicas' CPU and the database's commits and written rows per run."""
+        before = self.cost()
+        runs_s, deltas_s = await self.load(clients, seconds, deltas)
+        await asyncio.sleep(0.6)  # (PostgreSQL's statistics are reported every 500 ms)
+        after = self.cost()
+        runs = max(runs_s * seconds, 1.0)
+        return {
+            "runs_s": runs_s,
+            "deltas_s": deltas_s,
+            "cpu_ms_per_run": (after[0] - before[0]) * 1000 / runs,
+            "commits_per_run": (after[1] - before[1]) / runs,
+            "rows_per_run": (after[2] - before[2]) / runs,
+        }
+
     async def load(self, clients: int, seconds: float, deltas: int) -> tuple[float, float]:
         """`clients` clients, client i on replica i mod n, running runs back to back: runs/s, deltas/s."""
         names = sorted(self.replicas)
@@ -158,8 +194,19 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, float]:
         bench.fleet(names)
         await bench.open_channels()
         await bench.load(len(names), 1.0, args.deltas)  # warm-up
-        runs, deltas = await bench.load(args.clients, args.seconds, args.deltas)
-        out[f"runs_per_s_{len(names)}"], out[f"deltas_per_s_{len(names)}"] = runs, deltas
+        if names == "a":  # one replica's cost: a run without deltas, then with them
+            bare = await bench.costed_load(args.clients, args.seconds / 2, 0)
+            out["cpu_ms_per_run_start"] = bare["cpu_ms_per_run"]
+            out["db_commits_per_run"], out["db_rows_per_run"] = bare["commits_per_run"], bare["rows_per_run"]
+        n = len(names)
+        costed = await bench.costed_load(args.clients, args.seconds, args.deltas)
+        out[f"runs_per_s_{n}"], out[f"deltas_per_s_{n}"] = costed["runs_s"], costed["deltas_s"]
+        out[f"db_commits_per_s_{n}"] = costed["commits_per_run"] * costed["runs_s"]
+        if names == "a":
+            out["cpu_us_per_delta"] = (
+                (costed["cpu_ms_per_run"] - out["cpu_ms_per_run_start"]) * 1000 / args.deltas
+            )
+            out[f"db_commits_per_run_{args.deltas}_deltas"] = costed["commits_per_run"]
         if names == "abc":
             out["attach_cross_replica_ms"] = await bench.attach_ms(args.samples)
             cancels = await bench.cancel_ms(args.samples, "b")
