@@ -4,8 +4,8 @@ the fleet test runner (`tests/fleet/fleet_runner.py`) as their runner.
 - `runs_per_s_N`, `deltas_per_s_N`: the same client load (`--clients` concurrent clients, each running
   `stream DELTAS 0` runs back to back for `--seconds`) through 1 replica, then spread over 3;
 - `cpu_ms_per_run_start`, `cpu_us_per_delta`: one replica's CPU (user + system) per run of no delta,
-  and per delta on top; `db_commits_per_run`, `db_rows_per_run` (no delta), `db_commits_per_run_N_deltas`,
-  `db_commits_per_s_1` / `_3`: the database's side (pg_stat_database, the whole cluster);
+  and per delta on top; `db_xacts_per_run`, `db_rows_per_run` (no delta), `db_xacts_per_run_N_deltas`,
+  `db_xacts_per_s_1` / `_3`: the database's side (pg_stat_database, the whole cluster);
 - `attach_cross_replica_ms`: `AttachRun` on replica b of a run open on replica a, to its first item
   (median);
 - `cancel_cross_replica_p50_ms` / `_p99_ms`: `CancelRun` sent to replica b for a run open on a, to the
@@ -85,7 +85,7 @@ class Bench:
         self.replicas = {}
 
     def cost(self) -> tuple[float, int, int]:
-        """The replicas' CPU seconds so far, and the database's commits and written rows so far."""
+        """The replicas' CPU seconds so far, and the database's transactions (read or write) and written rows so far."""
         import psutil
 
         cpu = sum(sum(psutil.Process(r.popen.pid).cpu_times()[:2]) for r in self.replicas.values())
@@ -103,7 +103,7 @@ class Bench:
             )
 
     async def costed_load(self, clients: int, seconds: float, deltas: int) -> dict[str, float]:
-        """`load`, with the replicas' CPU and the database's commits and written rows per run."""
+        """`load`, with the replicas' CPU and the database's transactions (read or write) and written rows per run."""
         before = self.cost()
         runs_s, deltas_s = await self.load(clients, seconds, deltas)
         await asyncio.sleep(0.6)  # (PostgreSQL's statistics are reported every 500 ms)
@@ -113,7 +113,7 @@ class Bench:
             "runs_s": runs_s,
             "deltas_s": deltas_s,
             "cpu_ms_per_run": (after[0] - before[0]) * 1000 / runs,
-            "commits_per_run": (after[1] - before[1]) / runs,
+            "xacts_per_run": (after[1] - before[1]) / runs,
             "rows_per_run": (after[2] - before[2]) / runs,
         }
 
@@ -197,16 +197,16 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, float]:
         if names == "a":  # one replica's cost: a run without deltas, then with them
             bare = await bench.costed_load(args.clients, args.seconds / 2, 0)
             out["cpu_ms_per_run_start"] = bare["cpu_ms_per_run"]
-            out["db_commits_per_run"], out["db_rows_per_run"] = bare["commits_per_run"], bare["rows_per_run"]
+            out["db_xacts_per_run"], out["db_rows_per_run"] = bare["xacts_per_run"], bare["rows_per_run"]
         n = len(names)
         costed = await bench.costed_load(args.clients, args.seconds, args.deltas)
         out[f"runs_per_s_{n}"], out[f"deltas_per_s_{n}"] = costed["runs_s"], costed["deltas_s"]
-        out[f"db_commits_per_s_{n}"] = costed["commits_per_run"] * costed["runs_s"]
+        out[f"db_xacts_per_s_{n}"] = costed["xacts_per_run"] * costed["runs_s"]
         if names == "a":
             out["cpu_us_per_delta"] = (
                 (costed["cpu_ms_per_run"] - out["cpu_ms_per_run_start"]) * 1000 / args.deltas
             )
-            out[f"db_commits_per_run_{args.deltas}_deltas"] = costed["commits_per_run"]
+            out[f"db_xacts_per_run_{args.deltas}_deltas"] = costed["xacts_per_run"]
         if names == "abc":
             out["attach_cross_replica_ms"] = await bench.attach_ms(args.samples)
             cancels = await bench.cancel_ms(args.samples, "b")

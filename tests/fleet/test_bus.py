@@ -1,7 +1,8 @@
 """The fleet bus on a real PostgreSQL (`fleet/bus.py`): an operation for another replica is answered
 at once through LISTEN/NOTIFY, and still answered within one poll interval when the target hears no
-notification at all (its listener is down: the bound issue 36 puts on a lost NOTIFY); a typed error
-crosses the fleet as the same type, reason and metadata."""
+notification at all (its listener is down: the bound issue 36 puts on a lost NOTIFY); an answer rides
+in its notification when it fits and is read from the mailbox row otherwise (or when the origin's
+notification is lost); a typed error crosses the fleet as the same type, reason and metadata."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ POLL = 1.5
 async def _echo(origin: str, key: str, body: bytes) -> bytes:
     if key == "missing":
         raise NotFoundError("no such thing here", metadata={"runId": key})
+    if key == "big":  # an answer too long for a notification: the origin reads it from the row
+        return b"x" * 20_000
     return f"{origin}:{key}:{body.decode()}".encode()
 
 
@@ -72,6 +75,10 @@ async def test_notified_at_once_and_polled_without_notifications(db: Database) -
         assert all(took <= POLL + 0.5 for _, took in answers), answers  # never lost, one poll late at most
         assert max(took for _, took in answers) > POLL / 3  # (they did wait for a poll: no NOTIFY helped)
 
+        assert (await origin.call("target", "echo", "big", wait_seconds=10)) == b"x" * 20_000
+        origin._tasks[0].cancel()  # the origin hears no answer's notification either: it polls for them
+        answer, took = await _timed_call(origin, "k5")
+        assert answer == b"origin:k5:hi" and took <= 2 * POLL + 0.5, took
         with pytest.raises(NotFoundError) as refused:
             await origin.call("target", "echo", "missing", wait_seconds=10)
         assert refused.value.message == "no such thing here" and refused.value.metadata["runId"] == "missing"

@@ -33,7 +33,7 @@ from agentrunner.errors import (
     RuntimeFailureError,
 )
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.mailbox import Letter, Mailbox
+from agentrunner_host.store.mailbox import Letter, Mailbox, parse_answer
 from agentrunner_host.store.notify import BROADCAST, channel_of, listen, notify
 
 log = structlog.get_logger("agentrunner_host.fleet")
@@ -93,6 +93,8 @@ class FleetBus:
         #: whether the listener connection is up (a test drops it to lose notifications)
         self.listening = False
         self._calls: dict[int, asyncio.Future[tuple[bytes, bool]]] = {}
+        #: answered rows whose answers came in their notifications (to delete)
+        self._answered: list[int] = []
         self._kick = asyncio.Event()
         self._subscribers: dict[str, set[asyncio.Event]] = {}
         self._tasks: list[asyncio.Task[Any]] = []
@@ -177,7 +179,14 @@ class FleetBus:
         if payload.startswith("w"):
             for event in self._subscribers.get(payload[1:], ()):
                 event.set()
-        else:  # `m` (operations for us) or `r<id>` (an answer to one of our calls)
+        elif payload.startswith("r"):  # an answer to one of our calls, with it when it fits
+            row_id, answer = parse_answer(payload)
+            future = self._calls.get(row_id)
+            if answer is not None and future is not None and not future.done():
+                future.set_result(answer)
+                self._answered.append(row_id)  # (its row is deleted by the mailbox loop)
+            self._kick.set()
+        else:  # `m`: operations for us
             self._kick.set()
 
     # -- the listener and the mailbox loop ---------------------------------------------------------------
@@ -224,6 +233,9 @@ class FleetBus:
                     task.add_done_callback(self._serving.discard)
                 if len(letters) == CLAIM_BATCH:
                     self._kick.set()
+                if self._answered:
+                    done, self._answered = self._answered, []
+                    await self.mailbox.forget(done)
                 if self._calls:
                     await self._collect()
             except asyncio.CancelledError:
