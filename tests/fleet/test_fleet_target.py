@@ -51,8 +51,9 @@ def test_a_bad_list_is_one_clear_error(address: str, message: str) -> None:
         fleet_target(address)
 
 
-def test_an_api_key_goes_in_clear_only_when_every_replica_is_local() -> None:
+@pytest.mark.asyncio
+async def test_an_api_key_goes_in_clear_only_when_every_replica_is_local() -> None:
     key = ClientCredentials(api_key=ApiKey("k", "test"))
-    host_service_channel("127.0.0.1:1,127.0.0.1:2", key)  # (a channel connects lazily)
+    await host_service_channel("127.0.0.1:1,127.0.0.1:2", key).close()  # (a channel connects lazily)
     with pytest.raises(ClientCredentialsError, match="refusing to send the API key in clear"):
         host_service_channel("127.0.0.1:1,10.0.0.2:2", key)
