@@ -10,12 +10,15 @@ import json
 import pathlib
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from tests.hardening.conftest import OwnPostgres, Proc
+
+if TYPE_CHECKING:
+    from agentrunner.v1.host_service_pb2_grpc import HostServiceAsyncStub
 
 HERE = pathlib.Path(__file__).parent
 RUNNER_ID = "plugin:test/fleet/default"
@@ -100,7 +103,7 @@ class Replica(Proc):
     def channel(self) -> grpc.aio.Channel:
         return grpc.aio.insecure_channel(self.address)
 
-    def stub(self, channel: grpc.aio.Channel) -> host_service_pb2_grpc.HostServiceStub:
+    def stub(self, channel: grpc.aio.Channel) -> HostServiceAsyncStub:
         return host_service_pb2_grpc.HostServiceStub(channel)
 
 
@@ -176,9 +179,16 @@ def db_check(url: str, live: list[str]) -> Any:
     )  # fmt: skip
 
 
+async def next_item(call: Any) -> host_service_pb2.HostServiceRunResponse:
+    """The next item of a run stream (the stream must not have ended)."""
+    item = await call.read()
+    assert isinstance(item, host_service_pb2.HostServiceRunResponse), item
+    return item
+
+
 async def read_rest(call: Any) -> list[Any]:
     """The rest of a server stream read with `read()` (grpc.aio does not mix it with iteration)."""
-    out = []
+    out: list[Any] = []
     while True:
         item = await call.read()
         if item is grpc.aio.EOF:

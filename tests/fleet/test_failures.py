@@ -23,6 +23,7 @@ from tests.fleet.support import (
     SWEEP,
     Fleet,
     db_check,
+    next_item,
     read_rest,
     run_request,
     runner_run,
@@ -49,7 +50,7 @@ async def _drop_listener(fleet: Fleet, name: str) -> int:
 async def test_a_cancel_whose_notification_is_lost_arrives_within_the_poll_bound(fleet: Fleet) -> None:
     async with fleet["a"].channel() as ca, fleet["c"].channel() as cc:
         call = fleet["a"].stub(ca).Run(run_request("hold 60", "lost-notify"), timeout=60)
-        run_id = (await call.read()).accepted.run_id
+        run_id = (await next_item(call)).accepted.run_id
         await runner_run(fleet.tmp, run_id)
         await call.read()  # its delta: the control stream is open
         await asyncio.sleep(0.3)
@@ -112,13 +113,13 @@ async def test_a_replica_killed_mid_run_is_taken_over_once_and_its_ledger_read_e
     async with fleet["a"].channel() as ca, fleet["c"].channel() as cc, fleet["b"].channel() as cb:
         streaming = fleet["a"].stub(ca).Run(run_request("stream 100000 5", "kill-1"), timeout=60)
         holding = fleet["a"].stub(ca).Run(run_request("hold 60", "kill-2"), timeout=60)
-        stream_id = (await streaming.read()).accepted.run_id
-        hold_id = (await holding.read()).accepted.run_id
+        stream_id = (await next_item(streaming)).accepted.run_id
+        hold_id = (await next_item(holding)).accepted.run_id
         token = (await runner_run(fleet.tmp, hold_id))["token"]
         seen: list[tuple[float, int]] = []  # (when the client read it, its sequence)
         until = time.monotonic() + 1.5
         while time.monotonic() < until:  # 1.5 s of deltas
-            seen.append((time.monotonic(), (await streaming.read()).result.sequence))
+            seen.append((time.monotonic(), (await next_item(streaming)).result.sequence))
         fleet["a"].kill(signal.SIGKILL)
         killed = time.monotonic()
         for call in (streaming, holding):

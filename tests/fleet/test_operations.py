@@ -23,7 +23,7 @@ from agentrunner.v1 import (
     proxy_service_pb2,
     proxy_service_pb2_grpc,
 )
-from tests.fleet.support import Fleet, db_check, read_rest, run_request, runner_run, sequences
+from tests.fleet.support import Fleet, db_check, next_item, read_rest, run_request, runner_run, sequences
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 pb = proxy_service_pb2
@@ -42,7 +42,7 @@ async def _open(
 ) -> tuple[Any, str]:
     """A run opened on replica `name`, read up to its `accepted` item."""
     call = fleet[name].stub(channel).Run(run_request(text, conv, thread_id=thread), timeout=120)
-    accepted = await call.read()
+    accepted = await next_item(call)
     return call, accepted.accepted.run_id
 
 

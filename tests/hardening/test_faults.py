@@ -145,7 +145,7 @@ async def test_postgresql_stopped_and_started_the_host_answers_typed_and_recover
             own_postgres.stop()
             record("faults injected", 1)
             try:
-                outcomes = []
+                outcomes: list[tuple[str, object]] = []
                 for i in range(3):  # while it is down: typed refusals, retryable
                     try:
                         updates = await run_to_end(
@@ -185,7 +185,9 @@ async def _token_refused_now(channel: grpc.aio.Channel, held: dict[str, Any]) ->
     reason = ""
     for _ in range(100):
         try:
-            request = proxy_service_pb2.SetStorageRequest(area=1, key="after-outage", value=b"v")
+            request = proxy_service_pb2.SetStorageRequest(
+                area=proxy_service_pb2.STORAGE_AREA_NAME_PLUGIN, key="after-outage", value=b"v"
+            )
             await proxy.SetStorage(request, metadata=md, timeout=5)
         except grpc.aio.AioRpcError as exc:
             reason = from_rpc_error(exc).reason

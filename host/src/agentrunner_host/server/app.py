@@ -46,6 +46,7 @@ from agentrunner_host.run import outcomes
 from agentrunner_host.run.access import RunAccess
 from agentrunner_host.run.records import RunRecords
 from agentrunner_host.run.service import RunService
+from agentrunner_host.server.managed import ManagedRunners
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
@@ -143,8 +144,11 @@ class HostApp:
         tools: ToolRegistry,
         knowledge: KnowledgeService,
         env: HostEnv | None = None,
+        managed: ManagedRunners | None = None,
     ) -> None:
         configure_tracing()
+        #: runner processes this host started (`runners[].kind: langbot-plugins`), stopped with it
+        self.managed = managed
         self.config = config
         self.db = db
         self.stores = stores
@@ -184,6 +188,19 @@ class HostApp:
         )
         self.runs.contexts.adapter_actions = self.adapters.actions()
         self.interactions = InteractionService(self.runs, self.runs.interaction_store, stores.artifacts)
+        self._register_proxy_handlers(config, stores)
+        self.health = health.aio.HealthServicer()
+        self.server: grpc.aio.Server | None = None
+        self.console: ConsoleServer | None = None
+        #: who may call HostService (built with the server; the console's sign-in checks keys with it)
+        self.gate: ClientGate | None = None
+        self.port = 0
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    def _register_proxy_handlers(self, config: HostConfig, stores: FactStores) -> None:
+        """The ProxyService's handler families: delivery, facts (run records through the run service,
+        so a run on another replica is reached through the fleet), capabilities."""
+        models, tools, knowledge = self.models, self.tools, self.knowledge
         self.proxy.register(
             delivery_handlers(
                 self.runs.deliveries,
@@ -212,13 +229,6 @@ class HostApp:
                 ),
             )
         )
-        self.health = health.aio.HealthServicer()
-        self.server: grpc.aio.Server | None = None
-        self.console: ConsoleServer | None = None
-        #: who may call HostService (built with the server; the console's sign-in checks keys with it)
-        self.gate: ClientGate | None = None
-        self.port = 0
-        self._tasks: list[asyncio.Task[Any]] = []
 
     # -- wiring ----------------------------------------------------------------------------------------
     @classmethod
@@ -258,7 +268,20 @@ class HostApp:
                     await item.aclose()
             await db.dispose()
             raise
-        return cls(config, db=db, stores=stores, models=models, tools=tools, knowledge=knowledge, env=env)
+        # before the registry is built: a started runner's entry gets the address it listens on
+        managed = (
+            await ManagedRunners.start(config) if any(r.kind != "grpc" for r in config.runners) else None
+        )
+        return cls(
+            config,
+            db=db,
+            stores=stores,
+            models=models,
+            tools=tools,
+            knowledge=knowledge,
+            env=env,
+            managed=managed,
+        )
 
     def _fleet(self, config: HostConfig, db: Database, stores: FactStores) -> Fleet:
         """The fleet machinery of a replica on PostgreSQL (`fleet/`): the bus, the live replicas."""
@@ -398,6 +421,8 @@ class HostApp:
         if self.server is not None:
             await self.server.stop(0.5)
         await self.registry.close()
+        if self.managed is not None:
+            await self.managed.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
