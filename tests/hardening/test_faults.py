@@ -177,6 +177,28 @@ async def test_postgresql_stopped_and_started_the_host_answers_typed_and_recover
         rogue.kill()
 
 
+async def _token_refused_now(channel: grpc.aio.Channel, held: dict[str, Any]) -> str:
+    """A `SetStorage` with the run's token, repeated while the database is still coming back (a store
+    error, UNAVAILABLE): the reason of the first other answer; an accepted call fails the test."""
+    proxy = proxy_service_pb2_grpc.ProxyServiceStub(channel)
+    md = [(RUN_TOKEN_HEADER, held["token"]), (RUN_ID_HEADER, held["run_id"])]
+    reason = ""
+    for _ in range(100):
+        try:
+            request = proxy_service_pb2.SetStorageRequest(
+                area=proxy_service_pb2.STORAGE_AREA_NAME_PLUGIN, key="after-outage", value=b"v"
+            )
+            await proxy.SetStorage(request, metadata=md, timeout=5)
+        except grpc.aio.AioRpcError as exc:
+            reason = from_rpc_error(exc).reason
+            if exc.code() != grpc.StatusCode.UNAVAILABLE and reason not in ("STORE_ERROR", "UNAVAILABLE"):
+                return reason
+            await asyncio.sleep(0.05)
+            continue
+        raise AssertionError("the token of a run whose client saw it fail was accepted after the outage")
+    return reason
+
+
 async def test_postgresql_down_mid_run_the_run_still_ends_once_it_is_back(
     own_postgres: OwnPostgres, request: pytest.FixtureRequest, tmp_path: pathlib.Path
 ) -> None:
@@ -195,6 +217,8 @@ async def test_postgresql_down_mid_run_the_run_still_ends_once_it_is_back(
                 assert status(updates) == common_pb2.RUN_STATUS_FAILED
             finally:
                 own_postgres.start()
+            # at once, before the ledger has settled: the token of the run its client saw fail is dead
+            assert await _token_refused_now(channel, held) == "RUN_TOKEN_INVALID"
             rows: list[Any] = []
             for _ in range(80):  # the host writes the ending once the database takes writes again
                 with contextlib.suppress(Exception):

@@ -182,9 +182,11 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, postgres_server: object) 
     rogue.kill()
 
 
-async def test_a_replica_refuses_what_only_the_replica_running_the_run_can_do(replicas: Replicas) -> None:
-    """Item 16: CancelRun sent to the replica that does not hold the run answered OK and the run kept
-    going (so did CancelRunRecord); AppendRunResult and FinalizeRunRecord wrote behind its back."""
+async def test_a_replica_hands_what_only_the_replica_running_the_run_can_do_to_it(replicas: Replicas) -> None:
+    """Item 16, then issue 36: CancelRun sent to the replica that does not hold the run answered OK and
+    the run kept going, and AppendRunResult / FinalizeRunRecord wrote behind its back; then they were
+    refused FAILED_PRECONDITION. Now each is done by the replica running the run, as it would be there
+    (the append joins its stream, numbered by it; finalizing an open run is refused there too)."""
     ma = Matrix("a", replicas.a, replicas.rogue, replicas.tmp)
     async with replicas.a.channel() as ca, replicas.b.channel() as cb:
         task, live = await ma.token_run(ca, 30, conversation_id="replicated")
@@ -192,36 +194,34 @@ async def test_a_replica_refuses_what_only_the_replica_running_the_run_can_do(re
         task_b, other = await Matrix("b", replicas.b, replicas.rogue, replicas.tmp).token_run(
             cb, 30, conversation_id="replicated"
         )
-        stub_b = host_service_pb2_grpc.HostServiceStub(cb)
+        stub_a, stub_b = (host_service_pb2_grpc.HostServiceStub(c) for c in (ca, cb))
         proxy_b = proxy_service_pb2_grpc.ProxyServiceStub(cb)
-        refusals: list[Awaitable[Any]] = [
-            stub_b.CancelRun(host_service_pb2.CancelRunRequest(run_id=live["run_id"]), timeout=10),
-            proxy_b.CancelRunRecord(
-                pb.CancelRunRecordRequest(run_id=live["run_id"]), metadata=md(other), timeout=10
-            ),
-            proxy_b.FinalizeRunRecord(
-                pb.FinalizeRunRecordRequest(run_id=live["run_id"], status=common_pb2.RUN_STATUS_COMPLETED),
-                metadata=md(other),
-                timeout=10,
-            ),
-        ]
         append = pb.AppendRunResultRequest(run_id=live["run_id"])
         append.result.run_log.text = "from the other replica"
-        refusals.append(proxy_b.AppendRunResult(append, metadata=md(other), timeout=10))
-        for refusal in refusals:
-            with pytest.raises(grpc.aio.AioRpcError) as caught:
-                await refusal
-            assert from_rpc_error(caught.value).reason == "FAILED_PRECONDITION", caught.value
-        # the run was never touched: it is still running on A, and A can cancel it
-        stub_a = host_service_pb2_grpc.HostServiceStub(ca)
-        assert (await stub_a.GetRun(host_service_pb2.GetRunRequest(run_id=live["run_id"]))).run.status == (
-            common_pb2.RUN_STATUS_RUNNING
+        appended = await proxy_b.AppendRunResult(append, metadata=md(other), timeout=10)
+        assert appended.result.run_id == live["run_id"] and appended.result.sequence > 0
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            finalize = pb.FinalizeRunRecordRequest(
+                run_id=live["run_id"], status=common_pb2.RUN_STATUS_COMPLETED
+            )
+            await proxy_b.FinalizeRunRecord(finalize, metadata=md(other), timeout=10)
+        assert from_rpc_error(caught.value).reason == "FAILED_PRECONDITION"  # as on A: it is open
+        cancelled = await proxy_b.CancelRunRecord(
+            pb.CancelRunRecordRequest(run_id=live["run_id"]), metadata=md(other), timeout=10
         )
-        await stub_a.CancelRun(host_service_pb2.CancelRunRequest(run_id=live["run_id"]), timeout=10)
+        assert cancelled.run.HasField("cancel_request_time")
         updates = await task
         assert updates[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED
-        task_b.cancel()
-        await asyncio.gather(task_b, return_exceptions=True)
+        logs = [
+            u.result.run_log.text for u in updates if u.HasField("result") and u.result.HasField("run_log")
+        ]
+        assert "from the other replica" in logs  # A's client saw the append in its stream
+        await stub_a.CancelRun(host_service_pb2.CancelRunRequest(run_id=other["run_id"]), timeout=10)
+        updates_b = await task_b
+        assert updates_b[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED
+        assert (await stub_b.GetRun(host_service_pb2.GetRunRequest(run_id=live["run_id"]))).run.status == (
+            common_pb2.RUN_STATUS_CANCELLED
+        )
     await asyncio.sleep(0.5)
     report = checked(ma.url, live_owners=("replica-a", "replica-b"))
     assert report.ok, "\n".join(map(str, report.problems))

@@ -1,6 +1,6 @@
 """What a HostService client may reach, without a channel: `run/access.py:RunAccess` (runs it sees,
 events it may send, artifacts it may read), `run/records.py:RunRecords` (get, cancel) and the rule that
-a run open on another replica is not cancelled here (`RunService.cancel_run`). Refusals go through the
+a run not open here is not cancelled here without a fleet to hand it to (`RunService.cancel_run`). Refusals go through the
 real client gate, so each is audited as a refused call over gRPC would be."""
 
 from __future__ import annotations
@@ -148,10 +148,11 @@ async def test_get_and_cancel_answer_the_record_of_a_run_the_client_may_see_only
     assert store.cancels == []  # a refused cancel notes nothing
 
 
-async def test_a_run_that_ended_or_runs_on_another_replica_is_not_cancelled_here() -> None:
+async def test_a_run_that_ended_or_is_not_open_here_without_a_fleet_is_not_cancelled_here() -> None:
     _, records, store, _, _ = _setup()
-    # run_a is RUNNING in the shared ledger but not open in this process: another replica runs it
-    with pytest.raises(FailedPreconditionError, match="not open on this host replica") as err:
+    # run_a is RUNNING in the ledger but not open in this process, and there is no fleet to hand the
+    # cancel to (a SQLite host: the run is starting or ending); tests/fleet covers the relay
+    with pytest.raises(FailedPreconditionError, match="not open on this host") as err:
         await records.cancel_run(TRUSTED, "run_a", "stop")
     assert err.value.metadata == {"runId": "run_a"}
     store.runs["run_a"].status = common_pb2.RUN_STATUS_COMPLETED

@@ -72,8 +72,9 @@ async def world(stores: FactStores) -> tuple[FactStores, dict[str, Any]]:
     await stores.record_event(envelope("other", "secret elsewhere", conversation="c2"))
     cancelled: list[tuple[str, str]] = []
 
-    async def on_cancel(run_id: str, reason: str) -> None:
+    async def on_cancel(run_id: str, reason: str) -> None:  # (as `RunService.cancel_run` notes it)
         cancelled.append((run_id, reason))
+        await stores.ledger.request_cancel(run_id, utcnow())
 
     # the runs open in this process, and their streams' own numbering of appended results
     open_runs = {"run_0", "run_1"}
@@ -92,7 +93,6 @@ async def world(stores: FactStores) -> tuple[FactStores, dict[str, Any]]:
         prompt_lookup=lambda agent: prompts.get(agent, []),
         on_cancel=on_cancel,
         on_append=on_append,
-        is_open=lambda run_id: run_id in open_runs,
     )
     return stores, {"h": handlers, "cancelled": cancelled, "open": open_runs}
 
@@ -391,15 +391,15 @@ async def test_run_record_handlers(world: Any) -> None:
         await h["FinalizeRunRecord"](
             granted, pb.FinalizeRunRecordRequest(status=common_pb2.RUN_STATUS_COMPLETED, reason="done")
         )
-    # a run still open but not here (another replica runs it): refused, never written behind its back
+    # a run whose stream no replica holds any more (the append hook answers False): refused, nothing
+    # written behind its back; finalizing an open run is refused whichever replica runs it
     env["open"].discard("run_1")
-    for rpc, request in (
-        ("AppendRunResult", pb.AppendRunResultRequest(result=delta)),
-        ("CancelRunRecord", pb.CancelRunRecordRequest()),
-        ("FinalizeRunRecord", pb.FinalizeRunRecordRequest(status=common_pb2.RUN_STATUS_COMPLETED)),
-    ):
-        with pytest.raises(FailedPreconditionError, match="not open on this host replica"):
-            await h[rpc](granted, request)
+    with pytest.raises(FailedPreconditionError, match="already ended"):
+        await h["AppendRunResult"](granted, pb.AppendRunResultRequest(result=delta))
+    with pytest.raises(FailedPreconditionError, match="is open"):
+        await h["FinalizeRunRecord"](
+            granted, pb.FinalizeRunRecordRequest(status=common_pb2.RUN_STATUS_COMPLETED)
+        )
     # an ended run: finalize answers its record as it is, append is refused
     await _stores.ledger.finish_run("run_1", common_pb2.RUN_STATUS_COMPLETED, "stop")
     final = await h["FinalizeRunRecord"](

@@ -179,6 +179,8 @@ class RunRecord:
     usage: dict[str, Any] = dataclasses.field(default_factory=dict)
     last_sequence: int = 0
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the host instance (`instance_id`) that runs it: the replica the fleet hands its operations to
+    owner: str = ""
 
 
 TERMINAL_STATUSES = frozenset(
@@ -198,6 +200,10 @@ class RunLedger(Protocol):
     the proxy read, and the writes made outside a run's own transactions (`RunStore` writes the rest)."""
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def open_runs_in(self, conversation_id: str, thread_id: str, agent_id: str) -> list[RunRecord]:
+        """The open runs of a conversation's thread and agent, newest first."""
+        ...
 
     async def list_results(
         self, run_id: str, after_sequence: int = 0, limit: int | None = None

@@ -34,6 +34,8 @@ from typing import Any
 
 import grpc
 
+from agentrunner.fleet import fleet_target
+
 API_KEY_ENV = "AGENTRUNNER_HOST_API_KEY"
 API_KEY_FILE_ENV = "AGENTRUNNER_HOST_API_KEY_FILE"
 ALLOW_PLAINTEXT_ENV = "AGENTRUNNER_HOST_ALLOW_PLAINTEXT"
@@ -249,13 +251,17 @@ def host_service_channel(
     options: Sequence[tuple[str, Any]] = (),
 ) -> grpc.aio.Channel:
     """A channel to a host whose every call carries `credentials` (TLS: call credentials; plaintext:
-    interceptors). Raises `ClientCredentialsError` for files it cannot read, a certificate without its
-    key, and an API key that would go over plaintext to another machine."""
+    interceptors). `address` may name several replicas of a fleet (`h1:p,h2:p` or `dns:///name:p`:
+    `agentrunner.fleet`). Raises `ClientCredentialsError` for files it cannot read, a certificate without
+    its key, and an API key that would go over plaintext to another machine; `FleetAddressError` for an
+    address list it cannot use."""
     credentials = credentials or ClientCredentials()
     key, tls = credentials.api_key, credentials.tls
-    options = list(options)
+    loopback = all(is_loopback_target(entry) for entry in address.split(","))
+    address, fleet_options = fleet_target(address)  # several replicas: round robin (agentrunner.fleet)
+    options = [*options, *fleet_options]
     if tls is None:
-        if key is not None and not (credentials.allow_plaintext or is_loopback_target(address)):
+        if key is not None and not (credentials.allow_plaintext or loopback):
             raise ClientCredentialsError(
                 f"refusing to send the API key in clear to {address}: connect with TLS (--ca-file, or "
                 f"--tls for the system's CAs; AGENTRUNNER_HOST_CA_FILE), or set {ALLOW_PLAINTEXT_ENV}=1 "

@@ -32,6 +32,7 @@ from agentrunner.client import (
     load_api_key,
 )
 from agentrunner.errors import from_rpc_error
+from agentrunner.fleet import FleetAddressError
 from agentrunner.v1 import host_service_pb2_grpc
 from agentrunner_host.wire.transport_errors import explain_rpc_failure
 
@@ -39,7 +40,13 @@ console = Console()
 err_console = Console(stderr=True)
 
 HostOpt = Annotated[
-    str, typer.Option("--host", "-H", help="Host address (host:port).", envvar="AGENTRUNNER_HOST")
+    str,
+    typer.Option(
+        "--host",
+        "-H",
+        help="Host address (host:port); a fleet: several, comma-separated, or dns:///name:port (round robin).",
+        envvar="AGENTRUNNER_HOST",
+    ),
 ]
 # TLS to the host (the same environment variables the SDK reads for a runner's calls to the host)
 CaOpt = Annotated[
@@ -181,7 +188,7 @@ class HostTarget:
     def channel(self) -> grpc.aio.Channel:
         try:
             return host_service_channel(self.address, self.credentials)
-        except ClientCredentialsError as exc:
+        except (ClientCredentialsError, FleetAddressError) as exc:
             fail(str(exc), 2)
 
 

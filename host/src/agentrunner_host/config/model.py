@@ -64,6 +64,22 @@ class DatabaseConfig(_Strict):
     maintenance_interval_seconds: float = Field(300.0, gt=0)
 
 
+class FleetConfig(_Strict):
+    """Several host replicas on one PostgreSQL database (each with its own `instance_id`): how they
+    watch each other and hand each other operations (docs/scaling.md). Ignored on SQLite."""
+
+    #: a replica whose lease is not renewed for this long is lost: another replica ends its open runs
+    #: (`interrupted`, `host.restarted` naming it). Renewed every third of it.
+    lease_seconds: float = Field(10.0, ge=1.0, le=300.0)
+    #: how often a replica reads the fleet mailbox without being notified: the longest a lost
+    #: notification delays an operation another replica handed it
+    poll_seconds: float = Field(1.0, ge=0.05, le=30.0)
+    #: how often a replica reads the other replicas' leases (and takes over lost ones)
+    sweep_seconds: float = Field(1.0, ge=0.1, le=60.0)
+    #: how long a replica waits for another one to answer an operation before it answers UNAVAILABLE
+    call_timeout_seconds: float = Field(10.0, gt=0, le=300.0)
+
+
 class MetricsConfig(_Strict):
     #: `host:port` for the Prometheus endpoint; unset disables it
     address: str | None = None
@@ -387,6 +403,7 @@ class HostConfig(_Strict):
     instance_id: str = Field(default_factory=socket.gethostname, min_length=1)
     listen: ListenConfig = Field(default_factory=ListenConfig)
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)

@@ -20,6 +20,7 @@ from google.protobuf import json_format
 from agentrunner.errors import FailedPreconditionError, InvalidArgumentError, NotImplementedFeatureError
 from agentrunner.v1 import common_pb2, host_service_pb2, proxy_service_pb2
 from agentrunner_host.delivery.channel import DeliveryHub, Update
+from agentrunner_host.fleet.routing import Fleet
 from agentrunner_host.ports import RunSession
 from agentrunner_host.store.transcript import Transcript
 
@@ -98,9 +99,13 @@ class GrpcDeliveryAdapter:
 
     name = "grpc"
 
-    def __init__(self, hub: DeliveryHub, transcript: Transcript) -> None:
+    def __init__(self, hub: DeliveryHub, transcript: Transcript, fleet: Fleet | None = None) -> None:
         self.hub = hub
         self.transcript = transcript
+        #: with several replicas, the other replicas' runs of the conversation get the message too
+        self.fleet = fleet
+        if fleet is not None:
+            fleet.bus.handle("conversation_reply", self._reply_from_peer)
 
     def actions(self) -> frozenset[str]:
         return frozenset({SEND_MESSAGE})
@@ -141,18 +146,28 @@ class GrpcDeliveryAdapter:
                 "sender_run_id": run.run_id,
             },
         )
-        # Clients watching the conversation: the runs open in it on this host get a FULL reply item.
-        for channel in self.hub.for_conversation(req.target_id):
-            item = host_service_pb2.Reply(
-                run_id=run.run_id, reply_id=f"msg.{row.transcript_id}", mode=common_pb2.REPLY_MODE_FULL
-            )
-            item.message.CopyFrom(req.message)
-            item.create_time.GetCurrentTime()
+        # Clients watching the conversation: the runs open in it get a FULL reply item (on every replica).
+        item = host_service_pb2.Reply(
+            run_id=run.run_id, reply_id=f"msg.{row.transcript_id}", mode=common_pb2.REPLY_MODE_FULL
+        )
+        item.message.CopyFrom(req.message)
+        item.create_time.GetCurrentTime()
+        await self._deliver_to_conversation(req.target_id, item)
+        if self.fleet is not None and self.fleet.has_peers():
+            await self.fleet.broadcast("conversation_reply", req.target_id, item.SerializeToString())
+        return proxy_service_pb2.SendMessageResponse(delivered=True, platform_message_id=row.transcript_id)
+
+    async def _deliver_to_conversation(self, conversation_id: str, item: host_service_pb2.Reply) -> None:
+        for channel in self.hub.for_conversation(conversation_id):
             try:
                 await channel.deliver(Update(reply=item))
             except FailedPreconditionError:
                 pass
-        return proxy_service_pb2.SendMessageResponse(delivered=True, platform_message_id=row.transcript_id)
+
+    async def _reply_from_peer(self, origin: str, conversation_id: str, body: bytes) -> bytes:
+        """The fleet's `conversation_reply`: a message another replica sent to a conversation."""
+        await self._deliver_to_conversation(conversation_id, host_service_pb2.Reply.FromString(body))
+        return b""
 
     async def call(
         self, run: RunSession, action: str, payload: dict[str, Any], bot_id: str

@@ -9,9 +9,9 @@ run (`run/execution.py`) opens a `RunChannel` once its context is built; an item
   runner's messages into this same queue, so items go out in the order they happen), and
 - published to followers (`AttachRun`, duplicate events, steering callers).
 
-Replies are a per-run state machine keyed by `reply_id` (`ReplyBook`). Channels live in this process:
-a runner's proxy calls reach the host that runs it (one host per run; a replica without the channel
-answers FAILED_PRECONDITION for `SendReply`).
+Replies are a per-run state machine keyed by `reply_id` (`ReplyBook`). Channels live in the process
+that runs the run: a `SendReply` another replica of a fleet receives is handed to this one
+(`delivery/handlers.py`, the fleet's `reply` operation).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import structlog
 
@@ -196,6 +196,8 @@ class RunChannel:
         if self.closed:
             raise FailedPreconditionError("the run has ended", metadata={"runId": self.run_id})
         await self.hub.store.add(self.run_id, self.after_sequence(), update)
+        if self.hub.on_stored is not None:
+            self.hub.on_stored(self.run_id)
         self.outbox.put_nowait(update)
         self.run.publish(update)
 
@@ -228,6 +230,8 @@ class DeliveryHub:
     def __init__(self, store: DeliveryStore) -> None:
         self.store = store
         self._channels: dict[str, RunChannel] = {}
+        #: told the run id of each item stored (followers on other replicas are woken: `RunService`)
+        self.on_stored: Callable[[str], None] | None = None
 
     def open(self, run: RunView, delivery: context_pb2.DeliveryContext) -> RunChannel:
         channel = RunChannel(self, run, delivery)

@@ -18,8 +18,10 @@ from agentrunner.errors import FailedPreconditionError, InvalidArgumentError, Pa
 from agentrunner.protocol import REPLY_MAX_CHARS
 from agentrunner.v1 import common_pb2, proxy_service_pb2
 from agentrunner_host.delivery.adapters import SEND_MESSAGE, AdapterRegistry, message_text
-from agentrunner_host.delivery.channel import DeliveryHub
+from agentrunner_host.delivery.channel import DeliveryHub, RunChannel
 from agentrunner_host.delivery.store import DeliveryStore
+from agentrunner_host.fleet.routing import Fleet
+from agentrunner_host.ports import RunLedger, RunSession, utcnow
 from agentrunner_host.proxy.api import HandlerTable, ProxyCall
 from agentrunner_host.store.transcript import Transcript
 
@@ -53,12 +55,15 @@ def _bot(call: ProxyCall, bot_id: str) -> str:
 @dataclasses.dataclass(frozen=True, slots=True)
 class _DeliveryHandlers:
     """One method per RPC, over the delivery hub, the platform adapters, the transcript (a finished
-    reply is recorded there) and the delivery store (`SendMessage` idempotency)."""
+    reply is recorded there) and the delivery store (`SendMessage` idempotency). With a `fleet`, a
+    reply to a run open on another replica is delivered there (`reply_for_peer` on that replica)."""
 
     hub: DeliveryHub
     adapters: AdapterRegistry
     transcript: Transcript
     store: DeliveryStore
+    fleet: Fleet | None = None
+    ledger: RunLedger | None = None
 
     async def send_reply(self, call: ProxyCall, request: pb.SendReplyRequest) -> pb.SendReplyResponse:
         snap = call.snapshot
@@ -71,14 +76,25 @@ class _DeliveryHandlers:
         call.audit["mode"] = _MODES[request.mode]
         channel = self.hub.get(call.run_id)
         if channel is None:
-            raise FailedPreconditionError("the run is not open on this host", metadata={"runId": call.run_id})
+            response = await self._reply_elsewhere(call.run_id, request)
+        else:
+            response = await self._reply_on(channel, call.session, request)
+        call.audit["delivered"] = response.delivered
+        return response
+
+    async def _reply_on(
+        self, channel: RunChannel, session: RunSession, request: pb.SendReplyRequest
+    ) -> pb.SendReplyResponse:
+        """The reply on the run's channel (this replica runs it): the reply state machine, the surface's
+        adapter, a finished reply into the transcript."""
+        snap = session.snapshot
         adapter = self.adapters.for_surface(channel.delivery.surface)
         async with channel.lock:
             step = channel.book.apply(request.reply_id, request.mode, request.message, request.quote_origin)
             if step.push is None:
                 response = pb.SendReplyResponse(reply_id=request.reply_id, delivered=False)
             else:
-                response = await adapter.reply(call.session, step.push)
+                response = await adapter.reply(session, step.push)
             if step.final is not None:
                 channel.mark_output()
                 if snap.conversation_id:
@@ -93,8 +109,28 @@ class _DeliveryHandlers:
                         run_id=snap.run_id,
                         metadata={"reply_id": request.reply_id, "source": "reply"},
                     )
-        call.audit["delivered"] = response.delivered
         return response
+
+    async def _reply_elsewhere(self, run_id: str, request: pb.SendReplyRequest) -> pb.SendReplyResponse:
+        """A reply for a run this replica does not hold: delivered by the replica that runs it."""
+        record = await self.ledger.get_run(run_id) if self.fleet is not None and self.ledger else None
+        if record is None or self.fleet is None or not self.fleet.elsewhere(record):
+            raise FailedPreconditionError("the run is not open on this host", metadata={"runId": run_id})
+        return pb.SendReplyResponse.FromString(
+            await self.fleet.call(record, "reply", request.SerializeToString())
+        )
+
+    async def reply_for_peer(self, origin: str, run_id: str, body: bytes) -> bytes:
+        """The fleet's `reply`: another replica received `SendReply` for a run this replica runs (the
+        caller was authorized there against the same frozen snapshot)."""
+        channel = self.hub.get(run_id)
+        if channel is None:
+            raise FailedPreconditionError("the run is not open on this host", metadata={"runId": run_id})
+        snap = channel.run.snapshot
+        session = RunSession(run_id=run_id, token_hash="", runner_id=snap.runner_id,
+                             expires_at=snap.deadline_at or utcnow(), snapshot=snap)  # fmt: skip
+        request = pb.SendReplyRequest.FromString(body)
+        return (await self._reply_on(channel, session, request)).SerializeToString()
 
     async def send_message(self, call: ProxyCall, request: pb.SendMessageRequest) -> pb.SendMessageResponse:
         snap = call.snapshot
@@ -143,9 +179,18 @@ class _DeliveryHandlers:
 
 
 def delivery_handlers(
-    hub: DeliveryHub, adapters: AdapterRegistry, transcript: Transcript, store: DeliveryStore
+    hub: DeliveryHub,
+    adapters: AdapterRegistry,
+    transcript: Transcript,
+    store: DeliveryStore,
+    fleet: Fleet | None = None,
+    ledger: RunLedger | None = None,
 ) -> HandlerTable:
-    handlers = _DeliveryHandlers(hub, adapters, transcript, store)
+    """The delivery RPCs' handlers; with a `fleet`, also its `reply` operation (a reply another
+    replica received for a run open here)."""
+    handlers = _DeliveryHandlers(hub, adapters, transcript, store, fleet, ledger)
+    if fleet is not None:
+        fleet.bus.handle("reply", handlers.reply_for_peer)
     return {
         "SendReply": handlers.send_reply,
         "SendMessage": handlers.send_message,

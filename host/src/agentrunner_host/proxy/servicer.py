@@ -73,12 +73,16 @@ class ProxyServicer:
         hub: ControlHub,
         handlers: HandlerTable | None = None,
         heartbeat_interval: float = 10.0,
+        refuses: Callable[[str], bool] | None = None,
     ) -> None:
         self.sessions = sessions
         self.audit = audit
         self.hub = hub
         self.handlers: dict[str, Any] = dict(handlers or {})
         self.heartbeat_interval = heartbeat_interval
+        #: run id -> whether its token is dead although the database does not say so yet (a run this
+        #: host ended while the database was away: `RunService.refuses`)
+        self.refuses = refuses
 
     def register(self, handlers: HandlerTable) -> None:
         """Plugs a family's handlers in by method name (later registrations win)."""
@@ -92,7 +96,7 @@ class ProxyServicer:
         if not token:
             raise RunTokenInvalidError("the run token is missing", metadata={"header": RUN_TOKEN_HEADER})
         session = await self.sessions.lookup(token)
-        if session is None:
+        if session is None or (self.refuses is not None and self.refuses(session.run_id)):
             raise RunTokenInvalidError("the run token is unknown, expired or revoked")
         claimed = run_id or metadata.get(RUN_ID_HEADER, "")
         if claimed and claimed != session.run_id:
@@ -271,6 +275,10 @@ class ProxyServicer:
                 await self._audit_failure("Control", hello.run_id, "", "", err)
                 raise
             channel = self.hub.get(session.run_id)
+            if channel is None:  # another replica runs it (a fleet): its signals are forwarded here
+                channel = await self.hub.attach_remote(session.run_id)
+            elif not channel.remote:
+                self.hub.here(session.run_id)
             if channel is None:
                 raise FailedPreconditionError(
                     "the run is not open on this host", metadata={"runId": session.run_id}
@@ -301,6 +309,7 @@ class ProxyServicer:
         finally:
             reader.cancel()
             channel.connected = False
+            self.hub.detach(channel)
 
     async def _control_reader(self, context: _Context, run_id: str) -> None:
         while True:

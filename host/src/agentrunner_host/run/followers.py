@@ -2,15 +2,18 @@
 
 A follower gets the run's stored results after `after_sequence` (with the delivered replies and
 interactions replayed in order between them), then, while the run is open in this process, the results
-handed out but not committed yet (`RunJournal.unstored`) and the live updates; a run open on another
-replica is followed by polling the shared ledger.
+handed out but not committed yet (`RunJournal.unstored`) and the live updates. A run open on another
+replica is followed through the shared ledger: read again each time that replica commits something of
+the run (a wake-up through the fleet, `run/relay.py:RunRelay.tail`) and at least every `poll_seconds`,
+so the tail is gap-free and never repeats a sequence (deltas arrive as they are committed, in their
+batches).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from typing import Final, Protocol
 
 from google.protobuf import json_format
@@ -22,8 +25,10 @@ from agentrunner_host.ports import TERMINAL_STATUSES, RunLedger, RunRecord
 from agentrunner_host.run.journal import RunJournal
 
 Update = host_service_pb2.HostServiceRunResponse
-#: how often a follower of a run open on another replica polls the shared ledger
+#: how often a follower of a run open on another replica polls the shared ledger (without wake-ups)
 POLL_SECONDS = 0.2
+#: a follower's wake-ups for a run open on another replica (None: none, poll)
+Tail = Callable[[RunRecord], contextlib.AbstractAsyncContextManager[asyncio.Event | None]]
 
 
 #: a follower's default bound (`limits.follower_queue_max`)
@@ -163,23 +168,43 @@ def _dropped(run_id: str, queue_max: int, last: int) -> RateLimitedError:
     )
 
 
-async def _from_ledger(ledger: RunLedger, cursor: _Cursor, run_id: str) -> AsyncGenerator[Update, None]:
+async def _from_ledger(
+    ledger: RunLedger, cursor: _Cursor, record: RunRecord, wake: asyncio.Event | None, poll_seconds: float
+) -> AsyncGenerator[Update, None]:
     """A run not open in this process (it ended, or another replica runs it): its stored results, the
-    shared ledger polled until the run ends, then the delivered items left and `finished`."""
+    shared ledger read again on each wake-up (at least every `poll_seconds`) until the run ends, then
+    the delivered items left and `finished`."""
+    run_id = record.run_id
+    found: RunRecord | None = record
     while True:
+        if wake is not None:
+            wake.clear()  # (before reading: a commit meanwhile sets it again)
         for update in cursor.stored(await ledger.list_results(run_id, cursor.last)):
             yield update
-        record = await ledger.get_run(run_id)
-        if record is None or record.status in TERMINAL_STATUSES:
+        found = await ledger.get_run(run_id)
+        if found is None or found.status in TERMINAL_STATUSES:
             break
-        await asyncio.sleep(POLL_SECONDS)  # a run open on another replica: poll the shared ledger
         await cursor.replay.refresh()
+        # replies delivered after the results this follower has (later ones wait for their results)
+        for update in cursor.replay.before(cursor.last + 1):
+            yield update
+        if wake is None:
+            await asyncio.sleep(poll_seconds)
+        else:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(poll_seconds):
+                    await wake.wait()
     await cursor.replay.refresh()
     for update in cursor.stored(await ledger.list_results(run_id, cursor.last)):
         yield update
     for update in cursor.replay.rest():
         yield update
-    yield finished_of(record, run_id)
+    yield finished_of(found, run_id)
+
+
+@contextlib.asynccontextmanager
+async def _no_tail(record: RunRecord) -> AsyncIterator[asyncio.Event | None]:
+    yield None
 
 
 async def follow(
@@ -191,6 +216,8 @@ async def follow(
     *,
     attached: bool = False,
     queue_max: int = QUEUE_MAX,
+    tail: Tail | None = None,
+    poll_seconds: float = POLL_SECONDS,
 ) -> AsyncGenerator[Update, None]:
     """A run's stream for a second caller (see the module docstring). Raises NOT_FOUND before the
     first update for an unknown run."""
@@ -202,8 +229,9 @@ async def follow(
         yield accepted_of(record, attached=attached)
         cursor = _Cursor(await deliveries.replayer(run_id, after_sequence), after_sequence)
         if live is None or queue is None:
-            async for update in _from_ledger(ledger, cursor, run_id):
-                yield update
+            async with (tail or _no_tail)(record) as wake:
+                async for update in _from_ledger(ledger, cursor, record, wake, poll_seconds):
+                    yield update
             return
         # taken BEFORE reading the store: a write that commits meanwhile is in one of the two
         unstored = live.journal.unstored()

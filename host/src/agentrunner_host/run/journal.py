@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeAlias
 
 import structlog
@@ -141,6 +141,8 @@ class RunJournal:
         except Exception as exc:  # a value the store cannot encode: the batch was not written either
             raise RecordFailed(f"recording results failed: {type(exc).__name__}") from exc
         del self.pending[: len(batch)]
+        if self.batcher.on_stored is not None:
+            self.batcher.on_stored(self.run_id)
 
     def withdraw(self, result: result_pb2.RunResult) -> bool:
         """Takes back `result` if it is the last one handed in and not written (its write failed):
@@ -183,6 +185,8 @@ class DeltaBatcher:
         self.rows = 0
         self._timer: asyncio.TimerHandle | None = None
         self._last: asyncio.Task[None] | None = None
+        #: told the run id of each run whose results a write committed (followers elsewhere are woken)
+        self.on_stored: Callable[[str], None] | None = None
 
     def journal(self, run_id: str, snapshot: AuthorizationSnapshot) -> RunJournal:
         return RunJournal(run_id, snapshot, self)
@@ -240,6 +244,10 @@ class DeltaBatcher:
                 # rolled back: first again in the run's next write (later batches of the run fail too:
                 # they wait for this one and find the journal failed)
                 journal.pending[:0] = results
+        else:
+            if self.on_stored is not None:
+                for run_id, _ in batches:
+                    self.on_stored(run_id)
         finally:
             for journal, (_, results) in zip(journals, batches, strict=True):
                 del journal.writing[: len(results)]  # writes end in order: this batch is the oldest

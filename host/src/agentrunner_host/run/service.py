@@ -17,7 +17,6 @@ returns the stream:
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime as dt
 import hashlib
@@ -29,16 +28,16 @@ from typing import Any
 import structlog
 
 from agentrunner.errors import (
-    AgentRunnerError,
     AlreadyExistsError,
     FailedPreconditionError,
     NotFoundError,
     RateLimitedError,
 )
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
-from agentrunner_host.config.model import HostConfig
+from agentrunner_host.config.model import AgentConfig, HostConfig
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.store import InteractionStore
+from agentrunner_host.fleet.routing import Fleet
 from agentrunner_host.observability.telemetry import RUNS, RUNS_OPEN, start_server_span, trace_id_of
 from agentrunner_host.ports import (
     TERMINAL_STATUSES,
@@ -52,11 +51,13 @@ from agentrunner_host.proxy.capabilities import Backends
 from agentrunner_host.proxy.control import ControlHub
 from agentrunner_host.registry.bindings import BindingResolver, EventKey, Resolution
 from agentrunner_host.registry.endpoints import RunnerRegistry
-from agentrunner_host.run import followers, outcomes, steering
+from agentrunner_host.run import followers, steering
 from agentrunner_host.run.context import ContextBuilder
+from agentrunner_host.run.endings import Ending, Endings
 from agentrunner_host.run.execution import RunExecution
 from agentrunner_host.run.journal import DeltaBatcher
 from agentrunner_host.run.outcomes import RunStatus, terminal_status_name
+from agentrunner_host.run.relay import RunRelay
 from agentrunner_host.run.start import start_run
 from agentrunner_host.run.validation import Limits
 
@@ -150,22 +151,33 @@ class RunService:
         #: runs between admission and the open-run table (their start transaction is under way)
         self._starting = 0
         #: ended runs whose ending could not be written yet (`settle_later`)
-        self._unsettled: dict[
-            str,
-            tuple[
-                AuthorizationSnapshot, list[result_pb2.RunResult], result_pb2.RunResult | None, RunStatus, str
-            ],
-        ] = {}
-        self._settler: asyncio.Task[None] | None = None
+        self.endings = Endings(stores)
+        #: with several replicas on one database: the runs' operations across them (`attach_fleet`)
+        self.relay: RunRelay | None = None
+        #: how often a follower of a run open on another replica reads the ledger without a wake-up
+        self.poll_seconds = followers.POLL_SECONDS
+
+    def attach_fleet(self, fleet: Fleet) -> None:
+        """Serves other replicas' operations on the runs open here and hands them this replica's on
+        theirs (`run/relay.py`); their followers here are woken by their commits."""
+        relay = self.relay = RunRelay(self, fleet, self.stores.ledger)
+        self.batcher.on_stored = relay.stored
+        self.deliveries.on_stored = relay.stored
+        self.poll_seconds = max(fleet.bus.poll_seconds, followers.POLL_SECONDS)
 
     @property
     def open_runs(self) -> int:
         return len(self._open)
 
     def is_open(self, run_id: str) -> bool:
-        """Whether the run is open in this process (cancel, append and steering act on it only here)."""
+        """Whether the run is open in this process (another replica's runs: `relay`)."""
         execution = self._open.get(run_id)
         return execution is not None and not execution.finished
+
+    def open_run(self, run_id: str) -> RunExecution | None:
+        """The run, while it is open in this process."""
+        execution = self._open.get(run_id)
+        return execution if execution is not None and not execution.finished else None
 
     def forget(self, run_id: str) -> None:
         """`RunExecution.release`: the run is no longer open here (`run.host.RunHost`)."""
@@ -178,6 +190,8 @@ class RunService:
                 runs.pop(run_id, None)
                 if not runs:
                     del self._by_conversation[conversation]
+        if self.relay is not None:
+            self.relay.forget(run_id)
 
     # -- open ------------------------------------------------------------------------------------------
     async def open(
@@ -204,16 +218,9 @@ class RunService:
             log.info("run.discarded", event_id=event.event_id, binding_id=resolution.binding_id)
             return _discarded(resolution.binding_id, event.event_id)
         agent = resolution.agent
-        steered = steering.steerable_run(
-            self._by_conversation.get(conv.conversation_id, {}).values(),
-            conv.conversation_id,
-            conv.thread_id,
-            agent.id,
-        )
-        if steered is not None:
-            after = steered.last_sequence()
-            await self.steer(steered.run_id, event)
-            return self.follow(steered.run_id, after, attached=True)
+        steered_into = await self._steer_into_open_run(event, agent)
+        if steered_into is not None:
+            return steered_into
         # digest of the event as submitted (before the host fills in times), to tell a retry from a clash
         digest = hashlib.sha256(
             request.event.SerializeToString(deterministic=True) + request.agent_id.encode()
@@ -233,6 +240,7 @@ class RunService:
             trace_id=trace_id_of(span),
             deadline_at=utcnow() + dt.timedelta(seconds=agent.timeout_seconds),
             metadata={"event_digest": digest},
+            owner=self.config.instance_id,
         )
         self._admit()
         self._starting += 1
@@ -260,7 +268,29 @@ class RunService:
         self.hub.open(run_id)
         return _RunStream(execution, execution.stream())
 
-    # -- endings the database could not take ----------------------------------------------------------
+    async def _steer_into_open_run(
+        self, event: host_service_pb2.EventEnvelope, agent: AgentConfig
+    ) -> UpdateStream[Update] | None:
+        """The stream of the open run of the event's conversation that takes it as steering input (here,
+        or on the replica that holds it), or None: the event starts a run of its own."""
+        conv = event.conversation
+        steered = steering.steerable_run(
+            self._by_conversation.get(conv.conversation_id, {}).values(),
+            conv.conversation_id,
+            conv.thread_id,
+            agent.id,
+        )
+        if steered is not None:
+            after = steered.last_sequence()
+            await self.steer(steered.run_id, event)
+            return self.follow(steered.run_id, after, attached=True)
+        if self.relay is not None and agent.resource_policy.steering:
+            elsewhere = await self.relay.steerable_elsewhere(event, agent.id)
+            if elsewhere is not None:  # steered into the run another replica holds
+                return self.follow(elsewhere[0], elsewhere[1], attached=True)
+        return None
+
+    # -- endings the database could not take (`run/endings.py`) ----------------------------------------
     def settle_later(
         self,
         snapshot: AuthorizationSnapshot,
@@ -269,29 +299,9 @@ class RunService:
         status: RunStatus,
         reason: str,
     ) -> None:
-        """A run ended while its ending could not be written (the database was away): it is written by
-        `_settle` once the database takes writes again (the results the run could not write, the
-        terminal among them, the final status, the revoked run token), so no run is left `running`
-        with a working token and its ledger keeps every result a client saw."""
-        self._unsettled[snapshot.run_id] = (snapshot, unwritten, terminal, status, reason)
-        if self._settler is None or self._settler.done():
-            self._settler = asyncio.create_task(self._settle(), name="run-settler")
-
-    async def _settle(self, first_delay: float = 0.5, max_delay: float = 5.0) -> None:
-        delay = first_delay
-        while self._unsettled:
-            await asyncio.sleep(delay)
-            for run_id, ending in list(self._unsettled.items()):
-                try:
-                    await self.write_ending(*ending)
-                except AgentRunnerError as exc:
-                    log.warning("run.settle_retry", run_id=run_id, error=exc.message, retry_seconds=delay)
-                    delay = min(delay * 2, max_delay)
-                    break
-                del self._unsettled[run_id]
-                log.info("run.settled", run_id=run_id)
-            else:
-                delay = first_delay
+        """`RunHost.settle_later`: the ending is written once the database takes writes again; the
+        run's token is refused from now on (`refuses`)."""
+        self.endings.later(Ending(snapshot, unwritten, terminal, status, reason))
 
     async def write_ending(
         self,
@@ -301,35 +311,17 @@ class RunService:
         status: RunStatus,
         reason: str,
     ) -> RunRecord | None:
-        """`RunHost.write_ending`: `unwritten` with the final status in one transaction, unless a
-        commit whose answer was lost stored them already (then the status and the revoked token). When
-        the store refuses them (a value it cannot take, not an outage), the ending is written without
-        them (the terminal alone, else the status alone): a run never stays `running` for a result."""
-        stores, run_id = self.stores, snapshot.run_id
-        usage = outcomes.usage_of(terminal)
-        if unwritten and not await stores.ledger.list_results(run_id, unwritten[0].sequence - 1):
-            attempts = [unwritten]
-            if len(unwritten) > 1 and unwritten[-1] is terminal:
-                attempts.append([terminal])  # the terminal alone, when the others are refused
-            for results in attempts:
-                try:
-                    return await stores.finish_run(snapshot, results, status, reason, usage)
-                except AgentRunnerError as exc:
-                    log.warning("run.ending_refused", results=len(results), error=exc.message)
-        record = await stores.ledger.finish_run(run_id, status, reason, usage)
-        await stores.sessions.unregister(run_id)
-        return record
+        """`RunHost.write_ending` (`Endings.write`)."""
+        return await self.endings.write(Ending(snapshot, unwritten, terminal, status, reason))
+
+    def refuses(self, run_id: str) -> bool:
+        """Whether a proxy call of the run must be refused although the database still has its session:
+        the run ended here and its ending (with the revoked token) is not written yet."""
+        return self.endings.refuses(run_id)
 
     async def close(self) -> None:
-        """Host stop: one last attempt at the endings still unwritten (a restart of this instance
-        interrupts what is left, `mark_interrupted`)."""
-        if self._settler is not None:
-            self._settler.cancel()
-        for run_id, ending in list(self._unsettled.items()):
-            try:
-                await self.write_ending(*ending)
-            except AgentRunnerError as exc:
-                log.error("run.settle_failed", run_id=run_id, error=exc.message)
+        """Host stop: one last attempt at the endings still unwritten (`Endings.close`)."""
+        await self.endings.close()
 
     def _admit(self) -> None:
         """Refuses a new run while `limits.max_open_runs` runs are open or starting here: RESOURCE_EXHAUSTED
@@ -356,6 +348,8 @@ class RunService:
             after_sequence,
             attached=attached,
             queue_max=self.config.limits.follower_queue_max,
+            tail=self.relay.tail if self.relay is not None else None,
+            poll_seconds=self.poll_seconds,
         )
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -365,24 +359,27 @@ class RunService:
         return record
 
     async def cancel_run(self, run_id: str, reason: str = "") -> RunRecord:
-        """Pushes a cancel signal on the control stream, then cancels the runner call after the grace.
-        FAILED_PRECONDITION for a run that ended, and for one open on another host replica (until
-        replicas relay cancels, it is refused rather than claimed)."""
+        """Pushes a cancel signal on the control stream, then cancels the runner call after the grace;
+        a run open on another replica is cancelled there (`relay`), the same way. FAILED_PRECONDITION
+        for a run that ended."""
         record = await self.get_run(run_id)
-        if record.status in TERMINAL_STATUSES:
+        if record.status in TERMINAL_STATUSES or self.endings.refuses(run_id):
             raise FailedPreconditionError(
                 f"run {run_id!r} already ended",
                 metadata={"runId": run_id, "status": terminal_status_name(record.status)},
             )
-        if not self.is_open(run_id):
-            raise FailedPreconditionError(
-                f"run {run_id!r} is not open on this host replica: cancel it on the replica that runs it",
-                metadata={"runId": run_id},
-            )
+        execution = self.open_run(run_id)
+        if execution is None:
+            if self.relay is None or not self.relay.fleet.elsewhere(record):
+                raise FailedPreconditionError(
+                    f"run {run_id!r} is not open on this host: it is starting or ending, try again",
+                    metadata={"runId": run_id},
+                )
+            await self.relay.cancel(record, reason)
+            return await self.get_run(run_id)
         updated = await self.stores.ledger.request_cancel(run_id, utcnow()) or record
-        execution = self._open.get(run_id)
         grace = self.config.limits.cancel_grace_seconds
-        if execution is not None and execution.cancel(reason or "cancelled by request", grace):
+        if execution.cancel(reason or "cancelled by request", grace):
             log.info("run.cancel_requested", run_id=run_id, grace_seconds=grace)
         return updated
 
@@ -397,12 +394,18 @@ class RunService:
     async def append_to_open_run(
         self, run_id: str, result: result_pb2.RunResult
     ) -> result_pb2.RunResult | bool | None:
-        """`AppendRunResult` on a run open in this process joins its stream (numbered by the host, so it
-        never clashes with the runner's results). False when the run is not open here."""
+        """`AppendRunResult` on an open run joins its stream (numbered by the host, so it never clashes
+        with the runner's results), here or on the replica that runs it (`relay`): the stored result,
+        None when the run's validator dropped it, False when the run is not open."""
         channel = self.deliveries.get(run_id)
-        if channel is None:
+        if channel is not None:
+            return await channel.append(result)
+        if self.relay is None:
             return False
-        return await channel.append(result)
+        record = await self.stores.ledger.get_run(run_id)
+        if record is None or record.status in TERMINAL_STATUSES or not self.relay.fleet.elsewhere(record):
+            return False
+        return await self.relay.append(record, result)
 
     # -- steering --------------------------------------------------------------------------------------
     async def steer(self, run_id: str, event: host_service_pb2.EventEnvelope) -> str | None:

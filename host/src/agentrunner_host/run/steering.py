@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
@@ -24,6 +24,14 @@ if TYPE_CHECKING:
     from agentrunner_host.run.execution import RunExecution
 
 log = structlog.get_logger("agentrunner_host.run")
+
+
+class Steerable(Protocol):
+    """An open run as steering sees it (`run.execution.RunExecution`)."""
+
+    def steerable(self) -> bool: ...
+
+    def last_sequence(self) -> int: ...
 
 
 def steerable_run(

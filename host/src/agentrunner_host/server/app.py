@@ -16,9 +16,9 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from agentrunner.errors import AgentRunnerError, NotFoundError, UnauthorizedError
+from agentrunner.errors import NotFoundError, UnauthorizedError
 from agentrunner.reflection import enable_reflection
-from agentrunner.v1 import common_pb2, host_service_pb2
+from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
 from agentrunner_host.auth.clients import ClientGate, is_loopback_address
 from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
@@ -29,6 +29,9 @@ from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.handlers import delivery_handlers
 from agentrunner_host.delivery.interactions import InteractionService
 from agentrunner_host.delivery.store import DeliveryStore, InteractionStore
+from agentrunner_host.fleet.bus import FleetBus
+from agentrunner_host.fleet.replicas import Replicas
+from agentrunner_host.fleet.routing import Fleet
 from agentrunner_host.observability.memory import trimmer
 from agentrunner_host.observability.telemetry import configure_tracing
 from agentrunner_host.proxy.capabilities import AgentModelOptions, Backends, capability_handlers
@@ -173,26 +176,49 @@ class HostApp:
             stores.events,
             self.hub,
             heartbeat_interval=config.limits.heartbeat_interval_seconds,
+            refuses=self.runs.refuses,
         )
+        self.lease = InstanceLease(db, config.instance_id, seconds=config.fleet.lease_seconds)
+        #: the other replicas on this database (PostgreSQL only; None on SQLite, a single host)
+        self.fleet = None if db.is_sqlite else self._fleet(config, db, stores)
+        if self.fleet is not None:
+            self.runs.attach_fleet(self.fleet)
+            self.hub.attach_fleet(self.fleet, stores.ledger)
         # delivery adapters: this host's own gRPC surface (replies, `send_message` to host conversations)
-        self.adapters = AdapterRegistry([GrpcDeliveryAdapter(self.runs.deliveries, stores.transcript)])
+        self.adapters = AdapterRegistry(
+            [GrpcDeliveryAdapter(self.runs.deliveries, stores.transcript, self.fleet)]
+        )
         self.runs.contexts.adapter_actions = self.adapters.actions()
         self.interactions = InteractionService(self.runs, self.runs.interaction_store, stores.artifacts)
+        self._register_proxy_handlers(config, stores)
+        self.health = health.aio.HealthServicer()
+        self.server: grpc.aio.Server | None = None
+        self.console: ConsoleServer | None = None
+        #: who may call HostService (built with the server; the console's sign-in checks keys with it)
+        self.gate: ClientGate | None = None
+        self.port = 0
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    def _register_proxy_handlers(self, config: HostConfig, stores: FactStores) -> None:
+        """The ProxyService's handler families: delivery, facts (run records through the run service,
+        so a run on another replica is reached through the fleet), capabilities."""
+        models, tools, knowledge = self.models, self.tools, self.knowledge
         self.proxy.register(
             delivery_handlers(
                 self.runs.deliveries,
                 self.adapters,
                 stores.transcript,
                 self.runs.deliveries.store,
+                self.fleet,
+                stores.ledger,
             )
         )
         self.proxy.register(
             fact_handlers(
                 stores,
                 prompt_lookup=lambda agent_id: agent_prompt(config.agent(agent_id)),
-                on_cancel=self._cancel,
+                on_cancel=self.runs.cancel_run,
                 on_append=self.runs.append_to_open_run,
-                is_open=self.runs.is_open,
             )
         )
         self.proxy.register(
@@ -205,14 +231,6 @@ class HostApp:
                 ),
             )
         )
-        self.health = health.aio.HealthServicer()
-        self.server: grpc.aio.Server | None = None
-        self.console: ConsoleServer | None = None
-        #: who may call HostService (built with the server; the console's sign-in checks keys with it)
-        self.gate: ClientGate | None = None
-        self.lease = InstanceLease(db, config.instance_id)
-        self.port = 0
-        self._tasks: list[asyncio.Task[Any]] = []
 
     # -- wiring ----------------------------------------------------------------------------------------
     @classmethod
@@ -267,9 +285,28 @@ class HostApp:
             managed=managed,
         )
 
-    async def _cancel(self, run_id: str, reason: str) -> None:
-        with contextlib.suppress(AgentRunnerError):
-            await self.runs.cancel_run(run_id, reason)
+    def _fleet(self, config: HostConfig, db: Database, stores: FactStores) -> Fleet:
+        """The fleet machinery of a replica on PostgreSQL (`fleet/`): the bus, the live replicas."""
+        fleet = config.fleet
+        bus = FleetBus(db, config.instance_id, poll_seconds=fleet.poll_seconds,
+                       call_timeout=fleet.call_timeout_seconds)  # fmt: skip
+        me = config.instance_id
+
+        def ending_for(lost: str) -> result_pb2.RunResult:
+            return outcomes.failed(
+                "", "host.restarted",
+                f"host replica {lost!r} stopped while the run was open; replica {me!r} ended it when "
+                "that replica's lease expired", replica=lost,
+            )  # fmt: skip
+
+        replicas = Replicas(stores, self.lease, bus, ending_for, sweep_seconds=fleet.sweep_seconds)
+        return Fleet(bus, replicas)
+
+    async def _lease_lost(self) -> None:
+        """Another replica took this one's runs over (its lease expired: the database was out of reach
+        for longer than the lease): the runs still open here stop at once, their ledger already ended."""
+        cancelled = self.runs.cancel_idle(0.0, reason="host.lease_lost")
+        log.error("host.runs_taken_over", cancelled=cancelled)
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self, address: str | None = None) -> int:
@@ -292,7 +329,12 @@ class HostApp:
             self.console.bind()
             server.add_insecure_port(self.console.host_target)
         await self.lease.acquire()  # (another live host with this instance_id: InstanceLeaseError)
-        self._tasks.append(asyncio.create_task(self.lease.run_heartbeat(), name="instance-lease"))
+        self._tasks.append(
+            asyncio.create_task(self.lease.run_heartbeat(self._lease_lost), name="instance-lease")
+        )
+        if self.fleet is not None:
+            self.fleet.bus.start()
+            self._tasks.append(asyncio.create_task(self.fleet.replicas.run(), name="fleet-replicas"))
         restarted = outcomes.failed("", "host.restarted")  # (the failure table's code, message, status)
         interrupted = await self.stores.mark_interrupted(restarted, outcomes.status_of(restarted)[0])
         if interrupted:
@@ -391,6 +433,8 @@ class HostApp:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        if self.fleet is not None:
+            await self.fleet.bus.close()
         await self.runs.close()
         try:
             await self.lease.release()

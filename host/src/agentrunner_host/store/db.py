@@ -211,6 +211,11 @@ class Database:
         except _DB_ERRORS as exc:
             raise store_error(exc, "read") from exc
 
+    def driver_connect_args(self) -> dict[str, Any]:
+        """PostgreSQL: the keyword arguments psycopg connects with (`store/notify.py`'s listener)."""
+        _, kwargs = self._read_engine.dialect.create_connect_args(self.url)
+        return dict(kwargs)
+
     async def driver_rows(
         self, stmt: ClauseElement, params: dict[str, Any], literal: tuple[str, ...] = ()
     ) -> list[tuple[Any, ...]]:

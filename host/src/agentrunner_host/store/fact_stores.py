@@ -7,6 +7,7 @@ Typical host wiring::
     ensure_current(settings.database_url)            # refuse an un-migrated database
     stores = await FactStores.open(db, FactStoreSettings(artifact_dir=..., owner=instance_id))
     await stores.mark_interrupted(ending, status)    # crash recovery, once at startup (`host.restarted`)
+    await stores.take_over(lease, ending, status)    # a lost replica's runs (the fleet's takeover)
     maintenance = asyncio.create_task(stores.run_maintenance())
 
     # per event / run (run/)
@@ -38,6 +39,7 @@ from agentrunner_host.ports import (
     RunSession,
     RunStatus,
     StartedRun,
+    utcnow,
 )
 from agentrunner_host.store.artifacts import ArtifactStore
 from agentrunner_host.store.blobs import ArtifactLimits
@@ -50,12 +52,14 @@ from agentrunner_host.store.common import (
 from agentrunner_host.store.db import Database, repeat
 from agentrunner_host.store.events import EventLog
 from agentrunner_host.store.incoming import IncomingEvents
+from agentrunner_host.store.leases import Lease, expire_sync
 from agentrunner_host.store.ledger import (
     SqlRunLedger,
     finish_run_sync,
     insert_results_sync,
     open_runs_sync,
 )
+from agentrunner_host.store.mailbox import purge_instance_sync
 from agentrunner_host.store.result_effects import SYNC_KINDS, apply_sync
 from agentrunner_host.store.schema import HostSecret
 from agentrunner_host.store.sessions import SqlSessionRegistry, revoke_sync
@@ -65,6 +69,24 @@ from agentrunner_host.store.storage import StorageStore
 from agentrunner_host.store.transcript import Transcript
 
 log = logging.getLogger(__name__)
+
+
+def _interrupt_sync(
+    conn: Connection, owner: str, ending: result_pb2.RunResult, status: RunStatus
+) -> list[str]:
+    """Ends every run `owner` left created or running with a copy of `ending` (numbered after its last
+    stored result), `status`, and its run token revoked; the run ids."""
+    reason = f"{ending.run_failed.code}: {ending.run_failed.message}"
+    open_runs = open_runs_sync(conn, owner)
+    for run_id, last_sequence in open_runs:
+        terminal = result_pb2.RunResult()
+        terminal.CopyFrom(ending)
+        terminal.run_id, terminal.sequence = run_id, last_sequence + 1
+        insert_results_sync(conn, run_id, [terminal])
+        finish_run_sync(conn, run_id, status, reason)
+        revoke_sync(conn, run_id)
+    return [run_id for run_id, _ in open_runs]
+
 
 _CURSOR_SECRET = "cursor-hmac"
 
@@ -276,23 +298,29 @@ class FactStores:
         table gives a host restart: `run/outcomes.py`, `host.restarted`), numbered after its last stored
         one, so its ledger reads like any ended run's (replays end, followers finish); its reason is the
         code and message, and its run token is revoked. Returns how many runs it ended."""
-        reason = f"{ending.run_failed.code}: {ending.run_failed.message}"
-
-        def write(conn: Connection) -> int:
-            open_runs = open_runs_sync(conn, self.settings.owner)
-            for run_id, last_sequence in open_runs:
-                terminal = result_pb2.RunResult()
-                terminal.CopyFrom(ending)
-                terminal.run_id, terminal.sequence = run_id, last_sequence + 1
-                insert_results_sync(conn, run_id, [terminal])
-                finish_run_sync(conn, run_id, status, reason)
-                revoke_sync(conn, run_id)
-            return len(open_runs)
-
-        interrupted = await self.db.run_write(write)
+        interrupted = await self.db.run_write(
+            lambda conn: len(_interrupt_sync(conn, self.settings.owner, ending, status))
+        )
         if interrupted:
             log.warning("marked %d runs left open by a previous host process as interrupted", interrupted)
         return interrupted
+
+    async def take_over(
+        self, lease: Lease, ending: result_pb2.RunResult, status: RunStatus
+    ) -> list[str] | None:
+        """The fleet's takeover of a lost replica, in one transaction: its expired `lease` is ended
+        (`leases.expire_sync`: of replicas racing, exactly one gets past it; the others get None), its
+        open runs end as `mark_interrupted` ends them (with `ending`, which names the lost replica), and
+        its fleet mailbox rows are forgotten. The run ids it ended."""
+
+        def write(conn: Connection) -> list[str] | None:
+            if not expire_sync(conn, lease, utcnow()):
+                return None
+            ended = _interrupt_sync(conn, lease.instance_id, ending, status)
+            purge_instance_sync(conn, lease.instance_id)
+            return ended
+
+        return await self.db.run_write(write)
 
     async def cleanup(self) -> dict[str, int]:
         """One maintenance round: expired artifacts (rows, blobs, files) and stale sessions."""

@@ -16,19 +16,55 @@ import datetime as dt
 import os
 import secrets
 import socket
+import time
+from collections.abc import Awaitable, Callable
 
 import structlog
 from sqlalchemy import delete, select, update
+from sqlalchemy.engine import Connection
 
 from agentrunner_host.ports import utcnow
 from agentrunner_host.store.common import rowcount
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.schema import HostLeaseRow
+from agentrunner_host.store.schema import HostLeaseRow, table_of
 
 log = structlog.get_logger("agentrunner_host.leases")
 
-#: a lease not renewed for this long is free
-LEASE_SECONDS = 15.0
+#: a lease not renewed for this long is free (`fleet.lease_seconds`: its replica is lost)
+LEASE_SECONDS = 10.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lease:
+    """One replica's lease as another replica sees it."""
+
+    instance_id: str
+    holder: str
+    expires_at: dt.datetime
+
+
+async def leases(db: Database) -> list[Lease]:
+    """Every lease on the database: the fleet's replicas, live or lost."""
+    async with db.read() as session:
+        rows = (await session.execute(select(HostLeaseRow.instance_id, HostLeaseRow.holder,
+                                              HostLeaseRow.expires_at))).all()  # fmt: skip
+    return [Lease(str(i), str(h), e) for i, h, e in rows]
+
+
+def expire_sync(conn: Connection, lease: Lease, now: dt.datetime) -> bool:
+    """Ends `lease` if it is still the one seen and has expired (a takeover's first statement: of
+    replicas racing for one lost lease, exactly one deletes the row; the others find it gone)."""
+    table = table_of(HostLeaseRow)
+    deleted = conn.execute(
+        delete(table)
+        .where(
+            table.c.instance_id == lease.instance_id,
+            table.c.holder == lease.holder,
+            table.c.expires_at < now,
+        )
+        .returning(table.c.instance_id)
+    ).first()
+    return deleted is not None
 
 
 class InstanceLeaseError(RuntimeError):
@@ -63,6 +99,10 @@ class InstanceLease:
         self.seconds = seconds
         self.me = _Holder(secrets.token_hex(8), socket.gethostname(), os.getpid())
         self.held = False
+        #: monotonic time since which every renewal succeeded (None: the last one failed); a replica
+        #: takes over others' lost leases only after renewing its own for a whole lease period, so
+        #: after a database outage every live replica has renewed before anyone judges the others
+        self.healthy_since: float | None = None
 
     def _stale(self, row: HostLeaseRow, now: dt.datetime) -> bool:
         if row.holder == self.me.holder or row.expires_at <= now:
@@ -97,6 +137,11 @@ class InstanceLease:
                 row.holder, row.hostname, row.pid = self.me.holder, self.me.hostname, self.me.pid
                 row.started_at, row.heartbeat_at, row.expires_at = now, now, expires
         self.held = True
+        self.healthy_since = time.monotonic()
+
+    def healthy_for(self) -> float:
+        """Seconds since which every renewal of this lease succeeded (0 when the last one failed)."""
+        return 0.0 if self.healthy_since is None else time.monotonic() - self.healthy_since
 
     async def renew(self) -> bool:
         """Extends the lease; False when it was lost (expired and taken by another host)."""
@@ -109,15 +154,25 @@ class InstanceLease:
             )
         return rowcount(result) > 0
 
-    async def run_heartbeat(self) -> None:
+    async def run_heartbeat(self, on_lost: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Renews the lease every third of its period. A lease found lost (it expired and another
+        replica took it over, interrupting this replica's runs) calls `on_lost`, then is taken again."""
         interval = self.seconds / 3
         while self.held:
             await asyncio.sleep(interval)
             try:
-                if not await self.renew():
-                    log.error("host.lease_lost", instance_id=self.instance_id,
-                              reason="another host took this instance_id after the lease expired")  # fmt: skip
+                if await self.renew():
+                    if self.healthy_since is None:
+                        self.healthy_since = time.monotonic()
+                    continue
+                self.healthy_since = None
+                log.error("host.lease_lost", instance_id=self.instance_id,
+                          reason="the lease expired and another replica took over this replica's runs")  # fmt: skip
+                if on_lost is not None:
+                    await on_lost()
+                await self.acquire()
             except Exception as exc:  # the database is away for a moment: try again next beat
+                self.healthy_since = None
                 log.warning("host.lease_renew_failed", instance_id=self.instance_id, error=repr(exc))
 
     async def release(self) -> None:

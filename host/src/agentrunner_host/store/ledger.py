@@ -44,7 +44,7 @@ def run_values(record: RunRecord, owner: str) -> dict[str, Any]:
 # `.values(**row)` per call costs more CPU (cache keys for every literal) than SQLite's whole commit.
 _RUNS = table_of(RunRow)
 _RESULTS = table_of(RunResultRow)
-_RECORD_COLUMNS = (*(_RUNS.c[name] for name in RECORD_FIELDS), _RUNS.c["metadata"])
+_RECORD_COLUMNS = (*(_RUNS.c[name] for name in RECORD_FIELDS), _RUNS.c["metadata"], _RUNS.c.owner)
 
 
 @functools.cache
@@ -113,7 +113,11 @@ def _created_at_bind(dialect: Dialect) -> Callable[[Any], Any]:
 
 def _row_to_record(row: Sequence[Any]) -> RunRecord:
     values = tuple(row)
-    return RunRecord(**dict(zip(RECORD_FIELDS, values[:-1], strict=True)), metadata=dict(values[-1] or {}))
+    return RunRecord(
+        **dict(zip(RECORD_FIELDS, values[:-2], strict=True)),
+        metadata=dict(values[-2] or {}),
+        owner=values[-1] or "",
+    )
 
 
 def insert_run_sync(conn: Connection, values: Mapping[str, Any]) -> bool:

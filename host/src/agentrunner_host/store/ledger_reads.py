@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from sqlalchemy import Select, func, select
 
 from agentrunner.errors import InvalidArgumentError
-from agentrunner.v1 import result_pb2
+from agentrunner.v1 import common_pb2, result_pb2
 from agentrunner_host.ports import RunRecord
 from agentrunner_host.store.common import CursorCodec
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.ledger_rows import run_to_proto, to_record, unpack_results
 from agentrunner_host.store.schema import RunResultRow, RunRow
 
+_OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
 DEFAULT_RUNS_PAGE = 50
 MAX_RUNS_PAGE = 200
 
@@ -98,6 +99,23 @@ class LedgerReads:
         keep = _fitting(records, max_bytes)
         more, rows, records = more or keep < len(records), rows[:keep], records[:keep]
         return records, self.codec.encode(kind, scope, rows[-1].id) if more and rows else ""
+
+    async def open_runs_in(self, conversation_id: str, thread_id: str, agent_id: str) -> list[RunRecord]:
+        """The open runs of a conversation's thread and agent, newest first (steering through another
+        replica: `run/relay.py`)."""
+        stmt = (
+            select(RunRow)
+            .where(
+                RunRow.conversation_id == conversation_id,
+                RunRow.thread_id == thread_id,
+                RunRow.agent_id == agent_id,
+                RunRow.status.in_(_OPEN_STATUSES),
+            )
+            .order_by(RunRow.id.desc())
+            .limit(8)
+        )
+        async with self.db.read() as session:
+            return [to_record(row) for row in (await session.scalars(stmt)).all()]
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with self.db.read() as session:

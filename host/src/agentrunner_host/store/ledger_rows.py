@@ -47,6 +47,7 @@ def to_record(row: RunRow) -> RunRecord:
     return RunRecord(
         **{name: getattr(row, name) for name in RECORD_FIELDS},
         metadata=dict(row.meta or {}),
+        owner=row.owner,
     )
 
 

@@ -10,8 +10,6 @@ Each area is a class whose methods are its handlers (`history`, `artifacts`, `ke
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from agentrunner_host.proxy.api import StreamHandler, UnaryHandler
 from agentrunner_host.proxy.facts.artifacts import Artifacts
 from agentrunner_host.proxy.facts.history import ConversationReads
@@ -29,7 +27,6 @@ def fact_handlers(
     prompt_lookup: PromptLookup | None = None,
     on_cancel: CancelHook | None = None,
     on_append: AppendHook | None = None,
-    is_open: Callable[[str], bool] | None = None,
 ) -> dict[str, UnaryHandler | StreamHandler]:
     """The handler table for the fact RPCs, to merge into the proxy servicer's table."""
     handlers: dict[str, UnaryHandler | StreamHandler] = {}
@@ -38,7 +35,7 @@ def fact_handlers(
         Artifacts(stores),
         KeyValue(stores),
         AgentInputs(stores, prompt_lookup),
-        RunRecords(stores, on_cancel=on_cancel, on_append=on_append, is_open=is_open),
+        RunRecords(stores, on_cancel=on_cancel, on_append=on_append),
     ):
         handlers.update(area.table())
     return handlers

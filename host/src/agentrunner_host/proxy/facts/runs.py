@@ -12,7 +12,7 @@ from agentrunner.errors import (
 )
 from agentrunner.protocol import is_terminal
 from agentrunner.v1 import proxy_service_pb2, result_pb2
-from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
+from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord
 from agentrunner_host.proxy.api import ProxyCall, StreamHandler, UnaryHandler
 from agentrunner_host.proxy.facts.paging import FactArea, conversation_of, fits, limit_of
 from agentrunner_host.store.fact_stores import FactStores
@@ -20,20 +20,12 @@ from agentrunner_host.store.ledger_rows import run_to_proto
 
 pb = proxy_service_pb2
 
-#: (run id, reason) -> asks the run service to cancel a run (after the ledger records the request)
-CancelHook = Callable[[str, str], Awaitable[None]]
-#: (run id, result) -> appends to a run open in this process through its own stream: the stored result,
-#: None when the run's validator dropped it, False when the run is not open here
+#: (run id, reason) -> cancels an open run (`RunService.cancel_run`: here, or on the replica that
+#: runs it); FAILED_PRECONDITION when it ended meanwhile
+CancelHook = Callable[[str, str], Awaitable[object]]
+#: (run id, result) -> appends to an open run through its own stream (here, or on the replica that runs
+#: it): the stored result, None when the run's validator dropped it, False when the run is not open
 AppendHook = Callable[[str, result_pb2.RunResult], Awaitable[result_pb2.RunResult | bool | None]]
-
-
-def _open_elsewhere(record: RunRecord, what: str) -> FailedPreconditionError:
-    """A run still open that this replica does not hold: another replica runs it (or ran it and
-    is gone). Until replicas relay such requests, this one refuses them rather than claim them."""
-    return FailedPreconditionError(
-        f"run {record.run_id!r} is not open on this host replica: {what} it on the replica that runs it",
-        metadata={"runId": record.run_id},
-    )
 
 
 class RunRecords(FactArea):
@@ -45,12 +37,10 @@ class RunRecords(FactArea):
         *,
         on_cancel: CancelHook | None = None,
         on_append: AppendHook | None = None,
-        is_open: Callable[[str], bool] | None = None,
     ) -> None:
         super().__init__(stores)
         self.on_cancel = on_cancel
         self.on_append = on_append
-        self.is_open = is_open
 
     def table(self) -> dict[str, UnaryHandler | StreamHandler]:
         return {
@@ -119,20 +109,18 @@ class RunRecords(FactArea):
             max_page_bytes=self.settings.page_max_bytes,
         )
 
-    def _held_here(self, record: RunRecord) -> bool:
-        return self.is_open is not None and self.is_open(record.run_id)
-
     async def cancel_run_record(
         self, call: ProxyCall, request: pb.CancelRunRecordRequest
     ) -> pb.CancelRunRecordResponse:
+        """Cancels an open run (whichever replica runs it, the same grace and terminal); a run that
+        ended is answered as it is."""
         record = await self._visible_run(call, request.run_id, "cancel")
-        if record.status not in TERMINAL_STATUSES:
-            if not self._held_here(record):
-                raise _open_elsewhere(record, "cancel")
-            updated = await self.stores.ledger.request_cancel(record.run_id, utcnow())
-            record = updated or record
-            if self.on_cancel is not None:
+        if record.status not in TERMINAL_STATUSES and self.on_cancel is not None:
+            try:
                 await self.on_cancel(record.run_id, request.reason or f"cancelled by run {call.run_id}")
+            except FailedPreconditionError:
+                pass  # it ended meanwhile
+            record = await self.stores.ledger.get_run(record.run_id) or record
         return pb.CancelRunRecordResponse(run=run_to_proto(record))
 
     async def append_run_result(
@@ -160,7 +148,7 @@ class RunRecords(FactArea):
                 "the run refused the result (see its validation rules)", field="result"
             )
         if joined is False:
-            raise _open_elsewhere(record, "append to")
+            raise FailedPreconditionError("the run has already ended", metadata={"runId": record.run_id})
         assert isinstance(joined, result_pb2.RunResult)
         return pb.AppendRunResultResponse(result=joined)
 
@@ -171,11 +159,10 @@ class RunRecords(FactArea):
         if request.status not in TERMINAL_STATUSES:
             raise InvalidArgumentError("status must be a terminal status", field="status")
         if record.status not in TERMINAL_STATUSES:
-            # an open run's terminal is its stream's to decide (its runner's terminal result, or a cancel)
-            if self._held_here(record):
-                raise FailedPreconditionError(
-                    f"run {record.run_id!r} is open: it ends with its own terminal result, or CancelRunRecord",
-                    metadata={"runId": record.run_id},
-                )
-            raise _open_elsewhere(record, "finalize")
+            # an open run's terminal is its stream's to decide (its runner's terminal result, or a cancel),
+            # on every replica alike
+            raise FailedPreconditionError(
+                f"run {record.run_id!r} is open: it ends with its own terminal result, or CancelRunRecord",
+                metadata={"runId": record.run_id},
+            )
         return pb.FinalizeRunRecordResponse(run=run_to_proto(record))

@@ -6,7 +6,8 @@
   run sessions, steering, host secrets, instance leases);
 - `delivery.py`: delivered stream items, platform-send idempotency, interactions;
 - `knowledge.py`: the built-in knowledge bases' documents and chunks, and their full-text index
-  (the vectors beside them are `store/kb_vectors.py`'s).
+  (the vectors beside them are `store/kb_vectors.py`'s);
+- `fleet.py`: the mailbox host replicas hand each other operations through (`store/mailbox.py`).
 
 The migrations (`store/migrations/versions/`) create them; a module elsewhere in the host that needs a
 table imports it from here, never the other way round.
@@ -31,6 +32,7 @@ from agentrunner_host.store.schema.facts import (
     StorageRow,
     TranscriptRow,
 )
+from agentrunner_host.store.schema.fleet import FleetMailboxRow
 from agentrunner_host.store.schema.knowledge import KbChunk, KbDocument
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "BigId",
     "ConversationRow",
     "EventLogRow",
+    "FleetMailboxRow",
     "HostLeaseRow",
     "HostSecret",
     "InteractionRow",
