@@ -32,6 +32,7 @@ from agentrunner_host.registry.bindings import EventKey, Resolution
 from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.run.context_parity import check_envelope
 from agentrunner_host.run.service import RunService, Update
+from agentrunner_host.services.runtime_admin import RuntimeAdmin
 from agentrunner_host.services.wire import UPDATE_STREAMS, serialize_update
 from agentrunner_host.store.artifacts import ArtifactStore
 from agentrunner_host.store.ledger import SqlRunLedger
@@ -56,7 +57,7 @@ async def _status_on_error(context: grpc.aio.ServicerContext[Any, Any]) -> Async
         await abort_with(context, RuntimeFailureError("the host failed while streaming this run"))
 
 
-class HostServicer(host_service_pb2_grpc.HostServiceServicer):
+class HostServicer(RuntimeAdmin, host_service_pb2_grpc.HostServiceServicer):
     def __init__(
         self,
         runs: RunService,
