@@ -81,8 +81,8 @@ def test_downgrade_to_base_and_upgrade_again(empty_url: str) -> None:
 def test_upgrade_from_the_previous_revision_keeps_existing_data(empty_url: str, tmp_path: Path) -> None:
     """A database at the previous release's revision upgrades to head without losing what it holds."""
     heads = sorted(head_revisions())
-    assert heads == ["0007_kb_vectors"], "update this test's previous revision when adding a migration"
-    upgrade(empty_url, "0006_agent_state_leases")
+    assert heads == ["0008_runtimes"], "update this test's previous revision when adding a migration"
+    upgrade(empty_url, "0007_kb_vectors")
     with pytest.raises(DatabaseNotMigratedError):
         ensure_current(empty_url)  # serving refuses a database one revision behind
 

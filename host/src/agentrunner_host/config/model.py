@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from agentrunner_host.capabilities.knowledge import KnowledgeBaseConfig
 from agentrunner_host.capabilities.models import ModelConfig
 from agentrunner_host.capabilities.tools import ToolsConfig
+from agentrunner_host.config.runtimes import RuntimesConfig, check_selector
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/agentrunner.db"
 STATE_SCOPES = ("conversation", "actor", "subject", "runner", "binding", "workspace")
@@ -154,7 +155,17 @@ RunOperation = Literal["get", "list", "events_page", "cancel", "append_result", 
 StateScopeName = Literal["conversation", "actor", "subject", "runner", "binding", "workspace"]
 
 #: what a HostService client may do (`clients[].operations`)
-ClientOperation = Literal["run", "attach", "get", "cancel", "interact", "list_runners", "list_runs"]
+ClientOperation = Literal[
+    "run",
+    "attach",
+    "get",
+    "cancel",
+    "interact",
+    "list_runners",
+    "list_runs",
+    "list_runtimes",
+    "drain_runtime",
+]
 CLIENT_OPERATIONS: tuple[ClientOperation, ...] = get_args(ClientOperation)
 
 
@@ -286,6 +297,14 @@ class AgentConfig(_Strict):
     variables: dict[str, Any] = Field(default_factory=dict)
     #: skills offered to the runner (`Resources.skills`)
     skills: list[SkillConfig] = Field(default_factory=list)
+    #: runtime labels a runtime must carry to run this agent (`workspace: team-a`); set, the agent's runs
+    #: go to connected runtimes only (docs/runtimes.md)
+    runtime_selector: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("runtime_selector")
+    @classmethod
+    def _selector(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_selector(value)
 
     @field_validator("runner_id")
     @classmethod
@@ -352,6 +371,7 @@ class HostConfig(_Strict):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    runtimes: RuntimesConfig = Field(default_factory=RuntimesConfig)
     runners: list[RunnerEndpointConfig] = Field(default_factory=list)
     agents: list[AgentConfig] = Field(default_factory=list)
     bindings: list[BindingConfig] = Field(default_factory=list)
@@ -420,6 +440,11 @@ def cross_check(config: HostConfig) -> list[tuple[str, str]]:
         if client.id in seen_clients:
             problems.append((f"auth.clients.{i}.id", f"duplicate id {client.id!r}"))
         seen_clients.add(client.id)
+    seen_clients = set()
+    for i, runtime_client in enumerate(config.runtimes.clients):
+        if runtime_client.id in seen_clients:
+            problems.append((f"runtimes.clients.{i}.id", f"duplicate id {runtime_client.id!r}"))
+        seen_clients.add(runtime_client.id)
     problems.extend(_capability_problems(config))
     agent_ids = {a.id for a in config.agents}
     for i, binding in enumerate(config.bindings):

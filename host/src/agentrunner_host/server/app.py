@@ -40,11 +40,16 @@ from agentrunner_host.proxy.servicer import ProxyServicer
 from agentrunner_host.registry.check import Problem, check_against_registry, check_bindings, registry_view
 from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.run.service import RunService
+from agentrunner_host.runtimes.gate import RuntimeGate
+from agentrunner_host.runtimes.registry import RuntimeRegistry
+from agentrunner_host.runtimes.service import SERVICE_NAME as RUNTIME_SERVICE_NAME
+from agentrunner_host.runtimes.service import RuntimeServicer
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 from agentrunner_host.store.leases import InstanceLease
 from agentrunner_host.store.migrate import ensure_current, upgrade
+from agentrunner_host.store.runtimes import RuntimeStore
 from agentrunner_host.wire.transport_errors import explain_bind_failure
 
 log = structlog.get_logger("agentrunner_host.server.app")
@@ -204,6 +209,9 @@ class HostApp:
         self.server: grpc.aio.Server | None = None
         self.console: ConsoleServer | None = None
         self.lease = InstanceLease(db, config.instance_id)
+        #: runtimes that dial in (built with the server: the gate needs the listen address)
+        self.runtime_store = RuntimeStore(db)
+        self.runtimes: RuntimeRegistry | None = None
         self.port = 0
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -287,13 +295,15 @@ class HostApp:
         if host in ("0.0.0.0", "[::]", ""):
             host = "127.0.0.1"
         self.proxy_address = self.config.listen.advertise_address or f"{host}:{port}"
+        assert self.runtimes is not None
+        await self.runtimes.start()  # (runtimes this instance held before it stopped are offline)
         await server.start()
         self.server = server
         await self.registry.start()
         if self.console is not None:
             await self.console.start(audit=self.stores.events.run_audit)
         self.report_config_problems()
-        for name in ("", HOST_SERVICE_NAME, PROXY_SERVICE_NAME):
+        for name in ("", HOST_SERVICE_NAME, PROXY_SERVICE_NAME, RUNTIME_SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "host.started",
@@ -319,18 +329,21 @@ class HostApp:
     def _build_server(self, address: str) -> grpc.aio.Server:
         server = grpc.aio.server(options=server_options(self.config.limits))
         gate = ClientGate(self.config, self.stores.events, listen_address=address)
-        add_host_service(
-            HostServicer(
-                self.runs,
-                self.registry,
-                self.interactions,
-                gate,
-                ledger=self.stores.ledger,
-                artifacts=self.stores.artifacts,
-                page_max_bytes=self.stores.settings.page_max_bytes,
-            ),
-            server,
+        runtime_gate = RuntimeGate(self.config, listen_address=address)
+        self.runtimes = RuntimeRegistry(self.config, self.runtime_store, runtime_gate, self.registry)
+        self.registry.runtimes = self.runtimes
+        host_servicer = HostServicer(
+            self.runs,
+            self.registry,
+            self.interactions,
+            gate,
+            ledger=self.stores.ledger,
+            artifacts=self.stores.artifacts,
+            page_max_bytes=self.stores.settings.page_max_bytes,
         )
+        host_servicer.runtimes = self.runtimes
+        add_host_service(host_servicer, server)
+        RuntimeServicer(self.runtimes, runtime_gate).add_to_server(server)
         server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         enable_reflection(
@@ -338,6 +351,7 @@ class HostApp:
             (
                 HOST_SERVICE_NAME,
                 PROXY_SERVICE_NAME,
+                RUNTIME_SERVICE_NAME,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             ),
         )
@@ -349,6 +363,8 @@ class HostApp:
         silent for `IDLE_CANCEL_SECONDS` (stalled, waiting on a user) are cancelled at once; only runs
         still producing results get the whole grace."""
         await self.health.enter_graceful_shutdown()
+        if self.runtimes is not None:
+            self.runtimes.stop_placing()
         loop = asyncio.get_running_loop()
         until = loop.time() + grace
         idle = min(grace, IDLE_CANCEL_SECONDS)
@@ -357,6 +373,8 @@ class HostApp:
             await asyncio.sleep(0.05)
         if self.console is not None:
             await self.console.stop()
+        if self.runtimes is not None:
+            await self.runtimes.close()
         if self.server is not None:
             await self.server.stop(0.5)
         await self.registry.close()

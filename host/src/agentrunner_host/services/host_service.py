@@ -222,7 +222,9 @@ class HostServicer(RuntimeAdmin, host_service_pb2_grpc.HostServiceServicer):
             record = await self._visible_run(context, principal, "GetRun", request.run_id)
         except AgentRunnerError as err:
             await abort_with(context, err)
-        return host_service_pb2.GetRunResponse(run=run_to_proto(record))
+        run = run_to_proto(record)
+        run.runtime_id = await self.runtime_of(record.run_id)
+        return host_service_pb2.GetRunResponse(run=run)
 
     async def CancelRun(
         self,

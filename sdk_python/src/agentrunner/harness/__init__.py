@@ -9,7 +9,9 @@
 - `external_tools` + `mcp_bridge`: the per-run LangBot MCP bridge (streamable HTTP and stdio);
 - `steering`: follow-up messages as resumed turns, one terminal result;
 - `asking`: a yes/no question to the user in the middle of a turn (structured interactions);
-- `run`: the shared preparation of a local harness run, turn deadlines, the per-session turn lock.
+- `run`: the shared preparation of a local harness run, turn deadlines, the per-session turn lock;
+- `detect_harnesses`: which harness CLIs are on `PATH`, their versions and login status (what a runtime
+  reports to the host; `agentrunner.runtime.detect`, importable without this extra).
 
 Requires the SDK's `harness` extra (`mcp`, `uvicorn`): `pip install langbot-agentrunner-sdk[harness]`.
 """
@@ -42,6 +44,7 @@ from agentrunner.harness.workspace import (
     open_workspace,
     sweep,
 )
+from agentrunner.runtime.detect import detect_harness, detect_harnesses
 
 __all__ = [
     "ExternalTool",
@@ -62,6 +65,8 @@ __all__ = [
     "check_root",
     "confirm",
     "context_document",
+    "detect_harness",
+    "detect_harnesses",
     "directory_name",
     "export_outbox",
     "harness_env",
