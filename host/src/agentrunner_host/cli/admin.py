@@ -26,11 +26,16 @@ def register(app: typer.Typer, db_app: typer.Typer, kb_app: typer.Typer, config_
         runner's manifest. Exit 0 when clean, 1 on errors, 2 when the file itself is invalid;
         warnings alone exit 0."""
         from agentrunner_host.observability.telemetry import configure_logging
-        from agentrunner_host.registry.check import check_against_registry, check_bindings, probe_registry
+        from agentrunner_host.registry.check import (
+            check_against_registry,
+            check_bindings,
+            check_runtimes,
+            probe_registry,
+        )
 
         configure_logging("error")  # the registry's own warnings would repeat the problems below
         cfg = load(config)
-        problems = check_bindings(cfg)
+        problems = check_bindings(cfg) + check_runtimes(cfg)
         if not offline:
             manifests, endpoints = asyncio.run(probe_registry(cfg))
             problems += check_against_registry(cfg, manifests, endpoints)

@@ -18,13 +18,35 @@ def register(app: typer.Typer, db_app: typer.Typer) -> None:
     @auth_app.command("new-key")
     def auth_new_key(
         client: Annotated[str, typer.Option("--client", help="The client id the key is for.")] = "my-client",
+        runtime: Annotated[
+            str | None,
+            typer.Option(
+                "--runtime", help="Make a runtime key instead (runtimes.clients), for this client id."
+            ),
+        ] = None,
     ) -> None:
         """Make a random API key and print it with the config lines that accept it (only its hash goes in
-        the config; give the key to the client, e.g. as AGENTRUNNER_HOST_API_KEY)."""
+        the config; give the key to the client, e.g. as AGENTRUNNER_HOST_API_KEY, or with --runtime to a
+        runtime, as AGENTRUNNER_RUNTIME_KEY)."""
         import secrets
 
         from agentrunner_host.auth.clients import key_digest
 
+        if runtime is not None:
+            key = "arr_" + secrets.token_urlsafe(32)
+            console.print(
+                f"runtime key (shown once, store it as a secret): {key}", soft_wrap=True, highlight=False
+            )
+            console.print("config (runtimes.clients):", highlight=False)
+            entry = {"id": runtime, "api_key_sha256": [key_digest(key)], "runner_ids": "*", "labels": ["*"]}
+            console.print(yaml.safe_dump([entry], sort_keys=False), highlight=False)
+            console.print(
+                f"on the runtime's machine: AGENTRUNNER_RUNTIME_KEY={key} python -m agentrunner connect "
+                "HOST:PORT module:Runner",
+                soft_wrap=True,
+                highlight=False,
+            )
+            return
         key = "arh_" + secrets.token_urlsafe(32)
         console.print(f"API key (shown once, store it as a secret): {key}", soft_wrap=True, highlight=False)
         console.print("config (auth.clients):", highlight=False)

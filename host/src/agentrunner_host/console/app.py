@@ -1,8 +1,10 @@
 """The console's HTTP surface (Starlette): the page, its static files and a small JSON + SSE API.
 
-    GET  /                         the single-page console (chat, runs, run, runners)
+    GET  /                         the single-page console (chat, runs, run, runners, runtimes)
     GET  /api/info                 version, instance id, agents, bindings
     GET  /api/runners              ListRunners: endpoints with health, runners with manifests
+    GET  /api/runtimes             ListRuntimes (offline ones too): status, slots, labels, detected CLIs
+    GET  /api/runtimes/{id}        GetRuntime: the runtime, its recent runs and audit trail
     GET  /api/runs?status=&agent=&runner=&conversation=&binding=&page_token=   ListRuns
     GET  /api/runs/watch?...       SSE: the first page of that listing whenever it changes
     GET  /api/runs/{id}            the record
@@ -91,6 +93,12 @@ def build_app(backend: ConsoleBackend, token: str = "") -> Any:
     async def runs(request: Request) -> Any:
         return await backend.runs(dict(request.query_params))
 
+    async def runtimes(_: Request) -> Any:
+        return await backend.runtimes()
+
+    async def runtime(request: Request) -> Any:
+        return await backend.runtime(request.path_params["runtime_id"])
+
     async def watch(request: Request) -> Any:
         filters = dict(request.query_params)
 
@@ -133,6 +141,8 @@ def build_app(backend: ConsoleBackend, token: str = "") -> Any:
         Route("/", index),
         Route("/api/info", _json_route(info)),
         Route("/api/runners", _json_route(runners)),
+        Route("/api/runtimes", _json_route(runtimes)),
+        Route("/api/runtimes/{runtime_id}", _json_route(runtime)),
         Route("/api/runs", _json_route(runs)),
         Route("/api/runs/watch", _json_route(watch)),
         Route("/api/runs/{run_id}", _json_route(run)),

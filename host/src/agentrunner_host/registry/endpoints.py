@@ -18,7 +18,7 @@ import dataclasses
 import datetime as dt
 import pathlib
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 import structlog
@@ -32,6 +32,7 @@ from agentrunner_host.config.model import HostConfig, HostEnv, RunnerEndpointCon
 from agentrunner_host.observability.memory import LARGE_MESSAGE_BYTES, note_message
 from agentrunner_host.observability.telemetry import RUNNER_ENDPOINT_UP
 from agentrunner_host.ports import utcnow
+from agentrunner_host.registry.targets import CallTarget, RunCall, RuntimePlacement
 from agentrunner_host.wire.boundary import check_message
 from agentrunner_host.wire.transport_errors import explain_rpc_failure
 
@@ -64,28 +65,6 @@ class RegisteredRunner:
         """Where a run of this runner goes when it is not the endpoint `endpoint_id` (a runtime's slot,
         `runtimes/calls.py`); None: the dialed endpoint."""
         return None
-
-
-RunCall = grpc.aio.UnaryStreamCall[runner_service_pb2.RunRequest, runner_service_pb2.RunResponse]
-
-
-class RuntimePlacement(Protocol):
-    """The runtimes that dial in (`runtimes/registry.py`), as the runner registry consults them."""
-
-    def serves(self, runner_id: str) -> bool: ...
-
-    async def place(self, runner_id: str, selector: dict[str, str]) -> tuple[Any, str]: ...
-
-
-class CallTarget(Protocol):
-    """What a run's runner call is sent to: a dialed endpoint or a runtime that dialed in."""
-
-    @property
-    def address(self) -> str: ...
-
-    def start_call(
-        self, request: runner_service_pb2.RunRequest, *, timeout: float, metadata: Sequence[tuple[str, str]]
-    ) -> RunCall: ...
 
 
 def validate_manifest(manifest: manifest_pb2.RunnerManifest) -> None:

@@ -26,7 +26,8 @@ from agentrunner_host.ports import utcnow
 from agentrunner_host.run import outcomes
 
 if TYPE_CHECKING:
-    from agentrunner_host.registry.endpoints import CallTarget, RunnerRegistry
+    from agentrunner_host.registry.endpoints import RunnerRegistry
+    from agentrunner_host.registry.targets import CallTarget
     from agentrunner_host.run.start import RunStart
 
 log = structlog.get_logger("agentrunner_host.run")

@@ -25,10 +25,12 @@ import grpc
 
 from agentrunner.protocol import is_terminal
 from agentrunner.v1 import runner_service_pb2, runtime_service_pb2
-from agentrunner_host.registry.endpoints import CallTarget, RegisteredRunner
+from agentrunner_host.registry.endpoints import RegisteredRunner
+from agentrunner_host.registry.targets import CallTarget
 
 if TYPE_CHECKING:
-    from agentrunner_host.runtimes.registry import Connection, RuntimeRegistry
+    from agentrunner_host.runtimes.connection import Connection
+    from agentrunner_host.runtimes.registry import RuntimeRegistry
 
 Outcome = tuple[grpc.StatusCode, str] | None
 #: how long an EOF without a terminal result waits to learn whether the connection was lost (its

@@ -16,7 +16,6 @@ import asyncio
 import collections
 import contextlib
 import datetime as dt
-import secrets
 import time
 from typing import Any
 
@@ -24,25 +23,22 @@ import grpc
 import structlog
 from google.protobuf import json_format
 
-from agentrunner.errors import AgentRunnerError, AlreadyExistsError, InvalidArgumentError
-from agentrunner.manifest import ManifestError
-from agentrunner.v1 import runtime_pb2, runtime_service_pb2
+from agentrunner.errors import AgentRunnerError, AlreadyExistsError
+from agentrunner.v1 import runtime_service_pb2
 from agentrunner_host.config.model import HostConfig
-from agentrunner_host.config.runtimes import LABEL_PATTERN, RUNTIME_ID_PATTERN
 from agentrunner_host.ports import utcnow
-from agentrunner_host.registry.endpoints import RunnerRegistry, validate_manifest
+from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.runtimes import metrics
 from agentrunner_host.runtimes.calls import FailedCall, RuntimeCall, RuntimeRunner, Slot
+from agentrunner_host.runtimes.connection import Connection
 from agentrunner_host.runtimes.gate import RuntimeClient, RuntimeGate
+from agentrunner_host.runtimes.hello import check_hello
 from agentrunner_host.store.runtimes import OFFLINE, ConnectedRuntime, RuntimeStore
-from agentrunner_host.wire.boundary import check_message
 
 log = structlog.get_logger("agentrunner_host.runtimes")
 
-MAX_LABELS = 64
 #: runs whose runtime this process remembers without the database (the store writes claims in batches)
 RECENT_RUNS = 10_000
-MAX_CAPABILITIES = 32
 #: how often a host re-reads the operator's drain of its runtimes (another replica may change it)
 DRAIN_POLL_SECONDS = 2.0
 #: how long a placement waits for a slot stream a runtime is (re)opening: it just connected, or a run of
@@ -52,67 +48,6 @@ PENDING_SLOT_WAIT = 0.5
 
 def _as_dict(message: Any) -> dict[str, Any]:
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
-
-
-class Connection:
-    """One connected runtime: what it announced, its slots, its runs (see the module docstring)."""
-
-    def __init__(self, hello: runtime_service_pb2.RuntimeHello, client: RuntimeClient, peer: str) -> None:
-        self.id = secrets.token_hex(12)
-        self.hello = hello
-        self.runtime_id = hello.runtime_id
-        self.instance_id = hello.instance_id
-        self.client_id = client.client_id
-        self.peer = peer
-        self.labels = dict(hello.labels)
-        self.slots = hello.slots
-        self.manifests = {m.id: m for m in hello.runners}
-        self.connected_at = utcnow()
-        self.started = time.monotonic()
-        self.last_beat = self.started
-        self.last_placed = 0.0
-        self.free_reported = hello.slots
-        #: an operator drained it / it drains itself (shutting down)
-        self.drained = False
-        self.leaving = False
-        self.alive = True
-        self.waiting: list[Slot] = []
-        self.running: dict[str, RuntimeCall] = {}
-        #: host -> runtime messages (drain signals), written by the `Connect` handler
-        self.outbox: asyncio.Queue[runtime_service_pb2.ConnectResponse] = asyncio.Queue()
-        #: the host ends the session: (status, details, audit kind)
-        self.closing: asyncio.Future[tuple[grpc.StatusCode, str, str]] = (
-            asyncio.get_running_loop().create_future()
-        )
-
-    @property
-    def accepting(self) -> bool:
-        return self.alive and not self.drained and not self.leaving
-
-    def pending(self) -> int:
-        """Announced slots neither waiting nor running: their streams are on their way."""
-        return max(0, self.slots - len(self.running) - self.free()) if self.accepting else 0
-
-    def free(self) -> int:
-        """Waiting slots (0 unless accepting)."""
-        if not self.accepting:
-            return 0
-        self.waiting = [s for s in self.waiting if s.alive and not s.assigned.done()]
-        return len(self.waiting)
-
-    def give_back_slots(self) -> None:
-        for slot in self.waiting:
-            slot.give_back()
-        self.waiting.clear()
-
-    def close(self, code: grpc.StatusCode, details: str, kind: str) -> None:
-        if not self.closing.done():
-            self.closing.set_result((code, details, kind))
-
-    def status(self) -> runtime_pb2.RuntimeStatus.ValueType:
-        if not self.alive:
-            return runtime_pb2.RUNTIME_STATUS_OFFLINE
-        return runtime_pb2.RUNTIME_STATUS_ONLINE if self.accepting else runtime_pb2.RUNTIME_STATUS_DRAINING
 
 
 def _matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
@@ -144,47 +79,6 @@ class RuntimeRegistry:
         self._slot_added = asyncio.Event()
 
     # -- registration ----------------------------------------------------------------------------------
-    def _check_hello(self, hello: runtime_service_pb2.RuntimeHello, client: RuntimeClient) -> None:
-        """Raises the typed refusal of a `hello` the host does not take."""
-        problems = check_message(hello, enums=False)
-        if problems:
-            where, problem = problems[0]
-            raise InvalidArgumentError(f"{where}: {problem}", field=where)
-        if not RUNTIME_ID_PATTERN.match(hello.runtime_id):
-            raise InvalidArgumentError(
-                "runtime_id: 1-128 letters, digits and _ . : - (starting with a letter or digit)",
-                field="runtime_id",
-            )
-        if not hello.instance_id:
-            raise InvalidArgumentError("instance_id is required", field="instance_id")
-        if not 1 <= hello.slots <= client.max_slots:
-            raise InvalidArgumentError(f"slots must be 1..{client.max_slots}", field="slots")
-        if len(hello.labels) > MAX_LABELS or len(hello.capabilities) > MAX_CAPABILITIES:
-            raise InvalidArgumentError("too many labels or capabilities", field="labels")
-        for key, value in hello.labels.items():
-            if not LABEL_PATTERN.match(key) or not LABEL_PATTERN.match(value):
-                raise InvalidArgumentError(
-                    f"label {key}={value}: letters, digits and _ . / - only", field="labels"
-                )
-        if not hello.runners:
-            raise InvalidArgumentError("a runtime serves at least one runner", field="runners")
-        seen: set[str] = set()
-        for i, manifest in enumerate(hello.runners):
-            try:
-                validate_manifest(manifest)
-            except ManifestError as exc:
-                raise InvalidArgumentError(
-                    f"runners[{i}] ({manifest.id}): {exc}", field=f"runners[{i}]"
-                ) from None
-            if manifest.id in seen:
-                raise InvalidArgumentError(
-                    f"runner {manifest.id!r} is announced twice", field=f"runners[{i}]"
-                )
-            seen.add(manifest.id)
-        self.gate.check_labels(client, hello.labels)
-        for manifest in hello.runners:
-            self.gate.check_runner(client, manifest.id, self.endpoints.owner_of(manifest.id))
-
     async def connect(
         self, hello: runtime_service_pb2.RuntimeHello, client: RuntimeClient, peer: str
     ) -> Connection:
@@ -193,7 +87,7 @@ class RuntimeRegistry:
             from agentrunner.errors import RunnerUnavailableError
 
             raise RunnerUnavailableError("the host is shutting down")
-        self._check_hello(hello, client)
+        check_hello(hello, client, self.gate, self.endpoints)
         old = self.by_runtime.get(hello.runtime_id)
         if old is not None and old.instance_id != hello.instance_id:
             raise AlreadyExistsError(

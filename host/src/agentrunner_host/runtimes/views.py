@@ -13,6 +13,7 @@ from agentrunner_host.ports import utcnow
 from agentrunner_host.runtimes.registry import RuntimeRegistry
 from agentrunner_host.store.models import RuntimeEventRow, RuntimeRow
 from agentrunner_host.store.runtimes import DRAINING, OFFLINE, ONLINE
+from agentrunner_host.views.jsonview import message_dict
 
 _STATUS = {
     ONLINE: runtime_pb2.RUNTIME_STATUS_ONLINE,
@@ -74,3 +75,24 @@ def event_message(row: RuntimeEventRow) -> runtime_pb2.RuntimeEvent:
     if row.duration_ms is not None:
         out.duration.FromMilliseconds(row.duration_ms)
     return out
+
+
+STATUS_WORDS = {
+    runtime_pb2.RUNTIME_STATUS_ONLINE: "online",
+    runtime_pb2.RUNTIME_STATUS_DRAINING: "draining",
+    runtime_pb2.RUNTIME_STATUS_OFFLINE: "offline",
+}
+LOGIN_WORDS = {
+    runtime_pb2.HARNESS_LOGIN_STATUS_LOGGED_IN: "logged in",
+    runtime_pb2.HARNESS_LOGIN_STATUS_LOGGED_OUT: "logged out",
+    runtime_pb2.HARNESS_LOGIN_STATUS_UNKNOWN: "login unknown",
+}
+
+
+def runtime_dict(runtime: runtime_pb2.Runtime) -> dict[str, Any]:
+    """A runtime as JSON-ready data: status and login statuses as words."""
+    data = message_dict(runtime)
+    data["status"] = STATUS_WORDS.get(runtime.status, "unknown")
+    for item, capability in zip(data.get("capabilities", []), runtime.capabilities, strict=True):
+        item["login_status"] = LOGIN_WORDS.get(capability.login_status, "not checked")
+    return data

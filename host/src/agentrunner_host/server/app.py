@@ -37,7 +37,13 @@ from agentrunner_host.proxy.control import ControlHub
 from agentrunner_host.proxy.facts import fact_handlers
 from agentrunner_host.proxy.servicer import SERVICE_NAME as PROXY_SERVICE_NAME
 from agentrunner_host.proxy.servicer import ProxyServicer
-from agentrunner_host.registry.check import Problem, check_against_registry, check_bindings, registry_view
+from agentrunner_host.registry.check import (
+    Problem,
+    check_against_registry,
+    check_bindings,
+    check_runtimes,
+    registry_view,
+)
 from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.run.service import RunService
 from agentrunner_host.runtimes.gate import RuntimeGate
@@ -319,7 +325,8 @@ class HostApp:
         """`config check` at start-up, against what the registry found: each problem as a warning log
         line (runners may come up or be updated later, so none refuses to start)."""
         manifests, endpoints = registry_view(self.registry)
-        problems = check_bindings(self.config) + check_against_registry(self.config, manifests, endpoints)
+        problems = check_bindings(self.config) + check_runtimes(self.config)
+        problems += check_against_registry(self.config, manifests, endpoints)
         for problem in problems:
             log.warning(
                 "config.problem", severity=problem.severity, path=problem.path, problem=problem.message
