@@ -39,10 +39,33 @@ ClaimCall = grpc.aio.StreamStreamCall[
 ]
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _serialize(message: runtime_service_pb2.ClaimRunRequest | result_pb2.RunResult) -> bytes:
+    """A `ClaimRunRequest`, or a bare `RunResult` written as `ClaimRunRequest{response: RunResponse{result}}`:
+    the two length-delimited frames around the result's own bytes (field 2 of the request, field 1 of the
+    response), so a result is not copied into two wrapper messages on its way out."""
+    if isinstance(message, result_pb2.RunResult):
+        result = message.SerializeToString()
+        response = b"\x0a" + _varint(len(result)) + result
+        return b"\x12" + _varint(len(response)) + response
+    return message.SerializeToString()
+
+
 def claim_stub(channel: grpc.aio.Channel) -> Any:
     return channel.stream_stream(
         CLAIM_METHOD,
-        request_serializer=runtime_service_pb2.ClaimRunRequest.SerializeToString,
+        request_serializer=_serialize,
         response_deserializer=runtime_service_pb2.ClaimRunResponse.FromString,
     )
 
