@@ -119,8 +119,11 @@ def start_runtime(
     env: dict[str, str] | None = None,
     prefix: list[str] | None = None,
     wait: bool = True,
+    command: list[str] | None = None,
 ) -> LineProc:
-    args = [
+    """`python -m agentrunner connect ADDRESS TARGET ...` (or `command`, another kit's runtime), waiting for
+    its connected line unless `wait` is false; `prefix` runs it under another command (`ip netns exec`)."""
+    args = command or [
         sys.executable,
         "-m",
         "agentrunner",
