@@ -29,8 +29,8 @@ from agentrunner_host.registry.endpoints import RegisteredRunner
 from agentrunner_host.registry.targets import CallTarget
 
 if TYPE_CHECKING:
-    from agentrunner_host.runtimes.connection import Connection
     from agentrunner_host.runtimes.registry import RuntimeRegistry
+    from agentrunner_host.runtimes.session import Connection
 
 Outcome = tuple[grpc.StatusCode, str] | None
 #: how long an EOF without a terminal result waits to learn whether the connection was lost (its

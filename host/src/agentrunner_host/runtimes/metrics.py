@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import Counter, Gauge
 
 if TYPE_CHECKING:
-    from agentrunner_host.runtimes.connection import Connection
+    from agentrunner_host.runtimes.session import Connection
 
 CONNECTED = Gauge("agentrunner_runtimes_connected", "Runtimes connected to this host")
 SLOTS = Gauge("agentrunner_runtime_slots", "Slots a connected runtime announced", ["runtime"])

@@ -30,9 +30,9 @@ from agentrunner_host.ports import utcnow
 from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.runtimes import metrics
 from agentrunner_host.runtimes.calls import FailedCall, RuntimeCall, RuntimeRunner, Slot
-from agentrunner_host.runtimes.connection import Connection
 from agentrunner_host.runtimes.gate import RuntimeClient, RuntimeGate
 from agentrunner_host.runtimes.hello import check_hello
+from agentrunner_host.runtimes.session import Connection
 from agentrunner_host.store.runtimes import OFFLINE, ConnectedRuntime, RuntimeStore
 
 log = structlog.get_logger("agentrunner_host.runtimes")

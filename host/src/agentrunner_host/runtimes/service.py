@@ -26,9 +26,9 @@ from agentrunner.errors import (
 from agentrunner.v1 import runtime_service_pb2
 from agentrunner_host.runtimes import metrics
 from agentrunner_host.runtimes.calls import Slot
-from agentrunner_host.runtimes.connection import Connection
 from agentrunner_host.runtimes.gate import RuntimeClient, RuntimeGate
 from agentrunner_host.runtimes.registry import RuntimeRegistry
+from agentrunner_host.runtimes.session import Connection
 
 log = structlog.get_logger("agentrunner_host.runtimes.service")
 
