@@ -89,7 +89,7 @@ func (s *Server) Connect(ctx context.Context, address string, opts ConnectOption
 		instance: NewID("inst"), creds: grpc.WithTransportCredentials(creds)}
 	attempt := 0
 	for ctx.Err() == nil {
-		started := time.Now()
+		welcomed := rt.connections.Load()
 		err := rt.session(ctx)
 		var refused *RefusedError
 		if errors.As(err, &refused) {
@@ -98,8 +98,8 @@ func (s *Server) Connect(ctx context.Context, address string, opts ConnectOption
 		if ctx.Err() != nil {
 			break
 		}
-		if time.Since(started) > 10*time.Second {
-			attempt = 0
+		if rt.connections.Load() > welcomed {
+			attempt = 0 // (the host had accepted this session: the first retry comes quickly again)
 		}
 		delay := BackoffDelay(attempt, opts.BackoffInitial, opts.BackoffMax)
 		attempt++
@@ -143,6 +143,7 @@ type runtimeConn struct {
 	creds        grpc.DialOption
 	active       atomic.Int32
 	drained      atomic.Bool
+	connections  atomic.Int32
 }
 
 func (rt *runtimeConn) hello() *pb.ConnectRequest {
@@ -191,6 +192,7 @@ func (rt *runtimeConn) session(ctx context.Context) error {
 		return errors.New("the host answered hello without welcome")
 	}
 	rt.drained.Store(welcome.GetDrained())
+	rt.connections.Add(1)
 	slog.Info("runtime connected", "runtime_id", rt.opts.RuntimeID, "connection", welcome.GetConnectionId())
 	fmt.Printf("%s %s %s\n", ConnectedPrefix, rt.opts.RuntimeID, welcome.GetConnectionId())
 	var sendMu sync.Mutex

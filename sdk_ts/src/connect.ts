@@ -64,6 +64,7 @@ class Runtime {
   readonly instanceId = `inst_${Math.random().toString(16).slice(2)}${Date.now().toString(16)}`;
   drained = false;
   leaving = false;
+  connections = 0;
   readonly hosts: HostTransports;
   readonly headers: Record<string, string>;
   capabilities: Awaited<ReturnType<typeof detectHarnesses>> = [];
@@ -120,6 +121,7 @@ class Runtime {
       if (first.done || first.value.message.case !== "welcome") return;
       const welcome = first.value.message.value;
       this.drained = welcome.drained;
+      this.connections++;
       log("info", "runtime connected", { runtime_id: this.options.runtimeId, connection: welcome.connectionId });
       process.stdout.write(`${CONNECTED_PREFIX} ${this.options.runtimeId} ${welcome.connectionId}\n`);
       const interval = welcome.heartbeatInterval ? Number(welcome.heartbeatInterval.seconds) * 1000 + welcome.heartbeatInterval.nanos / 1e6 : 2000;
@@ -244,7 +246,7 @@ export async function connect(runners: Runner[], address: string, options: Conne
   runtime.capabilities = await detectHarnesses(runtime.options.detect);
   let attempt = 0;
   while (!stop.aborted && !runtime.leaving) {
-    const started = Date.now();
+    const welcomed = runtime.connections;
     try {
       await runtime.session(stop);
     } catch (err) {
@@ -252,7 +254,7 @@ export async function connect(runners: Runner[], address: string, options: Conne
       log("warn", "runtime connection failed", { error: err instanceof Error ? err.message : String(err) });
     }
     if (stop.aborted || runtime.leaving) break;
-    if (Date.now() - started > 10_000) attempt = 0;
+    if (runtime.connections > welcomed) attempt = 0; // (the host had accepted this session: retry quickly again)
     const delay = backoffDelayMs(attempt++, runtime.options.backoffInitialMs, runtime.options.backoffMaxMs);
     log("info", "runtime reconnecting", { in_ms: Math.round(delay) });
     await sleep(delay, stop);

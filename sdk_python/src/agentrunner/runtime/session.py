@@ -23,7 +23,6 @@ import random
 import secrets
 import socket
 import sys
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -133,7 +132,7 @@ class Runtime:
             self.capabilities = await detect_harnesses(self.options.detect)
         attempt = 0
         while not self._stop.is_set():
-            started = time.monotonic()
+            welcomed = self.connections
             try:
                 await self._session(announce)
             except grpc.aio.AioRpcError as exc:
@@ -143,10 +142,12 @@ class Runtime:
                 log.warning(
                     "runtime.connect_failed", code=exc.code().name, reason=error.reason, message=error.message
                 )
+            except (grpc.aio.UsageError, asyncio.InvalidStateError, OSError) as exc:  # ended under a write
+                log.warning("runtime.session_failed", error=repr(exc))
             if self._stop.is_set():
                 return
-            if time.monotonic() - started > 10:
-                attempt = 0  # (a session that lasted: start the backoff over)
+            if self.connections > welcomed:
+                attempt = 0  # (the host had accepted this session: the first retry comes quickly again)
             delay = backoff_delay(attempt, self.options.backoff_initial, self.options.backoff_max)
             attempt += 1
             log.info("runtime.reconnecting", in_s=round(delay, 3))

@@ -128,6 +128,9 @@ class SlotRunner:
                     return
                 await asyncio.sleep(REOPEN_PAUSE * 4)
                 continue
+            except (grpc.aio.UsageError, asyncio.InvalidStateError):  # the stream ended under the write
+                await asyncio.sleep(REOPEN_PAUSE * 4)
+                continue
             except asyncio.CancelledError:
                 call.cancel()
                 raise
