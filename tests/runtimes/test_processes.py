@@ -62,6 +62,11 @@ async def runtime_of(stub: Any, run_id: str) -> str:
     return (await stub.GetRun(host_service_pb2.GetRunRequest(run_id=run_id), timeout=5)).run.runtime_id
 
 
+async def runtime_runs(stub: Any, runtime_id: str) -> list[str]:
+    detail = await stub.GetRuntime(host_service_pb2.GetRuntimeRequest(runtime_id=runtime_id), timeout=5)
+    return [r.run_id for r in detail.runs]
+
+
 async def drain(call: Any) -> list[host_service_pb2.HostServiceRunResponse]:
     out = []
     while (update := await call.read()) is not grpc.aio.EOF:
@@ -106,6 +111,21 @@ async def test_two_runtimes_share_load_and_a_killed_one_fails_only_its_runs_then
             updates = [u async for u in stub.Run(request("hi again", "c9"), timeout=30)]
             assert terminal(updates).run_completed.message.content == "echo: hi again"
             assert await runtime_of(stub, updates[0].accepted.run_id) == "rt-a"
+            # the killed run was never sent again: rt-a's record holds it once (failed) and the new run
+            on_b_runs = await runtime_runs(stub, "rt-b")
+            killed_run = next(r for r in run_ids if r not in on_b_runs)
+            expected = sorted([killed_run, updates[0].accepted.run_id])
+            for _ in range(50):  # (claims are written in batches every 0.2 s)
+                detail = await stub.GetRuntime(
+                    host_service_pb2.GetRuntimeRequest(runtime_id="rt-a"), timeout=5
+                )
+                claimed = sorted(e.run_id for e in detail.events if e.kind == "run_claimed")
+                if len(claimed) >= len(expected):
+                    break
+                await asyncio.sleep(0.1)
+            assert claimed == expected
+            got = await stub.GetRun(host_service_pb2.GetRunRequest(run_id=killed_run), timeout=5)
+            assert got.run.status == common_pb2.RUN_STATUS_FAILED
     finally:
         for proc in (a, b, host):
             proc.stop()

@@ -14,7 +14,17 @@ import pytest
 import pytest_asyncio
 
 from agentrunner.v1 import common_pb2, host_service_pb2, runtime_pb2
-from tests.runtimes.support import KEY_B, Host, LocalRuntime, connected, failure, finished, rest_of, until
+from tests.runtimes.support import (
+    KEY_B,
+    Host,
+    LocalRuntime,
+    connected,
+    failure,
+    finished,
+    host_config,
+    rest_of,
+    until,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 
@@ -231,3 +241,33 @@ async def test_a_second_process_with_the_same_runtime_id_is_refused_until_the_fi
     detail = await host.stub.GetRuntime(host_service_pb2.GetRuntimeRequest(runtime_id="dup"), timeout=5)
     refused = [e for e in detail.events if e.kind == "refused"]
     assert refused and refused[0].reason.startswith("ALREADY_EXISTS")
+
+
+async def test_two_host_replicas_share_the_registry_drain_and_the_runtime_id(
+    tmp_path: pathlib.Path, template: pathlib.Path, runtimes: list[LocalRuntime]
+) -> None:
+    """Replica B drains a runtime connected to replica A (A applies it from the database) and refuses the
+    same runtime id from another process while A holds it."""
+    # a generous offline threshold: under load, the other replica's batched heartbeats must still count
+    timing = host_config(tmp_path)["runtimes"] | {"offline_after_seconds": 3.0}
+    (tmp_path / "a").mkdir()
+    a = await Host.start(tmp_path / "a", template, instance_id="replica-a", runtimes=timing)
+    shared = {"url": f"sqlite+aiosqlite:///{tmp_path / 'a' / 'host.db'}", "artifact_dir": str(tmp_path / "art")}
+    (tmp_path / "b").mkdir()
+    b = await Host.start(tmp_path / "b", None, instance_id="replica-b", database=shared, runtimes=timing)
+    try:
+        runtimes.append(LocalRuntime(a.address, "shared"))
+        await connected(a, "shared")
+        await b.stub.DrainRuntime(host_service_pb2.DrainRuntimeRequest(runtime_id="shared"), timeout=5)
+        await until(lambda: a.runtimes.by_runtime["shared"].drained, limit=5, what="replica A applies B's drain")
+        failed = failure(await a.run("hi"))
+        assert failed.code == "runner.unavailable" and "draining" in failed.message
+        twin = LocalRuntime(b.address, "shared", backoff_initial=0.05, backoff_max=0.2)
+        runtimes.append(twin)
+        await asyncio.sleep(1.0)
+        assert twin.runtime.connections == 0 and "shared" not in b.runtimes.by_runtime
+        refused = [e for e in await b.runtimes.store.events("shared") if e.kind == "refused"]
+        assert refused and "connected to host 'replica-a'" in refused[0].reason
+    finally:
+        await b.stop()
+        await a.stop()

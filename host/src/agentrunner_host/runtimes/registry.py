@@ -139,8 +139,9 @@ class RuntimeRegistry:
         row = await self.store.get(hello.runtime_id)
         if row is None or row.status == OFFLINE or row.host_instance_id == self.instance_id:
             return
+        # (the other replica writes heartbeats in batches: a row is live until twice the offline threshold)
         fresh = row.heartbeat_at is not None and (utcnow() - row.heartbeat_at).total_seconds() < (
-            self.config.offline_after_seconds
+            2 * self.config.offline_after_seconds
         )
         if fresh and row.instance_id != hello.instance_id:
             raise AlreadyExistsError(

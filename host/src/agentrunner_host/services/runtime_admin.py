@@ -25,6 +25,7 @@ from agentrunner_host.run.service import RunService
 from agentrunner_host.runtimes.registry import RuntimeRegistry
 from agentrunner_host.runtimes.views import event_message, runtime_message
 from agentrunner_host.store.ledger_rows import run_to_proto
+from agentrunner_host.wire.boundary import admit
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -61,6 +62,7 @@ class RuntimeAdmin:
     ) -> host_service_pb2.ListRuntimesResponse:
         try:
             await self._admit(context, "ListRuntimes", "list_runtimes")
+            request = admit(request)
             registry = self._registry()
             rows = await registry.store.list_runtimes(include_offline=request.include_offline)
         except AgentRunnerError as err:
@@ -78,6 +80,7 @@ class RuntimeAdmin:
     ) -> host_service_pb2.GetRuntimeResponse:
         try:
             await self._admit(context, "GetRuntime", "list_runtimes")
+            request = admit(request)
             registry = self._registry()
             if not request.runtime_id:
                 raise InvalidArgumentError("runtime_id is required", field="runtime_id")
@@ -110,6 +113,7 @@ class RuntimeAdmin:
     ) -> host_service_pb2.DrainRuntimeResponse:
         try:
             await self._admit(context, "DrainRuntime", "drain_runtime")
+            request = admit(request)
             registry = self._registry()
             if not request.runtime_id:
                 raise InvalidArgumentError("runtime_id is required", field="runtime_id")
