@@ -36,12 +36,13 @@ gen-check: gen ## Fail when the committed generated code (any language) is stale
 $(TS_DEPS): sdk_ts/package-lock.json
 	cd sdk_ts && npm ci --no-audit --no-fund --loglevel=error
 
-lint: sync ## buf lint + buf format check + ruff + mypy (strict, Python sources) + gofmt
+lint: sync ## buf lint + buf format check + ruff (with a complexity ceiling) + mypy (strict) + import layers + gofmt
 	$(RUN) buf lint
 	$(RUN) buf format -d --exit-code
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
+	$(RUN) lint-imports
 	@test -z "$$(gofmt -l sdk_go)" || (gofmt -l sdk_go; echo "Go code is not gofmt-formatted: run 'gofmt -w sdk_go'" >&2; exit 1)
 
 format: sync ## Rewrite protos and Python in place
@@ -80,11 +81,11 @@ demo: sync ## The main job: host on SQLite + reference runner, a scripted conver
 demo-services: sync ## One turn through each external-service runner (Dify, n8n, ...) against local mocks
 	$(RUN) python -m agentrunner_host.demos.services
 
-demo-claude: sync ## The claude-code runner through the host (the real `claude` if installed, else the bundled fake)
-	$(RUN) python -m agentrunner_host.demos.harness claude
+demo-claude: sync ## The claude-code runner through the host (the real `claude` against a local API mock if installed, else the bundled fake)
+	PATH="$(CURDIR)/.tools/real/claude/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness claude
 
-demo-codex: sync ## The codex runner through the host (the real `codex` if installed, else the bundled fake)
-	$(RUN) python -m agentrunner_host.demos.harness codex
+demo-codex: sync ## The codex runner through the host (the real `codex` against a local model-API mock if installed, else the bundled fake)
+	PATH="$(CURDIR)/.tools/real/codex/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness codex
 
 bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
 	$(RUN) python bench/run_all.py

@@ -36,7 +36,7 @@ from agentrunner_host.proxy.facts import fact_handlers  # noqa: E402
 from agentrunner_host.store.db import Database  # noqa: E402
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings  # noqa: E402
 from agentrunner_host.store.migrate import upgrade  # noqa: E402
-from agentrunner_host.store.models import ConversationRow, TranscriptRow  # noqa: E402
+from agentrunner_host.store.schema import ConversationRow, TranscriptRow  # noqa: E402
 
 ITEMS = 10_000
 PAGE = 50

@@ -1,4 +1,5 @@
-"""Shared fixtures: a throwaway PostgreSQL cluster for every suite that needs one.
+"""Shared fixtures: a throwaway PostgreSQL cluster for every suite that needs one; the real Langflow
+server of `tests/real/test_langflow_real.py` started as the session begins (see `pytest_configure`).
 
 When `initdb`/`pg_ctl` exist (PATH or Debian's /usr/lib/postgresql/*/bin), one cluster per test
 process starts in a temp dir on a free loopback port (as the `postgres` user when running as root).
@@ -22,6 +23,29 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+_EARLY_LANGFLOW = pytest.StashKey["object"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controlling process only (not in xdist workers): start the real Langflow now when its
+    suite will run, so its 1–3 minute start overlaps the other suites instead of delaying its own."""
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return
+    from tests.real.langflow_server import start_early
+
+    server = start_early(config.args, config.invocation_params.dir)
+    if server is not None:
+        config.stash[_EARLY_LANGFLOW] = server
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server = config.stash.get(_EARLY_LANGFLOW, None)
+    if server is not None:
+        from tests.real.langflow_server import LangflowServer, stop_early
+
+        assert isinstance(server, LangflowServer)
+        stop_early(server)
 
 
 def _find_pg_bin() -> Path | None:

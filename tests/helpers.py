@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import EventLogRow
+from agentrunner_host.store.schema import EventLogRow
 
 
 async def audit_outcomes(db: Database, run_id: str, method: str) -> list[str]:

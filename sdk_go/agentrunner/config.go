@@ -3,6 +3,7 @@ package agentrunner
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -57,6 +58,14 @@ func ValidateConfig(schema []*pb.ConfigField, config *structpb.Struct) (map[stri
 	return values, nil
 }
 
+// shown is a value as an error may quote it: a secret's value never.
+func shown(field *pb.ConfigField, s string) string {
+	if field.GetType() == pb.ConfigFieldType_CONFIG_FIELD_TYPE_SECRET {
+		return "the value"
+	}
+	return fmt.Sprintf("%q", s)
+}
+
 func isStringList(v any) bool {
 	list, ok := v.([]any)
 	if !ok {
@@ -89,6 +98,15 @@ func checkField(field *pb.ConfigField, value any) (any, error) {
 			}
 			if !slices.Contains(names, s) {
 				return nil, bad("%q is not one of %v", s, names)
+			}
+		}
+		if pattern := field.GetPattern(); pattern != "" {
+			re, err := regexp.Compile(pattern)
+			if err != nil {
+				return nil, bad("the manifest's pattern %q is not a regular expression: %v", pattern, err)
+			}
+			if !re.MatchString(s) {
+				return nil, bad("%s does not match the pattern %s", shown(field, s), pattern)
 			}
 		}
 		return s, nil

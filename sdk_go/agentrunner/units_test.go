@@ -17,6 +17,7 @@ func TestValidateConfig(t *testing.T) {
 		{Name: "n", Type: pb.ConfigFieldType_CONFIG_FIELD_TYPE_INTEGER, DefaultValue: structpb.NewNumberValue(3)},
 		{Name: "mode", Type: pb.ConfigFieldType_CONFIG_FIELD_TYPE_SELECT, Options: []*pb.ConfigOption{{Name: "a"}, {Name: "b"}}},
 		{Name: "key", Type: pb.ConfigFieldType_CONFIG_FIELD_TYPE_SECRET, Required: true},
+		{Name: "id", Type: pb.ConfigFieldType_CONFIG_FIELD_TYPE_STRING, Pattern: "^[A-Za-z0-9_.-]+$"},
 	}
 	cases := []struct {
 		config map[string]any
@@ -27,6 +28,8 @@ func TestValidateConfig(t *testing.T) {
 		{map[string]any{"key": "k", "mode": "c"}, "mode"},
 		{map[string]any{}, "key"},
 		{map[string]any{"key": true}, "key"},
+		{map[string]any{"key": "k", "id": "flow-1.v2"}, ""},
+		{map[string]any{"key": "k", "id": "a/b"}, "id"}, // the manifest's pattern, as Python and TS apply it
 	}
 	for _, c := range cases {
 		s, _ := structpb.NewStruct(c.config)

@@ -1159,7 +1159,12 @@ type ConfigField struct {
 	// Choices for `SELECT`.
 	Options []*ConfigOption `protobuf:"bytes,7,rep,name=options,proto3" json:"options,omitempty"`
 	// Show the field only when another field has a value.
-	ShowIf        *ShowIf `protobuf:"bytes,8,opt,name=show_if,json=showIf,proto3" json:"show_if,omitempty"`
+	ShowIf *ShowIf `protobuf:"bytes,8,opt,name=show_if,json=showIf,proto3" json:"show_if,omitempty"`
+	// For string-valued fields: a regular expression the value must contain a match of (anchor it with
+	// `^…$` to match the whole value), in the syntax common to RE2, Python and ECMAScript, for example
+	// `^[A-Za-z0-9_.-]+$`. Empty: any value. The runner checks it before a run and a host's config
+	// check applies the same rule, so both refuse the same values.
+	Pattern       string `protobuf:"bytes,9,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1248,6 +1253,13 @@ func (x *ConfigField) GetShowIf() *ShowIf {
 		return x.ShowIf
 	}
 	return nil
+}
+
+func (x *ConfigField) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
 }
 
 // A choice of a `SELECT` field.
@@ -1420,7 +1432,7 @@ const file_agentrunner_v1_manifest_proto_rawDesc = "" +
 	"\x17supports_history_search\x18\x02 \x01(\bR\x15supportsHistorySearch\x124\n" +
 	"\x16supports_artifact_pull\x18\x03 \x01(\bR\x14supportsArtifactPull\x12'\n" +
 	"\x0fowns_compaction\x18\x04 \x01(\bR\x0eownsCompaction\x129\n" +
-	"\x19wants_static_context_refs\x18\x05 \x01(\bR\x16wantsStaticContextRefs\"\x84\x03\n" +
+	"\x19wants_static_context_refs\x18\x05 \x01(\bR\x16wantsStaticContextRefs\"\x9e\x03\n" +
 	"\vConfigField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x1f.agentrunner.v1.ConfigFieldTypeR\x04type\x12.\n" +
@@ -1429,7 +1441,8 @@ const file_agentrunner_v1_manifest_proto_rawDesc = "" +
 	"\brequired\x18\x05 \x01(\bR\brequired\x12;\n" +
 	"\rdefault_value\x18\x06 \x01(\v2\x16.google.protobuf.ValueR\fdefaultValue\x126\n" +
 	"\aoptions\x18\a \x03(\v2\x1c.agentrunner.v1.ConfigOptionR\aoptions\x12/\n" +
-	"\ashow_if\x18\b \x01(\v2\x16.agentrunner.v1.ShowIfR\x06showIf\"R\n" +
+	"\ashow_if\x18\b \x01(\v2\x16.agentrunner.v1.ShowIfR\x06showIf\x12\x18\n" +
+	"\apattern\x18\t \x01(\tR\apattern\"R\n" +
 	"\fConfigOption\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x05label\x18\x02 \x01(\v2\x18.agentrunner.v1.I18nTextR\x05label\"h\n" +

@@ -24,6 +24,9 @@ function check(field: ConfigField, value: JsonValue): JsonValue {
     if (typeof value !== "string") throw bad(`expected a string, got ${kind(value)}`);
     const options = field.options.map((o) => o.name);
     if (t === T.SELECT && options.length && !options.includes(value)) throw bad(`'${value}' is not one of ${options.join(", ")}`);
+    if (field.pattern && !new RegExp(field.pattern, "u").test(value)) {
+      throw bad(`${t === T.SECRET ? "the value" : `'${value}'`} does not match the pattern ${field.pattern}`);
+    }
   } else if (t === T.INTEGER) {
     if (typeof value !== "number" || !Number.isInteger(value)) throw bad(`expected an integer, got ${JSON.stringify(value)}`);
   } else if (t === T.NUMBER) {

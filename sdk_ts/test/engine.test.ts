@@ -110,6 +110,10 @@ test("config is validated against the schema before run()", async () => {
   assert.equal(failure(got)?.code, "runner.config_invalid");
   assert.equal(failure(got)?.details?.field, "prefix");
   assert.throws(() => validateConfig(manifest.configSchema.map((f) => create(v1.ConfigFieldSchema, { ...f, required: true, defaultValue: undefined })), {}), /is required/);
+  // a field's pattern: the same rule as the Python and Go kits and the host's config check
+  const id = create(v1.ConfigFieldSchema, { name: "id", type: v1.ConfigFieldType.STRING, pattern: "^[A-Za-z0-9_.-]+$" });
+  assert.deepEqual(validateConfig([id], { id: "flow-1.v2" }), { id: "flow-1.v2" });
+  assert.throws(() => validateConfig([id], { id: "a/b" }), /'a\/b' does not match the pattern/);
 });
 
 test("host calls carry token, run id, traceparent and a bounded deadline; errors decode ErrorInfo and RetryInfo", async () => {

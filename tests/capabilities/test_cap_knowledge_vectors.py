@@ -17,10 +17,10 @@ from google.protobuf import json_format
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from agentrunner.v1 import proxy_service_pb2 as pb
-from agentrunner_host.capabilities import kb_ingest, kb_vectors
+from agentrunner_host.capabilities import kb_ingest
 from agentrunner_host.capabilities.knowledge import KnowledgeBaseConfig, KnowledgeService, fuse
+from agentrunner_host.store import kb_vectors, sqlite_vec
 from agentrunner_host.store import migrate as store_db
-from agentrunner_host.store import sqlite_vec
 from tests.capabilities.conftest import CORPUS, make_proxy, make_snapshot
 from tests.capabilities.test_cap_knowledge import KB_GRANT, assert_ranking
 from tests.mocks.openai_server import hashed_embedding

@@ -57,3 +57,47 @@ def test_every_class_member_the_doc_names_is_defined_in_that_class_module() -> N
         elif not any(_defines(text, member) or f"self.{member} =" in text for text in modules):
             problems.append(f"{cls}.{member}: not defined")
     assert not problems, problems
+
+
+def _map_layers(title: str) -> list[str]:
+    """The layer lines of one section (`host: agentrunner_host`) of the map in docs/architecture.md."""
+    block = DOC.split("## The map of the house", 1)[1].split("```", 2)[1]
+    layers: list[str] = []
+    inside = False
+    for line in block.splitlines():
+        if not line.startswith(" "):
+            inside = line.startswith(f"{title}:")
+            continue
+        if inside:
+            layers.append(re.split(r"\s{2,}", line.strip())[0])
+    return layers
+
+
+def _contract_layers(contract_id: str) -> list[str]:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == contract_id]
+    return list(contract["layers"])
+
+
+def test_the_map_of_the_house_is_the_import_contract_lint_enforces() -> None:
+    assert _map_layers("host") == _contract_layers("host-layers")
+    assert _map_layers("sdk") == _contract_layers("sdk-layers")
+
+
+def _packages(root: pathlib.Path) -> set[str]:
+    return {
+        p.stem if p.is_file() else p.name
+        for p in root.iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())
+    }
+
+
+def test_every_package_of_the_host_and_sdk_is_on_the_map() -> None:
+    for title, root, skip in (
+        ("host", HOST, {"__init__"}),
+        ("sdk", ROOT / "sdk_python" / "src" / "agentrunner", {"v1"}),
+    ):
+        on_map = {name.strip() for layer in _map_layers(title) for name in layer.split("|")}
+        assert _packages(root) - skip == on_map, title

@@ -67,7 +67,7 @@ async def test_happy_path_streams_accepted_results_and_finished(host: Host) -> N
     assert await host.app.stores.sessions.lookup("x") is None
     from sqlalchemy import select
 
-    from agentrunner_host.store.models import RunSessionRow
+    from agentrunner_host.store.schema import RunSessionRow
 
     async with host.app.db.read() as s:
         revoked = await s.scalar(select(RunSessionRow.revoked).where(RunSessionRow.run_id == accepted.run_id))

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import common_pb2, host_service_pb2
-from agentrunner_host.store.models import EventLogRow
+from agentrunner_host.store.schema import EventLogRow
 from tests.helpers import audit_outcomes
 from tests.parity.support import Host, completed_text, run_request
 

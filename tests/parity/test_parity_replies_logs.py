@@ -128,7 +128,7 @@ async def test_run_logs_are_in_the_ledger_in_order_and_not_in_the_transcript(hos
 async def test_call_tool_adds_started_and_completed_with_the_audited_call_id(host: Host) -> None:
     from sqlalchemy import select
 
-    from agentrunner_host.store.models import EventLogRow
+    from agentrunner_host.store.schema import EventLogRow
 
     updates = await host.run("tool", conversation_id="c-tool")
     run_id = updates[0].accepted.run_id

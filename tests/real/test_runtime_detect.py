@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrunner.runtime.detect import detect_harnesses
+from agentrunner.detect import detect_harnesses
 from agentrunner.v1 import runtime_pb2
 from tests.real.tools import pinned_versions, real_tool
 

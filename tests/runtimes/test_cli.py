@@ -36,14 +36,11 @@ def cli_json(*args: str) -> dict:
 def test_new_key_list_show_drain_runs_show_and_metrics(tmp_path: Path) -> None:
     made = host_cli("auth", "new-key", "--runtime", "laptops")
     assert made.returncode == 0
-    key = re.search(r"runtime key \(shown once, store it as a secret\): (\S+)", made.stdout).group(1)
-    block = made.stdout.split("config (runtimes.clients):", 1)[1].split("on the runtime's machine:", 1)[0]
-    (client,) = yaml.safe_load(block)
-    assert (
-        client["id"] == "laptops"
-        and key
-        not in made.stdout.split("config (runtimes.clients):", 1)[1].split("AGENTRUNNER_RUNTIME_KEY=")[0]
-    )  # only the hash goes into the config
+    key = re.search(r"API key \(shown once, store it as a secret\): (\S+)", made.stderr).group(1)
+    assert key.startswith("arr_") and key not in made.stdout  # stdout goes in the config: only the hash
+    (client,) = yaml.safe_load(made.stdout)
+    assert client["id"] == "laptops" and client["runner_ids"] == "*"
+    assert "AGENTRUNNER_RUNTIME_KEY=" in made.stderr
     metrics_port = free_port()
     config = write_config(
         tmp_path / "host.yaml",

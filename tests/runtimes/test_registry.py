@@ -252,14 +252,19 @@ async def test_two_host_replicas_share_the_registry_drain_and_the_runtime_id(
     timing = host_config(tmp_path)["runtimes"] | {"offline_after_seconds": 3.0}
     (tmp_path / "a").mkdir()
     a = await Host.start(tmp_path / "a", template, instance_id="replica-a", runtimes=timing)
-    shared = {"url": f"sqlite+aiosqlite:///{tmp_path / 'a' / 'host.db'}", "artifact_dir": str(tmp_path / "art")}
+    shared = {
+        "url": f"sqlite+aiosqlite:///{tmp_path / 'a' / 'host.db'}",
+        "artifact_dir": str(tmp_path / "art"),
+    }
     (tmp_path / "b").mkdir()
     b = await Host.start(tmp_path / "b", None, instance_id="replica-b", database=shared, runtimes=timing)
     try:
         runtimes.append(LocalRuntime(a.address, "shared"))
         await connected(a, "shared")
         await b.stub.DrainRuntime(host_service_pb2.DrainRuntimeRequest(runtime_id="shared"), timeout=5)
-        await until(lambda: a.runtimes.by_runtime["shared"].drained, limit=5, what="replica A applies B's drain")
+        await until(
+            lambda: a.runtimes.by_runtime["shared"].drained, limit=5, what="replica A applies B's drain"
+        )
         failed = failure(await a.run("hi"))
         assert failed.code == "runner.unavailable" and "draining" in failed.message
         twin = LocalRuntime(b.address, "shared", backoff_initial=0.05, backoff_max=0.2)

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from agentrunner_host.ports import AuthorizationSnapshot
+from agentrunner_host.ports import AuthorizationSnapshot, RunRecord
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
+from agentrunner_host.store.ledger import insert_run_sync, run_values
 from agentrunner_host.store.migrate import upgrade
 from tests.conftest import PostgresServer
 
@@ -82,3 +83,10 @@ def make_snapshot(**overrides: object) -> AuthorizationSnapshot:
     }
     base.update(overrides)
     return AuthorizationSnapshot(**base)  # type: ignore[arg-type]
+
+
+async def add_run(stores: FactStores, record: RunRecord) -> bool:
+    """A run row alone, written as the run start writes it (`ledger.insert_run_sync`, the one writer of
+    run rows; the start also records the event, which these tests do not want); False for a duplicate."""
+    values = run_values(record, stores.settings.owner)
+    return await stores.db.run_write(lambda conn: insert_run_sync(conn, values))

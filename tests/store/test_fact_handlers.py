@@ -22,7 +22,7 @@ from agentrunner_host.ports import AuthorizationSnapshot, RunRecord, RunSession,
 from agentrunner_host.proxy.api import ProxyCall
 from agentrunner_host.proxy.facts import fact_handlers
 from agentrunner_host.store.fact_stores import FactStores
-from tests.store.conftest import make_snapshot
+from tests.store.conftest import add_run, make_snapshot
 from tests.store.test_transcript_events import envelope
 
 pytestmark = pytest.mark.asyncio
@@ -43,7 +43,8 @@ async def world(stores: FactStores) -> tuple[FactStores, dict[str, Any]]:
         ("run_0", "evt_0", "c1"),
         ("run_x", "evt_x", "c2"),
     ):
-        await stores.ledger.create_run(
+        await add_run(
+            stores,
             RunRecord(
                 run_id=run_id,
                 event_id=event_id,
@@ -51,20 +52,22 @@ async def world(stores: FactStores) -> tuple[FactStores, dict[str, Any]]:
                 binding_id="bind_1",
                 runner_id="plugin:acme/agent/default",
                 conversation_id=conv,
-            )
+            ),
         )
     for i in range(6):
         await stores.record_event(
             envelope(f"m{i}", f"question {i} about kittens" if i == 2 else f"question {i}")
         )
-        await stores.record_result(
+        await stores.record_results(
             make_snapshot(run_id="run_0"),
-            result_pb2.RunResult(
-                sequence=i + 1,
-                message_completed=result_pb2.MessageCompleted(
-                    message=common_pb2.AssistantMessage(content=f"answer {i}")
-                ),
-            ),
+            [
+                result_pb2.RunResult(
+                    sequence=i + 1,
+                    message_completed=result_pb2.MessageCompleted(
+                        message=common_pb2.AssistantMessage(content=f"answer {i}")
+                    ),
+                )
+            ],
         )
     await stores.record_event(envelope("other", "secret elsewhere", conversation="c2"))
     cancelled: list[tuple[str, str]] = []

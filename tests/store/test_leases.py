@@ -12,7 +12,7 @@ from sqlalchemy import update
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.leases import InstanceLease, InstanceLeaseError
 from agentrunner_host.store.migrate import upgrade
-from agentrunner_host.store.models import HostLeaseRow
+from agentrunner_host.store.schema import HostLeaseRow
 
 pytestmark = pytest.mark.asyncio
 

@@ -8,16 +8,22 @@ import datetime as dt
 import pytest
 
 from agentrunner.errors import AlreadyExistsError
-from agentrunner.v1 import common_pb2, result_pb2
+from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
 from agentrunner_host.ports import RunRecord, RunSession, hash_token, utcnow
+from agentrunner_host.run import outcomes
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
-from tests.store.conftest import make_snapshot
+from tests.store.conftest import add_run, make_snapshot
 
 pytestmark = pytest.mark.asyncio
 
 
-def _record(run_id: str, event_id: str, conversation: str = "c1") -> RunRecord:
+def _record(
+    run_id: str,
+    event_id: str,
+    conversation: str = "c1",
+    status: common_pb2.RunStatus.ValueType = common_pb2.RUN_STATUS_CREATED,
+) -> RunRecord:
     return RunRecord(
         run_id=run_id,
         event_id=event_id,
@@ -26,7 +32,24 @@ def _record(run_id: str, event_id: str, conversation: str = "c1") -> RunRecord:
         runner_id="plugin:acme/agent/default",
         conversation_id=conversation,
         deadline_at=utcnow() + dt.timedelta(minutes=5),
+        status=status,
+        started_at=utcnow() if status == common_pb2.RUN_STATUS_RUNNING else None,
     )
+
+
+def _event(event_id: str, conversation: str = "c1") -> host_service_pb2.EventEnvelope:
+    return host_service_pb2.EventEnvelope(
+        event_id=event_id,
+        event_type="message.received",
+        conversation=context_pb2.ConversationContext(conversation_id=conversation),
+        input=host_service_pb2.EventInput(text="hi"),
+    )
+
+
+async def _interrupt(stores: FactStores) -> int:
+    """Crash recovery as the host's start runs it (`server/app.py`): the failure table's `host.restarted`."""
+    ending = outcomes.failed("", "host.restarted")
+    return await stores.mark_interrupted(ending, outcomes.status_of(ending)[0])
 
 
 def _delta(seq: int, text: str = "x") -> result_pb2.RunResult:
@@ -34,9 +57,10 @@ def _delta(seq: int, text: str = "x") -> result_pb2.RunResult:
 
 
 async def test_duplicate_event_attaches_to_the_existing_run_even_when_racing(stores: FactStores) -> None:
-    created = await asyncio.gather(
-        *(stores.ledger.create_run(_record(f"run_{i}", "evt_same")) for i in range(12))
+    started = await asyncio.gather(
+        *(stores.start_run(_record(f"run_{i}", "evt_same"), _event("evt_same")) for i in range(12))
     )
+    created = [s.record for s in started]
     assert len({r.run_id for r in created}) == 1
     winner = created[0].run_id
     stored = await stores.ledger.get_run(winner)
@@ -50,13 +74,13 @@ async def test_delta_batches_read_back_one_result_at_a_time_from_any_point(store
     order, from any sequence (also one inside a packed row), and a result appended with a sequence a
     packed row already holds is refused."""
     ledger = stores.ledger
-    await ledger.create_run(_record("run_p", "evt_p"))
+    await add_run(stores, _record("run_p", "evt_p"))
     await stores.record_deltas([("run_p", [_delta(s, f"d{s}") for s in range(1, 5)])])
     await stores.record_deltas([("run_p", [_delta(5, "d5")])])  # a lone delta: a plain row
     done = result_pb2.RunResult(sequence=6)
     done.run_completed.finish_reason = "stop"
+    await stores.record_results(make_snapshot(run_id="run_p"), [done])
     await stores.record_deltas([("run_p", [_delta(7, "d7"), _delta(8, "d8")])])
-    await ledger.append_result("run_p", done)
 
     everything = await ledger.list_results("run_p")
     assert [r.sequence for r in everything] == [1, 2, 3, 4, 5, 6, 7, 8]
@@ -68,19 +92,18 @@ async def test_delta_batches_read_back_one_result_at_a_time_from_any_point(store
     assert [r.sequence for r in await ledger.list_results("run_p", after_sequence=6, limit=5)] == [7, 8]
     for held in (2, 4, 8):
         with pytest.raises(AlreadyExistsError):
-            await ledger.append_result("run_p", _delta(held, "again"))
+            await stores.record_deltas([("run_p", [_delta(held, "again")])])
     run = await ledger.get_run("run_p")
     assert run is not None and run.last_sequence == 8
 
 
 async def test_results_are_unique_and_ordered_and_finish_is_set_once(stores: FactStores) -> None:
     ledger = stores.ledger
-    await ledger.create_run(_record("run_1", "evt_1"))
-    await ledger.mark_running("run_1", utcnow())
-    for seq in (1, 3, 2):
-        await ledger.append_result("run_1", _delta(seq, f"t{seq}"))
+    await add_run(stores, _record("run_1", "evt_1", status=common_pb2.RUN_STATUS_RUNNING))
+    await stores.record_deltas([("run_1", [_delta(1, "t1")])])
+    await stores.record_deltas([("run_1", [_delta(3, "t3"), _delta(2, "t2")])])  # stored out of order
     with pytest.raises(AlreadyExistsError):
-        await ledger.append_result("run_1", _delta(2, "again"))
+        await stores.record_deltas([("run_1", [_delta(2, "again")])])
     results = await ledger.list_results("run_1")
     assert [r.sequence for r in results] == [1, 2, 3]
     assert results[1].message_delta.text == "t2"
@@ -106,8 +129,8 @@ async def test_results_are_unique_and_ordered_and_finish_is_set_once(stores: Fac
 
 async def test_list_runs_pages_newest_first_with_opaque_cursor(stores: FactStores) -> None:
     for i in range(5):
-        await stores.ledger.create_run(_record(f"run_{i}", f"evt_{i}"))
-    await stores.ledger.create_run(_record("run_other", "evt_other", conversation="c2"))
+        await add_run(stores, _record(f"run_{i}", f"evt_{i}"))
+    await add_run(stores, _record("run_other", "evt_other", conversation="c2"))
     await stores.ledger.finish_run("run_1", common_pb2.RUN_STATUS_FAILED, "boom")
     page, cursor = await stores.ledger.list_runs("c1", limit=3)
     assert [r.run_id for r in page] == ["run_4", "run_3", "run_2"] and cursor
@@ -123,10 +146,9 @@ async def test_crash_recovery_marks_open_runs_interrupted_and_revokes_their_toke
     db = Database(db_url)
     try:
         first = await FactStores.open(db, settings)
-        await first.ledger.create_run(_record("run_open", "evt_a"))
-        await first.ledger.create_run(_record("run_running", "evt_b"))
-        await first.ledger.mark_running("run_running", utcnow())
-        await first.ledger.create_run(_record("run_done", "evt_c"))
+        await add_run(first, _record("run_open", "evt_a"))
+        await add_run(first, _record("run_running", "evt_b", status=common_pb2.RUN_STATUS_RUNNING))
+        await add_run(first, _record("run_done", "evt_c"))
         await first.ledger.finish_run("run_done", common_pb2.RUN_STATUS_COMPLETED, "stop")
         await first.sessions.register(
             RunSession(
@@ -141,20 +163,29 @@ async def test_crash_recovery_marks_open_runs_interrupted_and_revokes_their_toke
         other = await FactStores.open(
             db, FactStoreSettings(artifact_dir=settings.artifact_dir, owner="host-b")
         )
-        await other.ledger.create_run(_record("run_elsewhere", "evt_d"))
+        await add_run(other, _record("run_elsewhere", "evt_d"))
 
         restarted = await FactStores.open(db, settings)  # "the host process restarts"
-        assert await restarted.mark_interrupted() == 2
+        assert await _interrupt(restarted) == 2
         for run_id in ("run_open", "run_running"):
             run = await restarted.ledger.get_run(run_id)
             assert run is not None and run.status == common_pb2.RUN_STATUS_INTERRUPTED
             assert run.finished_at is not None
+            assert run.status_reason == "host.restarted: the host stopped while the run was open"
+            # the terminal result a follower's replay ends with (the failure table's row)
+            (terminal,) = await restarted.ledger.list_results(run_id)
+            assert (terminal.sequence, terminal.run_failed.code, terminal.run_failed.retryable) == (
+                1,
+                "host.restarted",
+                True,
+            )
+            assert run.last_sequence == 1
         done = await restarted.ledger.get_run("run_done")
         assert done is not None and done.status == common_pb2.RUN_STATUS_COMPLETED
         elsewhere = await restarted.ledger.get_run("run_elsewhere")
         assert elsewhere is not None and elsewhere.status == common_pb2.RUN_STATUS_CREATED
         assert await restarted.sessions.lookup("tok") is None
-        assert await restarted.mark_interrupted() == 0
+        assert await _interrupt(restarted) == 0
     finally:
         await db.dispose()
 
@@ -207,7 +238,7 @@ async def test_two_registries_on_one_database_see_each_others_sessions(
 
 
 async def test_model_usage_sums_every_reported_count_per_model(stores: FactStores) -> None:
-    await stores.ledger.create_run(_record("run_u", "evt_u"))
+    await add_run(stores, _record("run_u", "evt_u"))
     usage = common_pb2.Usage(prompt_tokens=20, completion_tokens=9, total_tokens=29)
     usage.extra.update(
         {"prompt_tokens_details": {"cached_tokens": 16}, "completion_tokens_details": {"reasoning_tokens": 7}}

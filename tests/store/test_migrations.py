@@ -24,6 +24,7 @@ from agentrunner_host.store.migrate import (
     migrate_cli,
     upgrade,
 )
+from tests.store.conftest import add_run
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -134,8 +135,9 @@ def test_downgrade_unpacks_packed_delta_rows_without_losing_a_result(empty_url: 
         db = Database(empty_url)
         try:
             stores = await FactStores.open(db, FactStoreSettings(artifact_dir=tmp_path / "a"))
-            await stores.ledger.create_run(
-                RunRecord(run_id=run_id, event_id="evt_packed", agent_id="a", binding_id="b", runner_id="r")
+            await add_run(
+                stores,
+                RunRecord(run_id=run_id, event_id="evt_packed", agent_id="a", binding_id="b", runner_id="r"),
             )
             await stores.record_deltas([(run_id, [delta(s) for s in range(1, 6)])])
             await stores.record_deltas([(run_id, [delta(s) for s in range(6, 8)])])
@@ -218,3 +220,29 @@ def test_upgrade_moves_conversation_state_from_bindings_to_their_agent(
         (owner, "pending", "new question"),
         (owner, "turns", 3),
     ]
+
+
+def test_the_migrations_import_nothing_above_the_store() -> None:
+    """The migrations are not a package, so the import-layer contract (`lint-imports`) does not see them:
+    an import from them up to `delivery/`, `capabilities/` or `auth/` would load the upper layers into
+    every `db upgrade` and tie the schema's history to their code. They reach only `store/` (the schema,
+    the vector statements) and the SDK."""
+    import ast
+
+    import agentrunner_host.store
+
+    migrations = Path(agentrunner_host.store.__file__).parent / "migrations"
+    scripts = sorted(migrations.rglob("*.py"))
+    assert len(scripts) >= 8  # env.py and the revisions
+    upward = []
+    for script in scripts:
+        for node in ast.walk(ast.parse(script.read_text(), str(script))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            upward += [
+                f"{script.relative_to(migrations)}: {name}"
+                for name in names
+                if name.startswith("agentrunner_host") and not name.startswith("agentrunner_host.store")
+            ]
+    assert upward == []

@@ -27,7 +27,7 @@ from agentrunner_host.ports import RunRecord
 from agentrunner_host.store import ledger
 from agentrunner_host.store.db import Database, json_text
 from agentrunner_host.store.errors import StoreError
-from agentrunner_host.store.models import UTCDateTime
+from agentrunner_host.store.schema import UTCDateTime
 from agentrunner_host.store.sqlite.compiled import fast_execute
 from agentrunner_host.store.sqlite.writer import SqliteWriter
 

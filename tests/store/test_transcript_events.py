@@ -12,12 +12,12 @@ import pytest
 from google.protobuf import struct_pb2
 from sqlalchemy import insert, text
 
-from agentrunner.errors import InvalidArgumentError, UnauthorizedError
+from agentrunner.errors import AlreadyExistsError, InvalidArgumentError, UnauthorizedError
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
 from agentrunner_host.ports import RunRecord
 from agentrunner_host.store.fact_stores import FactStores
-from agentrunner_host.store.models import ConversationRow, TranscriptRow
-from tests.store.conftest import make_snapshot
+from agentrunner_host.store.schema import ConversationRow, TranscriptRow
+from tests.store.conftest import add_run, make_snapshot
 
 pytestmark = pytest.mark.asyncio
 
@@ -43,7 +43,8 @@ def envelope(
 
 
 async def _run(stores: FactStores, run_id: str = "run_1", event_id: str = "evt_1") -> None:
-    await stores.ledger.create_run(
+    await add_run(
+        stores,
         RunRecord(
             run_id=run_id,
             event_id=event_id,
@@ -51,7 +52,7 @@ async def _run(stores: FactStores, run_id: str = "run_1", event_id: str = "evt_1
             binding_id="bind_1",
             runner_id="plugin:acme/agent/default",
             conversation_id="c1",
-        )
+        ),
     )
 
 
@@ -122,8 +123,9 @@ async def test_results_project_assistant_messages_artifacts_state_and_telemetry(
         ),
     ]
     for r in results:
-        assert await stores.record_result(snap, r)
-    assert not await stores.record_result(snap, results[6])  # duplicate sequence: nothing applied
+        await stores.record_results(snap, [r])
+    with pytest.raises(AlreadyExistsError):  # duplicate sequence: nothing applied
+        await stores.record_results(snap, [results[6]])
 
     rows, _, _ = await stores.transcript.page(conversation_id="c1")
     assert [(r.role, r.content) for r in rows] == [("user", "draw a cat"), ("assistant", "Here is a cat")]
@@ -148,7 +150,7 @@ async def test_a_refused_result_leaves_nothing_written(stores: FactStores) -> No
         ),
     )
     with pytest.raises(UnauthorizedError):
-        await stores.record_result(snap, bad)
+        await stores.record_results(snap, [bad])
     assert await stores.ledger.list_results("run_1") == []
     assert (await stores.events.page(conversation_id="c1"))[0] == []
 

@@ -112,6 +112,23 @@ class AuthorizationSnapshot:
 _SNAPSHOT_FIELDS = tuple(field.name for field in dataclasses.fields(AuthorizationSnapshot))
 
 
+def state_identity(snapshot: AuthorizationSnapshot, scope: str) -> str:
+    """Whose `scope` state the run reads and writes ('' when the run has no such identity: e.g.
+    conversation state in a run without a conversation). The state store and the result validator both
+    ask this, so a state update the store would refuse is dropped by the validator instead."""
+    match scope:
+        case "conversation":
+            return snapshot.conversation_id and f"{snapshot.conversation_id}\x1f{snapshot.thread_id}"
+        case "actor":
+            return snapshot.actor_id
+        case "subject":
+            return snapshot.subject_id
+        case "workspace":
+            return snapshot.workspace_id
+        case _:  # runner, binding: the namespace itself is the identity
+            return "-"
+
+
 @dataclasses.dataclass(slots=True)
 class RunSession:
     """An active run as the proxy service sees it: the token's identity plus the frozen snapshot."""
@@ -177,20 +194,10 @@ TERMINAL_STATUSES = frozenset(
 
 
 class RunLedger(Protocol):
-    """One record per run plus the run's validated results in sequence order."""
-
-    async def create_run(self, record: RunRecord) -> RunRecord:
-        """Stores a new run. If a run for `record.event_id` already exists, returns that run instead
-        (the caller compares run ids): this is how a duplicate event attaches instead of starting."""
-        ...
+    """One record per run plus the run's validated results in sequence order: what the run path and
+    the proxy read, and the writes made outside a run's own transactions (`RunStore` writes the rest)."""
 
     async def get_run(self, run_id: str) -> RunRecord | None: ...
-
-    async def mark_running(self, run_id: str, started_at: dt.datetime) -> None: ...
-
-    async def append_result(self, run_id: str, result: result_pb2.RunResult) -> None:
-        """Stores one validated result; `(run_id, sequence)` is unique."""
-        ...
 
     async def list_results(
         self, run_id: str, after_sequence: int = 0, limit: int | None = None
@@ -216,10 +223,6 @@ class RunLedger(Protocol):
         limit: int = 50,
     ) -> tuple[Sequence[RunRecord], str]:
         """Newest first; returns the records and the next cursor ('' when none)."""
-        ...
-
-    async def mark_interrupted(self) -> int:
-        """Marks runs left `created`/`running` by a crash as `interrupted`; returns how many."""
         ...
 
 

@@ -11,7 +11,9 @@ is `runner.config_invalid` naming the field. `JsonConfig[T]` does the same for a
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -92,6 +94,21 @@ def _type_name(kind: manifest_pb2.ConfigFieldType.ValueType) -> str:
     return T.Name(kind).removeprefix("CONFIG_FIELD_TYPE_").lower().replace("_", "-")
 
 
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _pattern(field: manifest_pb2.ConfigField) -> re.Pattern[str]:
+    """The field's `pattern`, compiled (a manifest with an invalid one is refused when it is loaded)."""
+    try:
+        return _compiled(field.pattern)
+    except re.error as exc:
+        raise ConfigInvalid(
+            field.name, f"the manifest's pattern {field.pattern!r} is invalid: {exc}"
+        ) from None
+
+
 def check_value(field: manifest_pb2.ConfigField, value: Any) -> Any:
     """One value against its field's declared type (integers back to `int`); raises `ConfigInvalid`.
     Also what the host's `config check` applies to an agent's `runner_config`."""
@@ -103,6 +120,9 @@ def check_value(field: manifest_pb2.ConfigField, value: Any) -> Any:
             allowed = [o.name for o in field.options]
             if value not in allowed:
                 raise ConfigInvalid(field.name, f"{value!r} is not one of {allowed}")
+        if field.pattern and not _pattern(field).search(value):
+            shown = "the value" if kind == T.CONFIG_FIELD_TYPE_SECRET else repr(value)
+            raise ConfigInvalid(field.name, f"{shown} does not match the pattern {field.pattern}")
         return value
     if kind == T.CONFIG_FIELD_TYPE_INTEGER:
         if isinstance(value, bool) or not isinstance(value, int | float):

@@ -10,6 +10,7 @@ list of names, labels as a string (`en_US`) or a dict of translations. Everythin
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,17 @@ if TYPE_CHECKING:
 RunnerManifest = manifest_pb2.RunnerManifest
 
 _DEFAULT_LOCALE = "en_US"
+#: field types whose value is a string (the ones a `pattern` applies to)
+_STRING_FIELDS = frozenset(
+    {
+        manifest_pb2.CONFIG_FIELD_TYPE_STRING,
+        manifest_pb2.CONFIG_FIELD_TYPE_TEXT,
+        manifest_pb2.CONFIG_FIELD_TYPE_SECRET,
+        manifest_pb2.CONFIG_FIELD_TYPE_SELECT,
+        manifest_pb2.CONFIG_FIELD_TYPE_LLM_MODEL_SELECTOR,
+        manifest_pb2.CONFIG_FIELD_TYPE_RERANK_MODEL_SELECTOR,
+    }
+)
 
 
 class ManifestError(ValueError):
@@ -246,5 +258,12 @@ def validate_manifest(manifest: manifest_pb2.RunnerManifest) -> None:
             raise ManifestError(f"{where}.type: invalid value {field.type}")
         if field.type == manifest_pb2.CONFIG_FIELD_TYPE_SELECT and not field.options:
             raise ManifestError(f"{where}.options: a select field needs options")
+        if field.pattern:
+            if field.type not in _STRING_FIELDS:
+                raise ManifestError(f"{where}.pattern: only string-valued fields take a pattern")
+            try:
+                re.compile(field.pattern)
+            except re.error as exc:
+                raise ManifestError(f"{where}.pattern: not a regular expression: {exc}") from None
         if not _default_matches(field):
             raise ManifestError(f"{where}.default_value: does not match the field type")

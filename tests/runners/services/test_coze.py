@@ -101,7 +101,10 @@ async def test_stale_conversation_is_retried_fresh(host: HostDouble, mock: MockS
     [
         Failure("x", "coze.auth_error", False, "token you entered is incorrect", {"api-key": "wrong-key"}),
         Failure("mock:business x", "coze.api_error", False, "not published"),
-        Failure("mock:failed x", "coze.api_error", False, "overloaded"),
+        Failure("mock:failed x", "coze.chat_failed", False, "the chat failed: The model is overloaded"),
+        Failure(
+            "mock:ratelimited x", "coze.rate_limited", True, "the chat failed: Your request rate is too high"
+        ),
         Failure("mock:error x", "coze.stream_error", False, "Insufficient quota"),
         Failure("mock:action x", "coze.api_error", False, "requires_action"),
         Failure("mock:429 x", "coze.rate_limited", True, "retry after 4 s"),

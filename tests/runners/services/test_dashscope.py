@@ -96,6 +96,9 @@ async def test_biz_params_and_image_urls(host: HostDouble, mock: MockServices) -
         Failure("x", "dashscope.auth_error", False, "Invalid API-key", {"api-key": "wrong-key"}),
         Failure("mock:business x", "dashscope.api_error", False, "App is not published"),
         Failure("mock:error x", "dashscope.stream_error", False, "Model inference failed"),
+        # a request limit hit mid-stream or answered as a JSON body: retryable, either way
+        Failure("mock:limited x", "dashscope.rate_limited", True, "exceeded your current requests list"),
+        Failure("mock:limitedbody x", "dashscope.rate_limited", True, "(LimitRequests)"),
         Failure("mock:429 x", "dashscope.rate_limited", True, "retry after 5 s"),
         Failure("mock:500 x", "dashscope.server_error", True, "internal error"),
         Failure("mock:drop x", "dashscope.connection_lost", True, "lost"),

@@ -117,6 +117,8 @@ async def test_moderation_replace_and_unknown_events(host: HostDouble, mock: Moc
         ("mock:429 x", "dify.rate_limited", True, "rate_limited", "retry after 7 s"),
         ("mock:500 x", "dify.server_error", True, "http_error", "Internal Server Error"),
         ("mock:error x", "dify.stream_error", False, "stream_error_event", "Model quota exceeded"),
+        # an error event whose status is 429 (the model behind the app was throttled): worth retrying
+        ("mock:ratelimited x", "dify.rate_limited", True, "rate_limited", "Rate Limit Error"),
         ("mock:empty x", "dify.empty_response", False, "empty_response", "no answer"),
         ("mock:invalid x", "dify.response_invalid", False, "protocol_error", "not JSON"),
         ("mock:drop x", "dify.connection_lost", True, "connection_error", "lost"),
@@ -151,7 +153,7 @@ async def test_slow_server_hits_the_timeout(host: HostDouble, mock: MockServices
 async def test_run_deadline_clips_the_timeout(host: HostDouble, mock: MockServices) -> None:
     started = time.monotonic()
     out = await host.run(DifyRunner, "mock:slow x", config=config(mock, timeout=60), deadline=2.0)
-    assert out.failure.code in ("dify.timeout", "deadline_exceeded") and out.failure.retryable
+    assert (out.failure.code, out.failure.retryable) == ("dify.timeout", True), out.failure
     assert time.monotonic() - started < 15
 
 
@@ -222,7 +224,14 @@ async def test_workflow_streams_chunks_and_keeps_its_conversation(
     )
     assert mock.of("dify")[0].path == "/dify/v1/workflows/run"
     failed = await host.run(DifyRunner, "mock:fail x", config=config(mock, **{"app-type": "workflow"}))
-    assert failed.failure.code == "dify.api_error" and "LLM timeout" in failed.failure.message
+    # the workflow's own failure, told apart from an API error; not retryable
+    assert (failed.failure.code, failed.failure.retryable) == ("dify.workflow_failed", False)
+    assert "the workflow failed: Node LLM run failed: LLM timeout" in failed.failure.message
+    limited = await host.run(
+        DifyRunner, "mock:ratelimited x", config=config(mock, **{"app-type": "workflow"})
+    )
+    assert (limited.failure.code, limited.failure.retryable) == ("dify.rate_limited", True)
+    assert "Rate Limit Error" in limited.failure.message and limited.of_type("state.updated") == []
 
 
 async def test_attachments_are_uploaded_first(host: HostDouble, mock: MockServices) -> None:

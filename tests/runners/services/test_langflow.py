@@ -31,7 +31,10 @@ async def test_streamed_tokens_and_session_reuse(host: HostDouble, mock: MockSer
     assert out.completed, out.results
     session = session_of(out)
     assert out.text == f"Langflow heard: Wie spät ist es? ⏰ ({session[:8]})"
+    # Langflow sends the first chunk twice (a partial message, then its token): it is shown once, the
+    # deltas add up to the answer with no rewrite (the host would log result.delta_cumulative_mismatch)
     assert len([d for d in out.deltas if d]) > 2 and "".join(out.deltas) == out.text
+    assert [r for r in out.of_type("message.delta") if r.message_delta.cumulative_text] == []
     assert out.of_type("message.completed") == []
     sent = mock.of("langflow")[0]
     assert sent.query == {"stream": "true"} and sent.headers["x-api-key"] == "lf-key-0001"
@@ -51,6 +54,19 @@ async def test_non_streaming_result_shapes(host: HostDouble, mock: MockServices,
     assert mock.of("langflow")[0].query == {"stream": "false"}
 
 
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_every_chat_output_is_kept(host: HostDouble, mock: MockServices, streaming: bool) -> None:
+    out = await host.run(LangflowRunner, "mock:two hi", config=config(mock, streaming=streaming))
+    assert out.completed, out.results
+    texts = out.text.split("\n\n")
+    if not streaming:  # the order of the result
+        assert texts[0].startswith("Langflow heard: hi (") and texts[1] == "Second output: hi"
+    else:  # the order they arrived in, as they were shown: never rewritten by the `end` result
+        assert texts[0] == "Second output: hi" and texts[1].startswith("Langflow heard: hi (")
+        assert "".join(out.deltas) == out.text
+        assert [r for r in out.of_type("message.delta") if r.message_delta.cumulative_text] == []
+
+
 async def test_a_surface_that_cannot_stream_gets_the_blocking_call(
     host: HostDouble, mock: MockServices
 ) -> None:
@@ -66,10 +82,35 @@ async def test_streams_without_tokens_or_with_unknown_events(
     assert out.completed and out.text.startswith("Langflow heard: hi (")
 
 
+@pytest.mark.parametrize("streaming", [True, False])
+@pytest.mark.parametrize(
+    ("scenario", "code", "retryable", "needle"),
+    [
+        ("fail", "langflow.flow_failed", False, "the flow failed on purpose: käse"),
+        ("ratelimited", "langflow.rate_limited", True, "Rate limit reached for gpt-4o-mini"),
+    ],
+)
+async def test_a_failing_flow_is_classified_the_same_streamed_or_not(
+    host: HostDouble,
+    mock: MockServices,
+    scenario: str,
+    code: str,
+    retryable: bool,
+    needle: str,
+    streaming: bool,
+) -> None:
+    started = time.monotonic()
+    out = await host.run(LangflowRunner, f"mock:{scenario} x", config=config(mock, streaming=streaming))
+    assert (out.failure.code, out.failure.retryable) == (code, retryable), out.results
+    assert needle in out.failure.message and out.failure.message.startswith("the flow failed: ")
+    assert out.of_type("state.updated") == []  # nothing stored for a failed turn
+    # the streamed failure does not wait for Langflow, which keeps the connection open after `error`
+    assert time.monotonic() - started < 10
+
+
 @pytest.mark.parametrize(
     ("text", "extra", "code", "retryable"),
     [
-        ("mock:error x", {}, "langflow.stream_error", False),
         ("mock:empty x", {}, "langflow.empty_response", False),
         ("mock:429 x", {}, "langflow.rate_limited", True),
         ("mock:500 x", {}, "langflow.server_error", True),

@@ -68,6 +68,15 @@ async def test_non_streaming_body(host: HostDouble, mock: MockServices) -> None:
     assert mock.of("tbox")[0].body["stream"] is False
 
 
+async def test_a_whole_json_answer_to_a_streaming_request_succeeds(
+    host: HostDouble, mock: MockServices
+) -> None:
+    # errorCode "0" / errorMsg "success" is an answer, not a failure, wherever it arrives
+    out = await host.run(TboxRunner, "mock:whole hi", config=config(mock))
+    assert out.completed, out.results
+    assert out.text == "Tbox heard: hi" and mock.of("tbox")[0].body["stream"] is True
+
+
 async def test_image_attachment_is_uploaded(host: HostDouble, mock: MockServices) -> None:
     png = b"\x89PNG\r\n\x1a\n" + b"\x01" * 100
     host.on("DownloadArtifact", [proxy_service_pb2.DownloadArtifactResponse(data=png)])
@@ -94,7 +103,14 @@ async def test_stale_conversation_is_retried_fresh(host: HostDouble, mock: MockS
         Failure("mock:business x", "tbox.api_error", False, "app does not exist"),
         Failure("mock:business x", "tbox.api_error", False, "app does not exist", {"streaming": False}),
         Failure("mock:error x", "tbox.stream_error", False, "the model is busy"),
-        Failure("mock:sseerror x", "tbox.stream_error", False, "stream interrupted"),
+        Failure(
+            "mock:sseerror x",
+            "tbox.stream_error",
+            False,
+            "应用不存在或未发布 (app not found) (code APP_NOT_FOUND)",
+        ),
+        Failure("mock:ratelimited x", "tbox.rate_limited", True, "请求过于频繁"),
+        Failure("mock:ratelimited x", "tbox.rate_limited", True, "请求过于频繁", {"streaming": False}),
         Failure("mock:429 x", "tbox.rate_limited", True, "retry after 6 s"),
         Failure("mock:500 x", "tbox.server_error", True, "system error"),
         Failure("mock:drop x", "tbox.connection_lost", True, "lost"),

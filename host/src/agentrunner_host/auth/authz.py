@@ -54,23 +54,6 @@ STATE_SCOPE_NAMES = {
 }
 
 
-def state_identity(snapshot: AuthorizationSnapshot, scope: str) -> str:
-    """Whose `scope` state the run reads and writes ('' when the run has no such identity: e.g.
-    conversation state in a run without a conversation). The state store and the result validator both
-    ask this, so a state update the store would refuse is dropped by the validator instead."""
-    match scope:
-        case "conversation":
-            return snapshot.conversation_id and f"{snapshot.conversation_id}\x1f{snapshot.thread_id}"
-        case "actor":
-            return snapshot.actor_id
-        case "subject":
-            return snapshot.subject_id
-        case "workspace":
-            return snapshot.workspace_id
-        case _:  # runner, binding: the namespace itself is the identity
-            return "-"
-
-
 _RUN_OPS = {
     manifest_pb2.RUN_RECORD_OPERATION_GET: "get",
     manifest_pb2.RUN_RECORD_OPERATION_LIST: "list",

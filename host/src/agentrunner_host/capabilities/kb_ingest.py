@@ -23,10 +23,9 @@ from sqlalchemy import bindparam, delete, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentrunner.errors import AgentRunnerError, InvalidArgumentError
-from agentrunner_host.capabilities import kb_vectors
 from agentrunner_host.capabilities.kb_documents import SUPPORTED_SUFFIXES, chunk_text, parse_document
-from agentrunner_host.capabilities.kb_tables import KbChunk, KbDocument
-from agentrunner_host.store.base import table_of
+from agentrunner_host.store import kb_vectors
+from agentrunner_host.store.schema import KbChunk, KbDocument, table_of
 
 log = structlog.get_logger(__name__)
 

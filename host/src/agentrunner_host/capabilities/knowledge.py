@@ -24,9 +24,9 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentrunner.errors import AgentRunnerError, InvalidArgumentError, NotFoundError
-from agentrunner_host.capabilities import kb_vectors
 from agentrunner_host.capabilities.kb_ingest import Embedder, IngestReport, Progress, ingest_directory
-from agentrunner_host.capabilities.kb_tables import (
+from agentrunner_host.store import kb_vectors
+from agentrunner_host.store.schema.knowledge import (
     PG_TSV_EXPR,
     KbChunk,
     KbDocument,

@@ -19,13 +19,8 @@ from agentrunner_host import __version__
 from agentrunner_host.cli import admin, artifacts, client, runs, security, serve
 from agentrunner_host.cli import runtimes as runtimes_cli
 from agentrunner_host.cli.common import host_channel
-from agentrunner_host.cli.render import (
-    MessageView,
-    full_interaction_support,
-    render_stream,
-    run_request,
-    stream_reply,
-)
+from agentrunner_host.cli.render import MessageView, render_stream, run_request, stream_reply
+from agentrunner_host.views.interactions import full_interaction_support
 
 app = typer.Typer(help="The LangBot AgentRunner host.", no_args_is_help=True)
 runs_app = typer.Typer(help="Run records: list, show (follows live runs), cancel.", no_args_is_help=True)

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from agentrunner.results import kind_name
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
+from agentrunner_host.views.interactions import full_interaction_support
 
 LOG_LEVELS = {0: "info", 1: "debug", 2: "info", 3: "warning", 4: "error"}
 
@@ -35,14 +36,6 @@ def run_request(
     ev.delivery.supports_streaming = stream
     ev.delivery.interactions.CopyFrom(full_interaction_support())
     return req
-
-
-def full_interaction_support() -> common_pb2.InteractionCapabilities:
-    """What this CLI renders: every field type and action style (it prints them and `interact` answers)."""
-    caps = common_pb2.InteractionCapabilities(supports_updates=False)
-    caps.field_types.extend(v for v in common_pb2.InteractionFieldType.values() if v)
-    caps.action_styles.extend(v for v in common_pb2.InteractionActionStyle.values() if v)
-    return caps
 
 
 def log_line(entry: Any) -> str:
@@ -88,7 +81,13 @@ class MessageView:
         )
 
     def delta(self, delta: Any) -> None:
-        self.blocks.setdefault((kind_name(delta.kind), delta.message_id), []).append(delta.text)
+        """An increment; a `cumulative_text` is the message's whole text so far and replaces it (as the
+        host's timeline and the console do), so a runner's correction shows."""
+        parts = self.blocks.setdefault((kind_name(delta.kind), delta.message_id), [])
+        if delta.HasField("cumulative_text"):
+            parts[:] = [delta.cumulative_text]
+        else:
+            parts.append(delta.text)
 
     def completed(self, message: Any, *, terminal: bool = False) -> None:
         """A complete message: shown unless its deltas already showed it (an answer without a message id,

@@ -61,10 +61,10 @@ async def _serve(cfg: Any, address: str | None) -> None:
     from prometheus_client import start_http_server
 
     from agentrunner_host.console.auth import ConsoleAccessError
-    from agentrunner_host.server.app import HostApp, ListenError
+    from agentrunner_host.server.app import HostApp
     from agentrunner_host.store.leases import InstanceLeaseError
     from agentrunner_host.store.migrate import DatabaseNotMigratedError
-    from agentrunner_host.wire.transport_errors import explain_bind_failure
+    from agentrunner_host.wire.transport_errors import ListenError, explain_bind_failure
 
     try:
         host = await HostApp.open(cfg)

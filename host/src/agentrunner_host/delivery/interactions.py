@@ -42,7 +42,6 @@ from agentrunner_host.delivery.store import (
     EXPIRED,
     PENDING,
     SUBMITTED,
-    InteractionRow,
     InteractionStore,
     interaction_to_proto,
 )
@@ -50,6 +49,7 @@ from agentrunner_host.ports import RunView, TranscriptAppender, UpdateStream, ut
 from agentrunner_host.registry.bindings import BindingResolver, EventKey
 from agentrunner_host.store.artifacts import ArtifactStore
 from agentrunner_host.store.common import message_to_json
+from agentrunner_host.store.schema import InteractionRow
 
 log = structlog.get_logger("agentrunner_host.interactions")
 

@@ -11,8 +11,8 @@ from google.protobuf import json_format
 from agentrunner.v1 import runtime_pb2
 from agentrunner_host.ports import utcnow
 from agentrunner_host.runtimes.registry import RuntimeRegistry
-from agentrunner_host.store.models import RuntimeEventRow, RuntimeRow
 from agentrunner_host.store.runtimes import DRAINING, OFFLINE, ONLINE
+from agentrunner_host.store.schema.facts import RuntimeEventRow, RuntimeRow
 from agentrunner_host.views.jsonview import message_dict
 
 _STATUS = {

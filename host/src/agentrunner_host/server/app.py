@@ -45,6 +45,9 @@ from agentrunner_host.registry.check import (
     registry_view,
 )
 from agentrunner_host.registry.endpoints import RunnerRegistry
+from agentrunner_host.run import outcomes
+from agentrunner_host.run.access import RunAccess
+from agentrunner_host.run.records import RunRecords
 from agentrunner_host.run.service import RunService
 from agentrunner_host.runtimes.gate import RuntimeGate
 from agentrunner_host.runtimes.registry import RuntimeRegistry
@@ -56,7 +59,7 @@ from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 from agentrunner_host.store.leases import InstanceLease
 from agentrunner_host.store.migrate import ensure_current, upgrade
 from agentrunner_host.store.runtimes import RuntimeStore
-from agentrunner_host.wire.transport_errors import explain_bind_failure
+from agentrunner_host.wire.transport_errors import ListenError, explain_bind_failure
 
 log = structlog.get_logger("agentrunner_host.server.app")
 
@@ -129,10 +132,6 @@ def agent_model_options(agent: AgentConfig | None, model_id: str) -> AgentModelO
     extra = rc.get("extra-args", rc.get("extra_args"))
     remove = rc.get("remove-think", rc.get("remove_think"))
     return AgentModelOptions(dict(extra) if isinstance(extra, dict) else {}, remove is True)
-
-
-class ListenError(OSError):
-    """An address the host cannot listen on; the message says which, and why (port in use, ...)."""
 
 
 class ListenerRefusedError(ListenError):
@@ -214,6 +213,8 @@ class HostApp:
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.console: ConsoleServer | None = None
+        #: who may call HostService (built with the server; the console's sign-in checks keys with it)
+        self.gate: ClientGate | None = None
         self.lease = InstanceLease(db, config.instance_id)
         #: runtimes that dial in (built with the server: the gate needs the listen address)
         self.runtime_store = RuntimeStore(db)
@@ -280,12 +281,13 @@ class HostApp:
         if port == 0:
             raise ListenError(explain_bind_failure("listen.address", address))
         if self.config.console.address:
-            self.console = ConsoleServer(self.config)  # (a non-loopback address without a token: refused)
+            self.console = ConsoleServer(self.config)  # (refuses an exposed console: console/auth.py)
             self.console.bind()
             server.add_insecure_port(self.console.host_target)
         await self.lease.acquire()  # (another live host with this instance_id: InstanceLeaseError)
         self._tasks.append(asyncio.create_task(self.lease.run_heartbeat(), name="instance-lease"))
-        interrupted = await self.stores.mark_interrupted()
+        restarted = outcomes.failed("", "host.restarted")  # (the failure table's code, message, status)
+        interrupted = await self.stores.mark_interrupted(restarted, outcomes.status_of(restarted)[0])
         if interrupted:
             log.warning("host.interrupted_runs", count=interrupted)
         self._tasks.append(asyncio.create_task(self.stores.run_maintenance(), name="fact-maintenance"))
@@ -307,7 +309,7 @@ class HostApp:
         self.server = server
         await self.registry.start()
         if self.console is not None:
-            await self.console.start(audit=self.stores.events.run_audit)
+            await self.console.start(audit=self.stores.events.run_audit, gate=self.gate)
         self.report_config_problems()
         for name in ("", HOST_SERVICE_NAME, PROXY_SERVICE_NAME, RUNTIME_SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -335,18 +337,20 @@ class HostApp:
 
     def _build_server(self, address: str) -> grpc.aio.Server:
         server = grpc.aio.server(options=server_options(self.config.limits))
-        gate = ClientGate(self.config, self.stores.events, listen_address=address)
+        gate = self.gate = ClientGate(self.config, self.stores.events, listen_address=address)
         runtime_gate = RuntimeGate(self.config, listen_address=address)
         self.runtimes = RuntimeRegistry(self.config, self.runtime_store, runtime_gate, self.registry)
         self.registry.runtimes = self.runtimes
-        host_servicer = HostServicer(
+        access = RunAccess(self.runs, self.runs.resolver, self.interactions.store)
+        records = RunRecords(
+            access,
             self.runs,
-            self.registry,
-            self.interactions,
-            gate,
             ledger=self.stores.ledger,
             artifacts=self.stores.artifacts,
             page_max_bytes=self.stores.settings.page_max_bytes,
+        )
+        host_servicer = HostServicer(
+            self.runs, self.registry, self.interactions, gate, access=access, records=records
         )
         host_servicer.runtimes = self.runtimes
         add_host_service(host_servicer, server)

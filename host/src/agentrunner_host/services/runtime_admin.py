@@ -1,5 +1,6 @@
 """`HostService.ListRuntimes`, `GetRuntime`, `DrainRuntime`: the operators' view of runtimes that dial in
-(`docs/runtimes.md`). A mixin of `HostServicer`, so the runtime calls stay out of the run path's servicer.
+(`docs/runtimes.md`). A mixin of `HostServicer`, so the runtime calls stay out of the run path's servicer;
+a typed error becomes the call's status in `host_service._unary`, as for the other unary calls.
 
 Reads come from the database (any host replica answers for every runtime); a drain is stored there
 (kept across the runtime's reconnects) and applied at once when the runtime is connected to this
@@ -12,19 +13,12 @@ from typing import Any
 
 import grpc
 
-from agentrunner.errors import (
-    AgentRunnerError,
-    InvalidArgumentError,
-    NotFoundError,
-    NotImplementedFeatureError,
-    abort_with,
-)
+from agentrunner.errors import InvalidArgumentError, NotFoundError, NotImplementedFeatureError
 from agentrunner.v1 import host_service_pb2, runtime_pb2
-from agentrunner_host.auth.clients import Principal
-from agentrunner_host.run.service import RunService
+from agentrunner_host.run.access import Caller
+from agentrunner_host.run.records import RunRecords
 from agentrunner_host.runtimes.registry import RuntimeRegistry
 from agentrunner_host.runtimes.views import event_message, runtime_message
-from agentrunner_host.store.ledger_rows import run_to_proto
 from agentrunner_host.wire.boundary import admit
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -35,11 +29,9 @@ class RuntimeAdmin:
 
     #: set by `HostApp` (None: this servicer has no runtimes)
     runtimes: RuntimeRegistry | None = None
-    runs: RunService
+    records: RunRecords
 
-    async def _admit(
-        self, context: Context, method: str, operation: str, run_id: str = ""
-    ) -> Principal | None:
+    async def _admit(self, context: Context, method: str, operation: str) -> Caller:
         raise NotImplementedError  # (HostServicer's)
 
     def _registry(self) -> RuntimeRegistry:
@@ -60,13 +52,10 @@ class RuntimeAdmin:
     async def ListRuntimes(
         self, request: host_service_pb2.ListRuntimesRequest, context: Context
     ) -> host_service_pb2.ListRuntimesResponse:
-        try:
-            await self._admit(context, "ListRuntimes", "list_runtimes")
-            request = admit(request)
-            registry = self._registry()
-            rows = await registry.store.list_runtimes(include_offline=request.include_offline)
-        except AgentRunnerError as err:
-            await abort_with(context, err)
+        await self._admit(context, "ListRuntimes", "list_runtimes")
+        request = admit(request)
+        registry = self._registry()
+        rows = await registry.store.list_runtimes(include_offline=request.include_offline)
         runtimes = [runtime_message(r, registry, self._offline_after()) for r in rows]
         if not request.include_offline:
             runtimes = [
@@ -78,30 +67,21 @@ class RuntimeAdmin:
     async def GetRuntime(
         self, request: host_service_pb2.GetRuntimeRequest, context: Context
     ) -> host_service_pb2.GetRuntimeResponse:
-        try:
-            await self._admit(context, "GetRuntime", "list_runtimes")
-            request = admit(request)
-            registry = self._registry()
-            if not request.runtime_id:
-                raise InvalidArgumentError("runtime_id is required", field="runtime_id")
-            row = await registry.store.get(request.runtime_id)
-            if row is None:
-                raise NotFoundError(
-                    f"no runtime {request.runtime_id!r}", metadata={"runtimeId": request.runtime_id}
-                )
-            events = await registry.store.events(request.runtime_id)
-            claims = await registry.store.claims(request.runtime_id)
-            runs = []
-            for claim in claims:
-                try:
-                    record = await self.runs.get_run(claim.run_id)
-                except NotFoundError:
-                    continue
-                run = run_to_proto(record)
-                run.runtime_id = claim.runtime_id
-                runs.append(run)
-        except AgentRunnerError as err:
-            await abort_with(context, err)
+        caller = await self._admit(context, "GetRuntime", "list_runtimes")
+        request = admit(request)
+        registry = self._registry()
+        if not request.runtime_id:
+            raise InvalidArgumentError("runtime_id is required", field="runtime_id")
+        row = await registry.store.get(request.runtime_id)
+        if row is None:
+            raise NotFoundError(
+                f"no runtime {request.runtime_id!r}", metadata={"runtimeId": request.runtime_id}
+            )
+        events = await registry.store.events(request.runtime_id)
+        claims = await registry.store.claims(request.runtime_id)
+        runs = await self.records.visible_runs(caller, [claim.run_id for claim in claims])
+        for run in runs:
+            run.runtime_id = request.runtime_id
         return host_service_pb2.GetRuntimeResponse(
             runtime=runtime_message(row, registry, self._offline_after()),
             events=[event_message(e) for e in events],
@@ -111,22 +91,19 @@ class RuntimeAdmin:
     async def DrainRuntime(
         self, request: host_service_pb2.DrainRuntimeRequest, context: Context
     ) -> host_service_pb2.DrainRuntimeResponse:
-        try:
-            await self._admit(context, "DrainRuntime", "drain_runtime")
-            request = admit(request)
-            registry = self._registry()
-            if not request.runtime_id:
-                raise InvalidArgumentError("runtime_id is required", field="runtime_id")
-            drained = not request.resume
-            reason = request.reason or ("drained by an operator" if drained else "resumed by an operator")
-            row = await registry.store.set_drained(request.runtime_id, drained, reason)
-            if row is None:
-                raise NotFoundError(
-                    f"no runtime {request.runtime_id!r}", metadata={"runtimeId": request.runtime_id}
-                )
-            registry.apply_drain(request.runtime_id, drained, reason)
-        except AgentRunnerError as err:
-            await abort_with(context, err)
+        await self._admit(context, "DrainRuntime", "drain_runtime")
+        request = admit(request)
+        registry = self._registry()
+        if not request.runtime_id:
+            raise InvalidArgumentError("runtime_id is required", field="runtime_id")
+        drained = not request.resume
+        reason = request.reason or ("drained by an operator" if drained else "resumed by an operator")
+        row = await registry.store.set_drained(request.runtime_id, drained, reason)
+        if row is None:
+            raise NotFoundError(
+                f"no runtime {request.runtime_id!r}", metadata={"runtimeId": request.runtime_id}
+            )
+        registry.apply_drain(request.runtime_id, drained, reason)
         return host_service_pb2.DrainRuntimeResponse(
             runtime=runtime_message(row, registry, self._offline_after())
         )

@@ -37,7 +37,6 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import common_pb2, host_service_pb2, proxy_service_pb2, result_pb2
 from agentrunner_host.ports import AuthorizationSnapshot
-from agentrunner_host.store.base import table_of
 from agentrunner_host.store.blobs import ArtifactLimits, BlobStore, Body
 from agentrunner_host.store.common import (
     UnitOfWork,
@@ -50,7 +49,7 @@ from agentrunner_host.store.common import (
     utcnow,
 )
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import ArtifactBlobRow, ArtifactRow
+from agentrunner_host.store.schema import ArtifactBlobRow, ArtifactRow, table_of
 
 
 class ArtifactFields(TypedDict, total=False):

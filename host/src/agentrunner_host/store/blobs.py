@@ -27,7 +27,7 @@ from agentrunner.errors import (
 )
 from agentrunner_host.store.common import new_id
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import ArtifactBlobRow, ArtifactRow
+from agentrunner_host.store.schema import ArtifactBlobRow, ArtifactRow
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

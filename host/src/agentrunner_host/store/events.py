@@ -4,6 +4,9 @@ One table, one `kind` per record family: `event` (incoming events, keyed by thei
 (run results other than deltas), `tool` (tool telemetry), `action` (`action.requested` telemetry),
 `error`, and `audit` (proxy calls; never shown to runners). Only summaries and small structured data
 are stored: bodies live in the artifact store, messages in the transcript.
+
+One writer: `append_sync(conn, log_values(...))`, in the caller's transaction (the run start, a
+result's effects, an incoming event) or, for an audit record, in a transaction of its own.
 """
 
 from __future__ import annotations
@@ -17,16 +20,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.errors import bounded
 from agentrunner.v1 import host_service_pb2, proxy_service_pb2
-from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import (
     CursorCodec,
-    UnitOfWork,
     clip_json,
-    dialect_insert,
     dict_to_struct,
     json_to_message,
     message_to_json,
@@ -36,7 +35,7 @@ from agentrunner_host.store.common import (
     utcnow,
 )
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import EventLogRow
+from agentrunner_host.store.schema import EventLogRow, table_of
 from agentrunner_host.store.sqlite.compiled import fast_execute
 
 KINDS = frozenset({"event", "result", "tool", "action", "error", "audit"})
@@ -79,7 +78,8 @@ def log_values(
     data: Mapping[str, Any] | None = None,
     occurred_at: dt.datetime | None = None,
 ) -> dict[str, Any]:
-    """The column values of one log record (shared by the async and the sync write paths)."""
+    """The column values of one log record (what `append_sync` writes): a generated record id unless
+    given, the summary cut to `SUMMARY_CHARS`, the data clipped to `DATA_CAP_BYTES`."""
     if kind not in KINDS:
         raise ValueError(f"unknown event log kind {kind!r}")
     now = utcnow()
@@ -144,8 +144,9 @@ def _insert_returning_seq(dialect: str) -> Any:
 
 
 def append_sync(conn: Connection, values: Mapping[str, Any]) -> int | None:
-    """`EventLog.append` in a caller's sync transaction (`Database.run_write`); `values` from
-    `log_values`. The statement is built once and executed with parameters."""
+    """Appends one record (`values` from `log_values`) in the caller's transaction; its log sequence,
+    or None when `record_id` is already logged (nothing is written). The statement is built once and
+    executed with parameters."""
     seq: int | None = fast_execute(
         conn, _insert_returning_seq(conn.dialect.name), dict(values)
     ).scalar_one_or_none()
@@ -153,60 +154,11 @@ def append_sync(conn: Connection, values: Mapping[str, Any]) -> int | None:
 
 
 class EventLog:
-    """Appends and pages log records. Implements `proxy.api.AuditSink`."""
+    """The log's audit records (`record_proxy_call`: `proxy.api.AuditSink`), reads and pages."""
 
     def __init__(self, db: Database, codec: CursorCodec) -> None:
         self.db = db
-        self.uow = UnitOfWork(db)
         self.codec = codec
-
-    async def append(
-        self,
-        *,
-        kind: str,
-        event_type: str,
-        record_id: str = "",
-        conversation_id: str = "",
-        thread_id: str = "",
-        run_id: str = "",
-        runner_id: str = "",
-        bot_id: str = "",
-        workspace_id: str = "",
-        source: str = "",
-        actor: Mapping[str, Any] | None = None,
-        subject: Mapping[str, Any] | None = None,
-        summary: str = "",
-        data: Mapping[str, Any] | None = None,
-        occurred_at: dt.datetime | None = None,
-        session: AsyncSession | None = None,
-    ) -> int | None:
-        """Appends one record; returns its log sequence, or None when `record_id` already exists."""
-        values = log_values(
-            kind=kind,
-            event_type=event_type,
-            record_id=record_id,
-            conversation_id=conversation_id,
-            thread_id=thread_id,
-            run_id=run_id,
-            runner_id=runner_id,
-            bot_id=bot_id,
-            workspace_id=workspace_id,
-            source=source,
-            actor=actor,
-            subject=subject,
-            summary=summary,
-            data=data,
-            occurred_at=occurred_at,
-        )
-        async with self.uow.write(session) as s:
-            insert = dialect_insert(s)
-            stmt = (
-                insert(EventLogRow)
-                .values(**values)
-                .on_conflict_do_nothing(index_elements=["record_id"])
-                .returning(EventLogRow.seq)
-            )
-            return (await s.execute(stmt)).scalar_one_or_none()
 
     async def record_proxy_call(
         self,
@@ -223,7 +175,7 @@ class EventLog:
         never fails for the input it records."""
         detail = {k: _quoted(v) for k, v in (detail or {}).items()}
         resource = bounded(resource, 512)
-        await self.append(
+        values = log_values(
             kind="audit",
             event_type=bounded(method, 128),
             run_id=bounded(run_id, 64),
@@ -232,6 +184,7 @@ class EventLog:
             summary=f"{method} {resource} -> {outcome}",
             data={"resource": resource, "outcome": outcome, **detail},
         )
+        await self.db.run_write(lambda conn: append_sync(conn, values))
 
     async def run_audit(self, run_id: str, limit: int = 500) -> list[dict[str, Any]]:
         """A run's proxy-call audit records in order, for operators (the console's run page)."""

@@ -6,7 +6,7 @@ Typical host wiring::
     db = Database(settings.database_url)
     ensure_current(settings.database_url)            # refuse an un-migrated database
     stores = await FactStores.open(db, FactStoreSettings(artifact_dir=..., owner=instance_id))
-    await stores.mark_interrupted()                  # crash recovery, once at startup
+    await stores.mark_interrupted(ending, status)    # crash recovery, once at startup (`host.restarted`)
     maintenance = asyncio.create_task(stores.run_maintenance())
 
     # per event / run (run/)
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -36,8 +36,8 @@ from agentrunner_host.ports import (
     RecordedEvent,
     RunRecord,
     RunSession,
+    RunStatus,
     StartedRun,
-    utcnow,
 )
 from agentrunner_host.store.artifacts import ArtifactStore
 from agentrunner_host.store.blobs import ArtifactLimits
@@ -54,27 +54,19 @@ from agentrunner_host.store.ledger import (
     SqlRunLedger,
     finish_run_sync,
     insert_results_sync,
-)
-from agentrunner_host.store.models import (
-    HostSecret,
-    RunRow,
-    RunSessionRow,
+    open_runs_sync,
 )
 from agentrunner_host.store.result_effects import SYNC_KINDS, apply_sync
+from agentrunner_host.store.schema import HostSecret
 from agentrunner_host.store.sessions import SqlSessionRegistry, revoke_sync
 from agentrunner_host.store.state import StateStore, scope_name
 from agentrunner_host.store.steering import SteeringQueue
 from agentrunner_host.store.storage import StorageStore
-from agentrunner_host.store.transcript import (
-    Transcript,
-)
+from agentrunner_host.store.transcript import Transcript
 
 log = logging.getLogger(__name__)
 
 _CURSOR_SECRET = "cursor-hmac"
-_OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
-#: the `run.failed` code of a run a host restart ended (`mark_interrupted`)
-INTERRUPTED_CODE = "host.restarted"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,7 +97,7 @@ class FactStores:
         self.codec = codec
         self.settings = settings
         self.events = EventLog(db, codec)
-        self.ledger = SqlRunLedger(db, codec, owner=settings.owner)
+        self.ledger = SqlRunLedger(db, codec)
         self.sessions = SqlSessionRegistry(db)
         self.transcript = Transcript(db, codec)
         self.artifacts = ArtifactStore(db, settings.artifact_dir, settings.artifact_limits)
@@ -188,48 +180,20 @@ class FactStores:
 
         return await self.db.run_write(write)
 
-    async def record_result(
-        self,
-        snapshot: AuthorizationSnapshot,
-        result: result_pb2.RunResult,
-        *,
-        append_to_ledger: bool = True,
-    ) -> bool:
-        """Applies one validated run result, all in one transaction:
-
-        - the ledger row (`run_results`, unique `(run_id, sequence)`; skip with `append_to_ledger=False`
-          when another `RunLedger` stores results);
-        - the event log entry (every type except `message.delta`; tool results as `tool`,
-          `action.requested` as `action`, `run.failed` as `error` telemetry);
-        - `message.completed` -> assistant transcript item (with its artifact refs);
-          `run.completed.message` -> assistant item unless the run already wrote one;
-        - `artifact.created` -> artifact store (inline content stored content-addressed);
-        - `state.updated` -> state store (scope checked against `snapshot`; a null value deletes).
-
-        Returns False (and writes nothing) when the sequence is already stored. Raises
-        `AgentRunnerError` (e.g. `UnauthorizedError` for an ungranted state scope,
-        `PayloadTooLargeError`) or `StoreError` with nothing written; the caller fails the run.
-        Do not call `ledger.append_result` for the same result as well.
-        """
-        kind = result.WhichOneof("payload")
-        if kind is None:
-            log.warning(
-                "ignoring a result of unknown type (run %s, seq %s)", snapshot.run_id, result.sequence
-            )
-            return False
-        async with self.db.write() as s:
-            if append_to_ledger and not await self.ledger.insert_result(s, snapshot.run_id, result):
-                return False
-            await self._apply(s, snapshot, result)
-        return True
-
     async def record_results(
         self, snapshot: AuthorizationSnapshot, results: Sequence[result_pb2.RunResult]
     ) -> None:
-        """`record_result` for several results of one run in ONE transaction (the run journal batches
-        `message.delta` runs this way): ledger rows in one multi-row insert, then each result's other
-        effects in order. All or nothing; raises like `record_result` (a stored sequence is an error
-        here, since the run numbers results itself)."""
+        """Applies validated results of one run, all in ONE transaction (the run journal's batches):
+
+        - the ledger rows (`ledger.insert_results_sync`: consecutive deltas share one; results come in
+          sequence order after the run's stored ones, else `AlreadyExistsError`);
+        - each result's other effects in order (`result_effects.apply_sync`: the event log entry, the
+          assistant transcript item; `_apply`: `artifact.created` -> artifact store, `state.updated` ->
+          state store, its scope checked against `snapshot`).
+
+        A result of unknown type is skipped. All or nothing: raises `AgentRunnerError` (e.g.
+        `UnauthorizedError` for an ungranted state scope, `PayloadTooLargeError`) or `StoreError` with
+        nothing written; the caller fails the run."""
         known = [r for r in results if r.WhichOneof("payload") is not None]
         if not known:
             return
@@ -243,7 +207,9 @@ class FactStores:
             await self.db.run_write(write)
             return
         async with self.db.write() as s:
-            await self.ledger.insert_results(s, snapshot.run_id, known)
+            await s.run_sync(
+                lambda session: insert_results_sync(session.connection(), snapshot.run_id, known)
+            )
             for result in known:
                 await self._apply(s, snapshot, result)
 
@@ -304,47 +270,29 @@ class FactStores:
             summary=f"result of tool {name}",
         )
 
-    async def mark_interrupted(self) -> int:
+    async def mark_interrupted(self, ending: result_pb2.RunResult, status: RunStatus) -> int:
         """Crash recovery at startup, in one transaction: each run this instance left created/running
-        ends `interrupted` with a terminal result (`run.failed` code `host.restarted`, retryable) after
-        its last stored one, so its ledger reads like any ended run's (replays end, followers finish),
-        and its run token is revoked."""
-        owner = self.settings.owner
-        now = utcnow()
-        async with self.db.write() as s:
-            open_runs = (
-                await s.execute(
-                    select(RunRow.run_id, RunRow.last_sequence)
-                    .where(RunRow.status.in_(_OPEN_STATUSES), RunRow.owner == owner)
-                    .with_for_update()
-                )
-            ).all()
+        ends with `status` and a copy of `ending` as its terminal result (the `run.failed` the failure
+        table gives a host restart: `run/outcomes.py`, `host.restarted`), numbered after its last stored
+        one, so its ledger reads like any ended run's (replays end, followers finish); its reason is the
+        code and message, and its run token is revoked. Returns how many runs it ended."""
+        reason = f"{ending.run_failed.code}: {ending.run_failed.message}"
+
+        def write(conn: Connection) -> int:
+            open_runs = open_runs_sync(conn, self.settings.owner)
             for run_id, last_sequence in open_runs:
-                terminal = result_pb2.RunResult(run_id=run_id, sequence=last_sequence + 1)
-                terminal.timestamp.FromDatetime(now)
-                terminal.run_failed.code = INTERRUPTED_CODE
-                terminal.run_failed.message = "the host stopped while the run was open"
-                terminal.run_failed.retryable = True
-                await self.ledger.insert_result(s, run_id, terminal)
-                await s.execute(
-                    update(RunRow)
-                    .where(RunRow.run_id == run_id)
-                    .values(
-                        status=common_pb2.RUN_STATUS_INTERRUPTED,
-                        status_reason=f"{INTERRUPTED_CODE}: the host stopped while the run was open",
-                        finished_at=now,
-                        last_sequence=last_sequence + 1,
-                    )
-                )
-            if open_runs:
-                await s.execute(
-                    update(RunSessionRow)
-                    .where(RunSessionRow.run_id.in_([r for r, _ in open_runs]))
-                    .values(revoked=True)
-                )
-        if open_runs:
-            log.warning("marked %d runs left open by a previous host process as interrupted", len(open_runs))
-        return len(open_runs)
+                terminal = result_pb2.RunResult()
+                terminal.CopyFrom(ending)
+                terminal.run_id, terminal.sequence = run_id, last_sequence + 1
+                insert_results_sync(conn, run_id, [terminal])
+                finish_run_sync(conn, run_id, status, reason)
+                revoke_sync(conn, run_id)
+            return len(open_runs)
+
+        interrupted = await self.db.run_write(write)
+        if interrupted:
+            log.warning("marked %d runs left open by a previous host process as interrupted", interrupted)
+        return interrupted
 
     async def cleanup(self) -> dict[str, int]:
         """One maintenance round: expired artifacts (rows, blobs, files) and stale sessions."""

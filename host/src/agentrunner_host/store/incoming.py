@@ -37,7 +37,7 @@ from agentrunner_host.store.db import Database, with_then
 from agentrunner_host.store.events import append_sync as append_event_sync
 from agentrunner_host.store.events import incoming_fields, log_values
 from agentrunner_host.store.ledger import get_run_by_event_sync, insert_run_sync, run_values
-from agentrunner_host.store.models import ArtifactRow, EventLogRow, TranscriptRow
+from agentrunner_host.store.schema import ArtifactRow, EventLogRow, TranscriptRow
 from agentrunner_host.store.sessions import register_sync
 from agentrunner_host.store.state import StateStore
 from agentrunner_host.store.transcript import Transcript, insert_item_sync, latest_seq_sync, next_seq_sync
@@ -51,7 +51,7 @@ def record_incoming_sync(
     *,
     run_id: str,
     runner_id: str,
-    later: list[Callable[[Connection], None]] | None = None,
+    later: list[Callable[[Connection], object]] | None = None,
 ) -> tuple[int | None, int | None]:
     """The rows of an incoming event in the caller's transaction: its event-log entry, its prepared
     attachments and its user message. Returns (event seq, transcript seq); (None, None) when the event
@@ -69,7 +69,7 @@ def record_incoming_sync(
     if item is None:
         return seq, None
     if later is None:
-        return seq, append_transcript_sync(conn, **item, artifacts=refs)
+        return seq, append_transcript_sync(conn, **item, artifacts=refs)["seq"]
     transcript_seq = next_seq_sync(conn, item["conversation_id"])
     later.append(lambda c: insert_item_sync(c, transcript_seq, **item, artifacts=refs))
     return seq, transcript_seq
@@ -149,7 +149,7 @@ class IncomingEvents:
         values = run_values(record, self.owner)
         conversation_id = envelope.conversation.conversation_id
         #: the statements nothing before the commit needs (the user message, the session)
-        later: list[Callable[[Connection], None]] = []
+        later: list[Callable[[Connection], object]] = []
 
         def write(conn: Connection) -> _Written:
             later.clear()  # (a write retried after a lock conflict starts over)

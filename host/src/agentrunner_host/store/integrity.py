@@ -29,7 +29,7 @@ from agentrunner.v1 import common_pb2
 from agentrunner_host.ports import TERMINAL_STATUSES, utcnow
 from agentrunner_host.store.db import sync_url as _sync_url
 from agentrunner_host.store.ledger_rows import unpack_results
-from agentrunner_host.store.models import (
+from agentrunner_host.store.schema import (
     ConversationRow,
     EventLogRow,
     RunResultRow,

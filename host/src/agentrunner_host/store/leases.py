@@ -23,7 +23,7 @@ from sqlalchemy import delete, select, update
 from agentrunner_host.ports import utcnow
 from agentrunner_host.store.common import rowcount
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import HostLeaseRow
+from agentrunner_host.store.schema import HostLeaseRow
 
 log = structlog.get_logger("agentrunner_host.leases")
 

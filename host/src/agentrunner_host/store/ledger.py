@@ -1,9 +1,12 @@
 """The run ledger on the database (`ports.RunLedger`): one row per run plus its results in order.
 
-This module is its write side: `SqlRunLedger`'s writes (its reads are `store/ledger_reads.py`) and
-the sync statements the start and finish transactions run on one connection (`insert_run_sync`,
-`insert_results_sync`, `finish_run_sync`, ...). How a run and its results lie in rows is
-`store/ledger_rows.py`.
+This module is its write side, and every write of the `runs` and `run_results` tables is here once,
+as a sync statement function over a `Connection` (`insert_run_sync`, `insert_results_sync`,
+`finish_run_sync`, ...): the run path's transactions run them on the SQLite writer's connection
+(`Database.run_write`, group commit) or, in a transaction of their own, `SqlRunLedger`'s async methods
+do (its reads are `store/ledger_reads.py`). The async twins these had on an `AsyncSession` cost far
+more per run and were deleted (docs/performance.md, "One writer per table"). How a run and its
+results lie in rows is `store/ledger_rows.py`.
 """
 
 from __future__ import annotations
@@ -16,21 +19,14 @@ from typing import Any
 from sqlalchemy import BindParameter, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.errors import AlreadyExistsError, InvalidArgumentError
-from agentrunner.protocol import result_type
 from agentrunner.usage import add_counts
 from agentrunner.v1 import common_pb2, result_pb2
 from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
-from agentrunner_host.store.base import table_of
-from agentrunner_host.store.common import CursorCodec, UnitOfWork, dialect_insert, rowcount
-from agentrunner_host.store.db import Database
-from agentrunner_host.store.errors import StoreError
 from agentrunner_host.store.ledger_reads import LedgerReads
-from agentrunner_host.store.ledger_rows import RECORD_FIELDS, packed_rows, result_rows, to_record
-from agentrunner_host.store.models import RunResultRow, RunRow
+from agentrunner_host.store.ledger_rows import RECORD_FIELDS, packed_rows, result_rows
+from agentrunner_host.store.schema import RunResultRow, RunRow, table_of
 from agentrunner_host.store.sqlite.compiled import bind_processor, driver_execute, fast_execute
 
 _OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
@@ -67,13 +63,31 @@ def _statements(dialect: str) -> dict[str, Any]:
         "by_event": select(*_RECORD_COLUMNS).where(_RUNS.c.event_id == bindparam("b_event")),
         "by_run": select(*_RECORD_COLUMNS).where(_RUNS.c.run_id == bindparam("b_run")),
         "insert_results": _RESULTS.insert(),
-        "last_sequence": update(_RUNS)
-        .where(_RUNS.c.run_id == bindparam("b_run"), _RUNS.c.last_sequence < bindparam("b_last"))
-        .values(last_sequence=bindparam("b_last")),
+        # results are appended in sequence order: a batch starts after the run's last stored result
+        "advance": update(_RUNS)
+        .where(_RUNS.c.run_id == bindparam("b_run"), _RUNS.c.last_sequence < bindparam("b_first"))
+        .values(last_sequence=bindparam("b_last"))
+        .returning(_RUNS.c.id),
+        "last_sequence": select(_RUNS.c.last_sequence).where(_RUNS.c.run_id == bindparam("b_run")),
         "finish": update(_RUNS).where(_RUNS.c.run_id == bindparam("b_run"), not_terminal).values(**finish),
         "finish_usage": update(_RUNS)
         .where(_RUNS.c.run_id == bindparam("b_run"), not_terminal)
         .values(**finish, usage=bindparam("b_usage", type_=_RUNS.c.usage.type)),
+        "cancel": update(_RUNS)
+        .where(
+            _RUNS.c.run_id == bindparam("b_run"),
+            _RUNS.c.status.in_(_OPEN_STATUSES),
+            _RUNS.c.cancel_requested_at.is_(None),
+        )
+        .values(cancel_requested_at=bindparam("b_at", type_=_RUNS.c.cancel_requested_at.type)),
+        "meta": select(_RUNS.c["metadata"]).where(_RUNS.c.run_id == bindparam("b_run")).with_for_update(),
+        "set_meta": update(_RUNS)
+        .where(_RUNS.c.run_id == bindparam("b_run"))
+        .values(metadata=bindparam("b_meta", type_=_RUNS.c["metadata"].type)),
+        "open_runs": select(_RUNS.c.run_id, _RUNS.c.last_sequence)
+        .where(_RUNS.c.status.in_(_OPEN_STATUSES), _RUNS.c.owner == bindparam("b_owner"))
+        .order_by(_RUNS.c.id)
+        .with_for_update(),
     }
 
 
@@ -121,11 +135,27 @@ def get_run_by_event_sync(conn: Connection, event_id: str) -> RunRecord | None:
 
 
 def insert_results_sync(conn: Connection, run_id: str, results: Sequence[result_pb2.RunResult]) -> None:
-    """`SqlRunLedger.insert_results` in a sync transaction (`packed_rows`; results numbered by the host,
-    a row's duplicate key raises)."""
+    """Stores a batch of one run's results in the caller's transaction (`packed_rows`: consecutive deltas
+    share a row) and moves the run's `last_sequence` to the batch's last. Results are appended in
+    sequence order, as the run numbers them: a batch that does not start after the run's last stored
+    result raises `AlreadyExistsError` (nothing of it is written), so no sequence is stored twice, also
+    none a packed row holds."""
     if not results:
         return
     stmts = _statements(conn.dialect.name)
+    first, last = min(r.sequence for r in results), max(r.sequence for r in results)
+    if first <= 0:
+        raise InvalidArgumentError("result sequence must start at 1", field="sequence")
+    if (
+        fast_execute(conn, stmts["advance"], {"b_run": run_id, "b_first": first, "b_last": last}).first()
+        is None
+    ):
+        stored = fast_execute(conn, stmts["last_sequence"], {"b_run": run_id}).scalar_one_or_none()
+        if stored is not None:  # (no run row: the insert below fails on its foreign key)
+            raise AlreadyExistsError(
+                f"run {run_id} has results stored up to sequence {stored}; result {first} is not after them",
+                metadata={"runId": run_id, "sequence": first},
+            )
     if conn.dialect.name == "sqlite":
         # The delta-batch hot path: plain DBAPI with the bind values converted once per batch
         # (SQLAlchemy's per-row parameter processing cost more than SQLite's insert itself), and
@@ -142,7 +172,6 @@ def insert_results_sync(conn: Connection, run_id: str, results: Sequence[result_
             driver_execute(conn, _sqlite_insert_results(len(chunk)), tuple(values))
     else:
         conn.execute(stmts["insert_results"], result_rows(run_id, results))
-    fast_execute(conn, stmts["last_sequence"], {"b_run": run_id, "b_last": max(r.sequence for r in results)})
 
 
 def finish_run_sync(
@@ -152,7 +181,8 @@ def finish_run_sync(
     reason: str,
     usage: Mapping[str, Any] | None = None,
 ) -> RunRecord | None:
-    """`SqlRunLedger.finish_run` in a sync transaction (a run already ended keeps its status)."""
+    """Sets a run's terminal status, reason and usage (a run already ended keeps its own); the record
+    as stored, None when there is no such run."""
     if status not in TERMINAL_STATUSES:
         raise InvalidArgumentError(f"status {status} is not terminal", field="status")
     stmts = _statements(conn.dialect.name)
@@ -164,143 +194,55 @@ def finish_run_sync(
     return None if row is None else _row_to_record(row)
 
 
+def request_cancel_sync(conn: Connection, run_id: str, at: dt.datetime) -> RunRecord | None:
+    """Marks an open run's cancel request (the first one's time is kept); the record as stored."""
+    stmts = _statements(conn.dialect.name)
+    conn.execute(stmts["cancel"], {"b_run": run_id, "b_at": at})
+    row = fast_execute(conn, stmts["by_run"], {"b_run": run_id}, typed=True).first()
+    return None if row is None else _row_to_record(row)
+
+
+def add_model_usage_sync(
+    conn: Connection, run_id: str, model_id: str, usage: Mapping[str, Any], calls: int
+) -> None:
+    """Adds one model call's usage to the run's `model_usage` metadata (per model: every count summed,
+    `Usage.extra` details included, calls counted). Read-modify-write under the SQLite write lock / a
+    row lock on PostgreSQL."""
+    stmts = _statements(conn.dialect.name)
+    row = conn.execute(stmts["meta"], {"b_run": run_id}).first()
+    if row is None:
+        return
+    meta = dict(row[0] or {})
+    per_model = dict(meta.get("model_usage") or {})
+    entry = dict(per_model.get(model_id) or {})
+    counts = {k: v for k, v in usage.items() if k != "extra"}
+    extra = usage.get("extra")
+    # provider details (cached, reasoning, audio tokens, ...) sum next to the standard counts
+    add_counts(entry, {**(extra if isinstance(extra, Mapping) else {}), **counts})
+    entry["calls"] = int(entry.get("calls", 0)) + calls
+    per_model[model_id] = entry
+    meta["model_usage"] = per_model
+    meta["model_calls"] = int(meta.get("model_calls", 0)) + calls
+    conn.execute(stmts["set_meta"], {"b_run": run_id, "b_meta": meta})
+
+
+def open_runs_sync(conn: Connection, owner: str) -> list[tuple[str, int]]:
+    """(run id, last sequence) of the runs `owner` left created or running, locked for the caller's
+    transaction (crash recovery: `FactStores.mark_interrupted`)."""
+    rows = conn.execute(_statements(conn.dialect.name)["open_runs"], {"b_owner": owner}).all()
+    return [(str(run_id), int(last)) for run_id, last in rows]
+
+
 class SqlRunLedger(LedgerReads):
-    """`ports.RunLedger` on SQLite/PostgreSQL.
-
-    `owner` names this host instance: `mark_interrupted` only touches runs it created, so a replica
-    restarting does not interrupt runs another replica is serving.
-    """
-
-    def __init__(self, db: Database, codec: CursorCodec, *, owner: str = "") -> None:
-        super().__init__(db, codec)
-        self.uow = UnitOfWork(db)
-        self.owner = owner
-
-    async def create_run(self, record: RunRecord) -> RunRecord:
-        row = RunRow(
-            **{name: getattr(record, name) for name in RECORD_FIELDS},
-            meta=dict(record.metadata),
-            owner=self.owner,
-        )
-        try:
-            async with self.db.write() as session:
-                session.add(row)
-                await session.flush()
-            return record
-        except StoreError as exc:
-            if not isinstance(exc.__cause__, IntegrityError):
-                raise
-        # The unique event id lost a race (or is a duplicate): attach to the stored run.
-        async with self.db.read() as session:
-            existing = await session.scalar(select(RunRow).where(RunRow.event_id == record.event_id))
-        if existing is None:
-            raise AlreadyExistsError(f"run id {record.run_id} already exists")
-        return to_record(existing)
-
-    async def mark_running(self, run_id: str, started_at: dt.datetime) -> None:
-        async with self.db.write() as session:
-            await session.execute(
-                update(RunRow)
-                .where(RunRow.run_id == run_id, RunRow.status == common_pb2.RUN_STATUS_CREATED)
-                .values(status=common_pb2.RUN_STATUS_RUNNING, started_at=started_at)
-            )
-
-    async def insert_result(self, session: AsyncSession, run_id: str, result: result_pb2.RunResult) -> bool:
-        """Stores one result in the caller's transaction; False when `(run_id, sequence)` exists."""
-        if result.sequence <= 0:
-            raise InvalidArgumentError("result sequence must start at 1", field="sequence")
-        held = await session.scalar(  # a packed delta row holding this sequence (`packed_rows`)
-            select(RunResultRow.id)
-            .where(
-                RunResultRow.run_id == run_id,
-                RunResultRow.sequence >= result.sequence,
-                RunResultRow.sequence - RunResultRow.result_count < result.sequence,
-            )
-            .limit(1)
-        )
-        if held is not None:
-            return False
-        insert = dialect_insert(session)
-        stmt = (
-            insert(RunResultRow)
-            .values(
-                run_id=run_id,
-                sequence=result.sequence,
-                result_type=result_type(result) or "",
-                payload=result.SerializeToString(deterministic=True),
-                created_at=utcnow(),
-            )
-            .on_conflict_do_nothing(index_elements=["run_id", "sequence"])
-            .returning(RunResultRow.id)
-        )
-        if (await session.execute(stmt)).scalar_one_or_none() is None:
-            return False
-        await session.execute(
-            update(RunRow)
-            .where(RunRow.run_id == run_id, RunRow.last_sequence < result.sequence)
-            .values(last_sequence=result.sequence)
-        )
-        return True
-
-    async def insert_results(
-        self, session: AsyncSession, run_id: str, results: Sequence[result_pb2.RunResult]
-    ) -> None:
-        """Stores several results in the caller's transaction with one multi-row insert (a duplicate
-        sequence raises, rolling the transaction back)."""
-        if not results:
-            return
-        await session.execute(_RESULTS.insert(), result_rows(run_id, results))
-        last = max(r.sequence for r in results)
-        await session.execute(
-            update(RunRow)
-            .where(RunRow.run_id == run_id, RunRow.last_sequence < last)
-            .values(last_sequence=last)
-        )
+    """`ports.RunLedger` on SQLite/PostgreSQL: the reads of `LedgerReads` and the writes a caller makes
+    outside the run path's transactions, each one transaction running this module's statements."""
 
     async def add_model_usage(self, run_id: str, model_id: str, usage: Mapping[str, Any], calls: int) -> None:
-        """Adds one model call's usage to the run's `model_usage` metadata (per model: every count
-        summed, `Usage.extra` details included, calls counted). Read-modify-write under the write lock / a row lock."""
-        async with self.db.write() as session:
-            stmt = select(RunRow).where(RunRow.run_id == run_id)
-            if not self.db.is_sqlite:
-                stmt = stmt.with_for_update()
-            row = await session.scalar(stmt)
-            if row is None:
-                return
-            meta = dict(row.meta or {})
-            per_model = dict(meta.get("model_usage") or {})
-            entry = dict(per_model.get(model_id) or {})
-            counts = {k: v for k, v in usage.items() if k != "extra"}
-            extra = usage.get("extra")
-            # provider details (cached, reasoning, audio tokens, ...) sum next to the standard counts
-            add_counts(entry, {**(extra if isinstance(extra, Mapping) else {}), **counts})
-            entry["calls"] = int(entry.get("calls", 0)) + calls
-            per_model[model_id] = entry
-            meta["model_usage"] = per_model
-            meta["model_calls"] = int(meta.get("model_calls", 0)) + calls
-            row.meta = meta
-
-    async def append_result(self, run_id: str, result: result_pb2.RunResult) -> None:
-        async with self.db.write() as session:
-            if not await self.insert_result(session, run_id, result):
-                raise AlreadyExistsError(
-                    f"result {result.sequence} of run {run_id} is already stored",
-                    metadata={"runId": run_id, "sequence": result.sequence},
-                )
+        """`add_model_usage_sync` in a transaction of its own."""
+        await self.db.run_write(lambda conn: add_model_usage_sync(conn, run_id, model_id, usage, calls))
 
     async def request_cancel(self, run_id: str, at: dt.datetime) -> RunRecord | None:
-        async with self.db.write() as session:
-            await session.execute(
-                update(RunRow)
-                .where(
-                    RunRow.run_id == run_id,
-                    RunRow.status.in_(_OPEN_STATUSES),
-                    RunRow.cancel_requested_at.is_(None),
-                )
-                .values(cancel_requested_at=at)
-            )
-            row = await session.scalar(select(RunRow).where(RunRow.run_id == run_id))
-        return None if row is None else to_record(row)
+        return await self.db.run_write(lambda conn: request_cancel_sync(conn, run_id, at))
 
     async def finish_run(
         self,
@@ -309,29 +251,6 @@ class SqlRunLedger(LedgerReads):
         reason: str,
         usage: Mapping[str, Any] | None = None,
     ) -> RunRecord | None:
-        if status not in TERMINAL_STATUSES:
-            raise InvalidArgumentError(f"status {status} is not terminal", field="status")
-        values: dict[str, Any] = {"status": status, "status_reason": reason, "finished_at": utcnow()}
-        if usage is not None:
-            values["usage"] = dict(usage)
-        async with self.db.write() as session:
-            await session.execute(
-                update(RunRow)
-                .where(RunRow.run_id == run_id, RunRow.status.not_in(list(TERMINAL_STATUSES)))
-                .values(**values)
-            )
-            row = await session.scalar(select(RunRow).where(RunRow.run_id == run_id))
-        return None if row is None else to_record(row)
-
-    async def mark_interrupted(self) -> int:
-        async with self.db.write() as session:
-            result = await session.execute(
-                update(RunRow)
-                .where(RunRow.status.in_(_OPEN_STATUSES), RunRow.owner == self.owner)
-                .values(
-                    status=common_pb2.RUN_STATUS_INTERRUPTED,
-                    status_reason="host.restarted: the host stopped while the run was open",
-                    finished_at=utcnow(),
-                )
-            )
-        return rowcount(result)
+        """`finish_run_sync` in a transaction of its own (the status alone, when the run's ending could
+        not be recorded with its results: `RunService`)."""
+        return await self.db.run_write(lambda conn: finish_run_sync(conn, run_id, status, reason, usage))

@@ -18,7 +18,7 @@ from agentrunner_host.ports import RunRecord
 from agentrunner_host.store.common import CursorCodec
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.ledger_rows import run_to_proto, to_record, unpack_results
-from agentrunner_host.store.models import RunResultRow, RunRow
+from agentrunner_host.store.schema import RunResultRow, RunRow
 
 DEFAULT_RUNS_PAGE = 50
 MAX_RUNS_PAGE = 200

@@ -18,7 +18,7 @@ from agentrunner.protocol import result_type
 from agentrunner.v1 import host_service_pb2, result_pb2
 from agentrunner_host.ports import RunRecord, utcnow
 from agentrunner_host.store.common import dict_to_struct, json_to_message, to_timestamp
-from agentrunner_host.store.models import RunRow
+from agentrunner_host.store.schema import RunRow
 
 RECORD_FIELDS = (
     "run_id",

@@ -21,7 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner_host.ports import utcnow
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import RuntimeClaimRow, RuntimeConnectionRow, RuntimeEventRow, RuntimeRow
+from agentrunner_host.store.schema.facts import (
+    RuntimeClaimRow,
+    RuntimeConnectionRow,
+    RuntimeEventRow,
+    RuntimeRow,
+)
 
 log = structlog.get_logger("agentrunner_host.store.runtimes")
 

@@ -1,4 +1,8 @@
-"""Run sessions on the database (`ports.SessionRegistry`), so any replica can authorize any run."""
+"""Run sessions on the database (`ports.SessionRegistry`), so any replica can authorize any run.
+
+A session is registered in its run's start transaction (`register_sync`) and revoked in its finish
+transaction (`revoke_sync`); `SqlSessionRegistry` runs the same statements in transactions of their own.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +15,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token, utcnow
-from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import rowcount
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import RunSessionRow
+from agentrunner_host.store.schema import RunSessionRow, table_of
 from agentrunner_host.store.sqlite.compiled import fast_execute
 
 _SESSIONS = table_of(RunSessionRow)
@@ -66,10 +69,7 @@ class SqlSessionRegistry:
         self.db = db
 
     async def register(self, session: RunSession) -> None:
-        async with self.db.write() as db_session:
-            await db_session.execute(
-                register_stmt(db_session.get_bind().dialect.name), session_params(session)
-            )
+        await self.db.run_write(lambda conn: register_sync(conn, session))
 
     async def lookup(self, token: str) -> RunSession | None:
         if not token:
@@ -90,10 +90,7 @@ class SqlSessionRegistry:
         )
 
     async def unregister(self, run_id: str) -> None:
-        async with self.db.write() as db_session:
-            await db_session.execute(
-                update(RunSessionRow).where(RunSessionRow.run_id == run_id).values(revoked=True)
-            )
+        await self.db.run_write(lambda conn: revoke_sync(conn, run_id))
 
     async def purge(self, older_than: dt.timedelta = dt.timedelta(days=1)) -> int:
         """Deletes sessions expired (or revoked) for longer than `older_than`."""

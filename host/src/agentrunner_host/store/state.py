@@ -26,12 +26,10 @@ from agentrunner.errors import (
     UnauthorizedError,
 )
 from agentrunner.v1 import common_pb2
-from agentrunner_host.auth.authz import state_identity
-from agentrunner_host.ports import AuthorizationSnapshot
-from agentrunner_host.store.base import table_of
+from agentrunner_host.ports import AuthorizationSnapshot, state_identity
 from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, json_size, rowcount, utcnow
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import StateRow
+from agentrunner_host.store.schema import StateRow, table_of
 from agentrunner_host.store.sqlite.compiled import fast_execute, result_processor
 
 SCOPE_NAMES: dict[int, str] = {

@@ -9,7 +9,7 @@ from sqlalchemy import func, select, update
 from agentrunner.v1 import proxy_service_pb2
 from agentrunner_host.store.common import new_id, utcnow
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import SteeringRow
+from agentrunner_host.store.schema import SteeringRow
 
 
 class SteeringQueue:

@@ -18,7 +18,7 @@ from agentrunner.v1 import proxy_service_pb2
 from agentrunner_host.ports import AuthorizationSnapshot
 from agentrunner_host.store.common import UnitOfWork, dialect_insert, escape_like, rowcount, utcnow
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import StorageRow
+from agentrunner_host.store.schema import StorageRow
 
 AREA_NAMES: dict[int, str] = {
     proxy_service_pb2.STORAGE_AREA_NAME_PLUGIN: "plugin",

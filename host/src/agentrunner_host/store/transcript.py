@@ -1,8 +1,11 @@
 """The transcript: the conversation view projected from the event log (AGENT_CONTEXT_PROTOCOL §1.3).
 
 Only messages are written here (a user message per `message.received`, an assistant message per
-`message.completed` / `run.completed.message`). Each item gets the next sequence of its conversation
-under the conversation row's lock, so concurrent writers never lose or duplicate a sequence.
+`message.completed` / `run.completed.message`, a reply, an interaction's answer). Each item gets the
+next sequence of its conversation under the conversation row's lock, so concurrent writers never lose
+or duplicate a sequence. Every write of the `transcript_items` and `conversations` tables is a sync
+statement function here (`append_sync`, or `next_seq_sync` then `insert_item_sync`), run in the
+caller's transaction; `Transcript.append` runs one in a transaction of its own.
 """
 
 from __future__ import annotations
@@ -19,20 +22,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner.v1 import common_pb2
-from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import (
-    CursorCodec,
-    UnitOfWork,
-    dialect_insert,
     message_to_json,
     new_id,
     utcnow,
 )
-from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import ConversationRow, TranscriptRow
+from agentrunner_host.store.schema import ConversationRow, TranscriptRow, table_of
 from agentrunner_host.store.sqlite.compiled import fast_execute
 from agentrunner_host.store.transcript_read import TranscriptReader
 
@@ -59,7 +56,7 @@ def item_values(
     run_id: str = "",
     metadata: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The column values of one transcript message (shared by the async and the sync paths)."""
+    """The column values of one transcript message (the ORM attribute names: `meta` for `metadata`)."""
     _check(role, conversation_id)
     return {
         "transcript_id": new_id("tr"),
@@ -76,15 +73,6 @@ def item_values(
         "meta": dict(metadata or {}),
         "created_at": utcnow(),
     }
-
-
-def _bump(conversation_id: str) -> Any:
-    return (
-        update(ConversationRow)
-        .where(ConversationRow.conversation_id == conversation_id)
-        .values(last_seq=ConversationRow.last_seq + 1)
-        .returning(ConversationRow.last_seq)
-    )
 
 
 _ITEMS = table_of(TranscriptRow)
@@ -121,20 +109,23 @@ def next_seq_sync(conn: Connection, conversation_id: str) -> int:
     return int(seq)
 
 
-def append_sync(conn: Connection, **fields: Any) -> int:
-    """`Transcript.append` in a caller's sync transaction (`Database.run_write`); returns the seq."""
-    _check(fields["role"], fields["conversation_id"])
+def append_sync(conn: Connection, **fields: Any) -> dict[str, Any]:
+    """Appends one message (`item_values`' fields) at its conversation's next sequence, in the caller's
+    transaction; the stored values (`seq` among them)."""
+    _check(fields["role"], fields["conversation_id"])  # before taking a sequence
     seq = next_seq_sync(conn, fields["conversation_id"])
-    insert_item_sync(conn, seq, **fields)
-    return seq
+    return insert_item_sync(conn, seq, **fields)
 
 
-def insert_item_sync(conn: Connection, seq: int, **fields: Any) -> None:
+def insert_item_sync(conn: Connection, seq: int, **fields: Any) -> dict[str, Any]:
     """Inserts a message at a sequence `next_seq_sync` gave out in the same transaction (`append_sync`
-    in two steps: the run start takes the position first and writes the item after the runner call)."""
-    params = item_values(seq=seq, **fields)
+    in two steps: the run start takes the position first and writes the item after the runner call);
+    the stored values."""
+    values = item_values(seq=seq, **fields)
+    params = dict(values)
     params["metadata"] = params.pop("meta")
     fast_execute(conn, _statements(conn.dialect.name)["insert"], params)
+    return values
 
 
 def has_assistant_item_sync(conn: Connection, run_id: str) -> bool:
@@ -150,23 +141,6 @@ def latest_seq_sync(conn: Connection, conversation_id: str) -> int:
 class Transcript(TranscriptReader):
     """The conversation transcript: appends here, pages, search and cursors in `TranscriptReader`."""
 
-    def __init__(self, db: Database, codec: CursorCodec) -> None:
-        super().__init__(db, codec)
-        self.uow = UnitOfWork(db)
-
-    async def _next_seq(self, s: AsyncSession, conversation_id: str) -> int:
-        bump = _bump(conversation_id)
-        seq = (await s.execute(bump)).scalar_one_or_none()
-        if seq is None:
-            insert = dialect_insert(s)
-            await s.execute(
-                insert(ConversationRow)
-                .values(conversation_id=conversation_id, last_seq=0, created_at=utcnow())
-                .on_conflict_do_nothing(index_elements=["conversation_id"])
-            )
-            seq = (await s.execute(bump)).scalar_one()
-        return int(seq)
-
     async def append(
         self,
         *,
@@ -179,8 +153,9 @@ class Transcript(TranscriptReader):
         event_id: str = "",
         run_id: str = "",
         metadata: Mapping[str, Any] | None = None,
-        session: AsyncSession | None = None,
     ) -> TranscriptRow:
+        """Appends one message in a transaction of its own (`append_sync`); the stored item (its `id`
+        is not read back)."""
         fields: dict[str, Any] = {
             "conversation_id": conversation_id,
             "role": role,
@@ -192,15 +167,5 @@ class Transcript(TranscriptReader):
             "run_id": run_id,
             "metadata": metadata,
         }
-        _check(role, conversation_id)  # before taking a sequence
-        async with self.uow.write(session) as s:
-            row = TranscriptRow(**item_values(seq=await self._next_seq(s, conversation_id), **fields))
-            s.add(row)
-            await s.flush()
-            return row
-
-    async def has_assistant_item(self, s: AsyncSession, run_id: str) -> bool:
-        found = await s.scalar(
-            select(TranscriptRow.id).where(TranscriptRow.run_id == run_id, TranscriptRow.role == "assistant")
-        )
-        return found is not None
+        _check(role, conversation_id)  # (a bad item raises here, not on the writer)
+        return TranscriptRow(**await self.db.run_write(lambda conn: append_sync(conn, **fields)))

@@ -28,10 +28,9 @@ from sqlalchemy import (
 )
 
 from agentrunner.v1 import common_pb2, proxy_service_pb2
-from agentrunner_host.store.base import table_of
 from agentrunner_host.store.common import CursorCodec, json_to_message
 from agentrunner_host.store.db import Database
-from agentrunner_host.store.models import ConversationRow, TranscriptRow
+from agentrunner_host.store.schema import ConversationRow, TranscriptRow, table_of
 from agentrunner_host.store.transcript_search import TranscriptSearch
 
 _ITEMS = table_of(TranscriptRow)

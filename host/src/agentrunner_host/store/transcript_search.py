@@ -16,7 +16,7 @@ from sqlalchemy import bindparam, func, literal_column, select, text
 from sqlalchemy.engine import Connection
 
 from agentrunner_host.store.db import Database, repeat
-from agentrunner_host.store.models import TranscriptRow
+from agentrunner_host.store.schema import TranscriptRow
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 

@@ -8,7 +8,8 @@ terminal's metadata, and `verbose` messages, ignored), `conversation.chat.comple
 `input_count` / `output_count` / `token_count`), `conversation.chat.failed` (`last_error`),
 `conversation.chat.requires_action` (a client-side tool call this runner cannot answer), `error`,
 `done`. JSON bodies with a non-zero `code` (with HTTP 200 or an error status) are Coze's business
-errors.
+errors. A failed chat is `coze.chat_failed`; a failed chat, an `error` event or a business error that
+is a rate limit (code 4013, or wording such as "rate is too high") is `coze.rate_limited`, retryable.
 
 Text goes as `content_type: text`; with attachments, each file is uploaded to `/v1/files/upload` and
 the message is an `object_string` of text and `image` / `file` parts. The conversation id is kept in
@@ -25,13 +26,22 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrunner import RunContext
-from agentrunner.services import ServiceError, ServiceRunner, ServiceTurn, read_attachments, upload
+from agentrunner.services import (
+    ServiceError,
+    ServiceRunner,
+    ServiceTurn,
+    read_attachments,
+    reported_failure,
+    upload,
+)
 from agentrunner.services.config import HttpUrl
 
 CONVERSATION_KEY = "external.conversation_id"
 _AUTH_CODES = frozenset({4100, 4101, 4102, 700012006})
 _STALE = re.compile(r"conversation.*(not exist|not found|n't exist|invalid)", re.I)
 _RATE = re.compile(r"rate|too (many|frequent)|limit", re.I)
+#: Coze's rate-limit error codes (its 429 answers carry 4013)
+_RATE_CODES = frozenset({4013})
 
 
 class CozeConfig(BaseModel):
@@ -158,8 +168,15 @@ class _Reader:
             self.turn.set_usage(usage.get("input_count"), usage.get("output_count"), usage.get("token_count"))
         elif name == "conversation.chat.failed":
             error = data.get("last_error") or {}
-            raise self.turn.upstream.error(
-                "api_error", f"the chat failed: {error.get('msg') or 'no detail'} (code {error.get('code')})"
+            code = error.get("code")
+            raise reported_failure(
+                self.turn.upstream.provider,
+                "chat_failed",
+                self.turn.upstream.redact(
+                    f"the chat failed: {error.get('msg') or 'no detail'} (code {code})"
+                ),
+                code=code,
+                status=429 if code in _RATE_CODES else None,
             )
         elif name == "conversation.chat.requires_action":
             raise self.turn.upstream.error(
@@ -168,8 +185,13 @@ class _Reader:
             )
         elif name == "error":
             message = data.get("msg") or data.get("message") or "error event"
-            raise self.turn.upstream.error(
-                "stream_error", f"Coze reported an error: {message} (code {data.get('code')})"
+            code = data.get("code")
+            raise reported_failure(
+                self.turn.upstream.provider,
+                "stream_error",
+                self.turn.upstream.redact(f"Coze reported an error: {message} (code {code})"),
+                code=code,
+                status=429 if code in _RATE_CODES else None,
             )
         return False
 

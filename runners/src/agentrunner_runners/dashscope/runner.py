@@ -11,7 +11,9 @@ did not; which one is decided from the request sent, never guessed from the text
 the string `"null"` until the last event. `output.thoughts` are progress, never the answer;
 `<ref>[n]</ref>` markers become `[n]` and `doc_references` a references list after the answer (also
 in the terminal's `metadata.references`). `event:error` blocks, and JSON bodies where the stream was
-expected, are failures.
+expected, are failures: the same rule for both, a rate limit (HTTP 429, a `Throttling*` or
+`LimitRequests` code, rate-limit wording) is `dashscope.rate_limited`, retryable, other reported
+errors are not.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrunner import RunContext
-from agentrunner.services import ServiceError, ServiceRunner, ServiceTurn
+from agentrunner.services import ServiceError, ServiceRunner, ServiceTurn, mentions_rate_limit
 from agentrunner.services.config import HttpUrl
 from agentrunner.services.parsers import partial_suffix
 
@@ -38,7 +40,9 @@ class DashScopeConfig(BaseModel):
 
     base_url: HttpUrl = Field("https://dashscope.aliyuncs.com/api/v1", alias="base-url")
     api_key: str = Field(alias="api-key", min_length=1)
-    app_id: str = Field(alias="app-id", min_length=1, pattern=r"^[A-Za-z0-9_-]+$")
+    app_id: str = Field(
+        alias="app-id", min_length=1
+    )  # `pattern` in manifest.yaml: one rule with config check
     app_type: Literal["agent", "workflow"] = Field("agent", alias="app-type")
     incremental_output: bool = Field(True, alias="incremental-output")
     references_quote: str = "参考资料来自:"
@@ -239,7 +243,7 @@ def _error(provider: str, data: dict[str, Any], status: int, *, stream: bool = F
     detail = {"service_code": code, "request_id": str(data.get("request_id") or "")}
     if status in (401, 403) or code.startswith(_AUTH):
         return ServiceError(provider, "auth_error", message, status=status, details=detail)
-    if status == 429 or code.startswith("Throttling"):
+    if mentions_rate_limit(message, code, status=status):  # 429, `Throttling*`, `LimitRequests`, ...
         return ServiceError(provider, "rate_limited", message, status=status, details=detail)
     if status >= 500 and not stream:
         return ServiceError(provider, "server_error", message, status=status, details=detail)

@@ -10,12 +10,18 @@ events are ignored. The conversation id Dify returns is kept in conversation sta
 dropped and the turn retried once fresh.
 
 Workflow apps: `POST {base-url}/workflows/run`; `node_started` (progress), `text_chunk` (answer
-increments), `workflow_finished` (outputs or the workflow's error). The workflow gets
+increments), `workflow_finished` (outputs, or `data.status` `failed` / `stopped`: the workflow's own
+failure, `dify.workflow_failed`). The workflow gets
 `langbot_conversation_id` (kept in `external.workflow_conversation_id`), `langbot_session_id` and the
 user's text as inputs.
 
 Attachments are read through the host's artifact API and uploaded to `/files/upload` (201) first.
 `<think>` reasoning is shown apart from the answer, or dropped with `remove-think`.
+
+Both app kinds are always called with `response_mode: streaming` (a surface that cannot stream gets
+the assembled answer), so each failure arrives one way only. An `error` event or a failed workflow
+that names a rate limit (`status` 429, "rate limit", "too many requests") is `dify.rate_limited`,
+retryable; otherwise not retryable.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from agentrunner.services import (
     ServiceTurn,
     ThinkSplitter,
     read_attachments,
+    reported_failure,
     upload,
 )
 from agentrunner.services.config import HttpUrl
@@ -326,10 +333,15 @@ def _usage(turn: ServiceTurn, metadata: Any) -> None:
 
 
 def _finished(turn: ServiceTurn, data: dict[str, Any]) -> str:
-    """A finished workflow's answer text from its outputs; its error raises."""
+    """A finished workflow's answer text from its outputs; a failed (or stopped) workflow raises
+    `workflow_failed` (`rate_limited` when its error names a rate limit)."""
     if data.get("error") or data.get("status") in ("failed", "stopped"):
-        raise turn.upstream.error(
-            "api_error", f"the workflow {data.get('status') or 'failed'}: {data.get('error') or 'no detail'}"
+        message = f"the workflow {data.get('status') or 'failed'}: {data.get('error') or 'no detail'}"
+        raise reported_failure(
+            turn.upstream.provider,
+            "workflow_failed",
+            turn.upstream.redact(message),
+            details={"workflow_status": str(data.get("status") or "")},
         )
     if isinstance(data.get("total_tokens"), int):
         turn.set_usage(total_tokens=data["total_tokens"])
@@ -347,11 +359,15 @@ def _finished(turn: ServiceTurn, data: dict[str, Any]) -> str:
 
 
 def _stream_error(turn: ServiceTurn, data: dict[str, Any]) -> ServiceError:
+    """An `error` event: `stream_error`, or `rate_limited` when its `status` is 429 or its text or
+    code names a rate limit (the model behind the app was throttled)."""
     message = str(data.get("message") or data.get("code") or "error event")
-    return turn.upstream.error(
+    return reported_failure(
+        turn.upstream.provider,
         "stream_error",
-        f"Dify reported an error: {message}",
-        details={"service_code": str(data.get("code") or "")},
+        turn.upstream.redact(f"Dify reported an error: {message}"),
+        code=str(data.get("code") or ""),
+        status=data.get("status"),
     )
 
 

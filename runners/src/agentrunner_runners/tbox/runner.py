@@ -11,8 +11,14 @@ Streamed answers are SSE `event:message` blocks whose `data` is `{type, lane, pa
 a JSON string: `header` (a lane's media type), `chunk` (text increments, or image URLs on an image
 lane), `thinking` (reasoning, never answer), `error`, `revoke`, `followup`, `end`. Lanes interleave:
 the first text lane streams live, other text lanes follow it at the end, image lanes are answer
-content. The non-streamed body is `{"errorCode": "0", "data": {"conversationId", "result": [...]}}`;
-a non-zero `errorCode` (even with HTTP 200) is a failure.
+content. The non-streamed body is `{"errorCode": "0", "errorMsg": "success", "data":
+{"conversationId", "result": [...]}}`, and it is taken as the answer also where a stream was asked
+for; a non-zero `errorCode` (even with HTTP 200) is a failure. An error's human text is its
+`errorMsg`, `message` or (the `event:error` block, as the official SDK reads it) `description`.
+
+Failures Tbox reports (a business error body, an `error` message or `event:error` block mid-stream)
+that name a rate limit (a 429, "rate limit", "too many requests", "throttl…") are
+`tbox.rate_limited`, retryable, streamed or not; others are not retryable.
 """
 
 from __future__ import annotations
@@ -24,7 +30,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrunner import RunContext
-from agentrunner.services import ServiceError, ServiceRunner, ServiceTurn, read_attachments, upload
+from agentrunner.services import (
+    ServiceError,
+    ServiceRunner,
+    ServiceTurn,
+    read_attachments,
+    reported_failure,
+    upload,
+)
 from agentrunner.services.config import HttpUrl
 from agentrunner.v1 import common_pb2
 
@@ -55,7 +68,7 @@ class TboxRunner(ServiceRunner):
         code = str(data.get("errorCode"))
         if code == "0" and status < 400:
             return None
-        message = str(data.get("errorMsg") or f"errorCode {code}")
+        message = _message_of(data) or f"errorCode {code}"
         detail = {"service_code": code}
         if status in (401, 403):
             return ServiceError(
@@ -67,7 +80,7 @@ class TboxRunner(ServiceRunner):
             return ServiceError(
                 self.provider, "conversation_not_found", message, stale_id=True, details=detail
             )
-        return ServiceError(self.provider, "api_error", f"Tbox error {code}: {message}", details=detail)
+        return reported_failure(self.provider, "api_error", f"Tbox error {code}: {message}", code=code)
 
     async def exchange(self, ctx: RunContext, turn: ServiceTurn) -> None:
         cfg: TboxConfig = ctx.config
@@ -98,7 +111,7 @@ class TboxRunner(ServiceRunner):
             body["files"] = files
         url = f"{cfg.base_url}/api/chat"
         async with turn.upstream.stream("POST", url, json=body, headers=headers) as resp:
-            if not turn.streaming:
+            if not turn.streaming or turn.upstream.is_json(resp):  # a whole answer, even when streaming
                 data = await turn.upstream.read_json(resp)
                 turn.upstream.check_json(data)
                 await _whole(turn, data)
@@ -122,7 +135,7 @@ class _Lanes:
     async def event(self, name: str, raw: str) -> None:
         data = _json(self.turn, raw)
         if name == "error":
-            raise self.turn.upstream.error("stream_error", f"Tbox reported an error: {_error_text(data)}")
+            raise _stream_error(self.turn, data)
         if name != "message" or not isinstance(data, dict):
             return
         kind = data.get("type")
@@ -147,7 +160,7 @@ class _Lanes:
             if isinstance(text, str):
                 await self.turn.answer.reasoning(text)
         elif kind == "error":
-            raise self.turn.upstream.error("stream_error", f"Tbox reported an error: {_error_text(payload)}")
+            raise _stream_error(self.turn, payload)
         elif kind == "revoke":
             raise self.turn.upstream.error("api_error", "Tbox withdrew the answer (content moderation)")
         elif kind == "followup":
@@ -210,7 +223,20 @@ def _json(turn: ServiceTurn, raw: str) -> Any:
         raise turn.upstream.error("response_invalid", f"an event is not JSON: {raw[:80]!r}") from None
 
 
-def _error_text(data: Any) -> str:
-    if isinstance(data, dict):
-        return f"{data.get('errorMsg') or data.get('message') or 'error'} (code {data.get('errorCode') or data.get('code')})"
-    return str(data)[:200]
+def _message_of(data: dict[str, Any]) -> str:
+    """An error's human text: `errorMsg`, `message`, or `description` (the `event:error` block)."""
+    for key in ("errorMsg", "message", "description", "msg"):
+        value = data.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return ""
+
+
+def _stream_error(turn: ServiceTurn, data: Any) -> ServiceError:
+    """An error Tbox reported mid-stream (an `error` message or an `event:error` block)."""
+    if not isinstance(data, dict):
+        return turn.upstream.error("stream_error", f"Tbox reported an error: {str(data)[:200]}")
+    code = data.get("errorCode") or data.get("code")
+    text = _message_of(data) or "no detail"
+    message = f"Tbox reported an error: {text}" + (f" (code {code})" if code else "")
+    return reported_failure(turn.upstream.provider, "stream_error", turn.upstream.redact(message), code=code)

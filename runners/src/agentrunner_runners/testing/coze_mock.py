@@ -6,7 +6,7 @@
 Scenarios (`mock:<name>` in the user message's text): `echo` (default; the completed answer repeats
 the deltas, then a verbose message and follow-ups), `reasoning` (reasoning_content before the answer),
 `function` (a function_call and a tool_response message before the answer), `failed`
-(conversation.chat.failed), `error` (an error event mid-stream), `action` (requires_action),
+(conversation.chat.failed), `ratelimited` (conversation.chat.failed, `last_error.code` 4013), `error` (an error event mid-stream), `action` (requires_action),
 `business` (HTTP 200 + JSON error), `429`, `500`, `slow`, `drop`. A key `wrong-key` gets 401 with a
 JSON body; a conversation id the mock never issued gets `{"code": 4200, "msg": "Conversation not exist"}`.
 """
@@ -106,8 +106,12 @@ class CozeMock:
         ]
         message = {"id": "msg_a1", "conversation_id": conversation, "bot_id": bot, "chat_id": "chat_1",
                    "role": "assistant", "content_type": "text"}  # fmt: skip
-        if scenario == "failed":
-            error = {"code": 5000, "msg": "The model is overloaded, try again later"}
+        if scenario in ("failed", "ratelimited"):
+            error = (
+                {"code": 5000, "msg": "The model is overloaded, try again later"}
+                if scenario == "failed"
+                else {"code": 4013, "msg": "Your request rate is too high"}
+            )
             return [
                 *out,
                 _sse("conversation.chat.failed", {**chat, "status": "failed", "last_error": error}),

@@ -7,8 +7,9 @@ incremental or cumulative as the request's `parameters.incremental_output` says;
 
 Scenarios (`mock:<name>` in `input.prompt`): `echo` (default), `thoughts` (agent thoughts first),
 `refs` (`<ref>[n]</ref>` markers split across events, `doc_references` at the end), `workflow`
-(`flow_stream_mode=message_format` messages), `error` (an error event mid-stream), `business` (HTTP 200
-with a JSON error body), `429`, `500`, `slow`, `drop`. An API key `wrong-key` gets HTTP 401
+(`flow_stream_mode=message_format` messages), `error` (an error event mid-stream), `limited` (an
+error event mid-stream: `:HTTP_STATUS/429`, code `LimitRequests`), `limitedbody` (the same as a JSON
+body), `business` (HTTP 200 with a JSON error body), `429`, `500`, `slow`, `drop`. An API key `wrong-key` gets HTTP 401
 `InvalidApiKey` as JSON, although the request asked for a stream.
 """
 
@@ -36,6 +37,10 @@ def _block(seq: int, data: dict[str, Any], event: str = "result", status: int = 
     return f"id:{seq}\nevent:{event}\n:HTTP_STATUS/{status}\ndata:{json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+#: the model behind the app hit its request limit (HTTP 429 in the block's `:HTTP_STATUS` line)
+LIMITED = {"code": "LimitRequests", "message": "You exceeded your current requests list."}
+
+
 class DashScopeMock:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
@@ -60,6 +65,8 @@ class DashScopeMock:
             return JSONResponse(
                 {"code": "InvalidParameter", "message": "App is not published", "request_id": request_id}
             )
+        if scenario == "limitedbody":  # the same limit as `limited`, as a JSON body instead of a stream
+            return JSONResponse({**LIMITED, "request_id": request_id})
         if scenario == "429":
             return json_error(
                 429,
@@ -126,6 +133,9 @@ class DashScopeMock:
             out.append(
                 _block(i + 1, {"output": output, "usage": usage if last else {}, "request_id": request_id})
             )
+            if scenario == "limited" and i == 1:
+                out.append(_block(i + 2, {**LIMITED, "request_id": request_id}, "error", 429))
+                return out
             if scenario == "error" and i == 1:
                 out.append(
                     _block(

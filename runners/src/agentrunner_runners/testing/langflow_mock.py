@@ -1,13 +1,22 @@
-"""Langflow's run endpoint (`POST /langflow/api/v1/run/{flow_id}`) as its docs show it: with
-`?stream=true`, `{"event": ..., "data": ...}` objects separated by blank lines (`add_message`, `token`,
-`end` with the whole result, `error`); otherwise one JSON result whose answer is at
-`outputs[0].outputs[0].results.message.text`. An `x-api-key` of `wrong-key` is refused (403); a flow id
-`missing` is not found (404).
+"""Langflow's run endpoint (`POST /langflow/api/v1/run/{flow_id}`) as Langflow 1.13 answers it.
 
-Scenarios (`mock:<name>` in `input_value`): `echo` (default), `old` (the older
-`outputs.message.message` shape), `messages` (only `messages[0].message`), `notokens` (a stream with
-no `token` events, the answer only in messages), `unknown` (unknown event types), `error` (an error
-event), `empty`, `429`, `500`, `slow`, `drop`.
+With `?stream=true` (content type `text/event-stream`, but not SSE): `{"event": ..., "data": ...}`
+objects separated by blank lines. The user's message as a complete `add_message`; then per Chat
+Output, a `partial` `add_message` whose text is the **first chunk**, the same chunk again as the first
+`token`, the other tokens, the complete `add_message`; then `end` with the whole result. A failing flow
+sends `error` (`data.text` the message, `data.error` a boolean, `category: "error"`) and then keeps the
+connection open without a word, as the real server does. Without `stream`: one JSON result, one
+`outputs[0].outputs[i]` per Chat Output, the text at `results.message.text`; a failing flow is an HTTP
+500 whose `detail` is a JSON text `{"message": "Error running graph: …", "traceback": …}`.
+
+An `x-api-key` of `wrong-key` is refused (403); a flow id `missing` is not found (404).
+
+Scenarios (`mock:<name>` in `input_value`): `echo` (default), `two` (two Chat Outputs: the one that
+is listed second in the result is a whole message that arrives first in the stream), `old` (the
+older `outputs.message.message` shape), `messages` (only `messages[0].message`), `notokens` (a stream
+with no `token` events, the answer only in messages), `unknown` (unknown event types), `fail` (the
+flow fails), `ratelimited` (the flow fails on its LLM's 429), `empty`, `429`, `500` (a bare server
+error, not a flow failure), `slow`, `drop`.
 """
 
 from __future__ import annotations
@@ -17,44 +26,73 @@ import uuid
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from agentrunner_runners.testing.mockkit import (
     Recorder,
     StreamedBody,
     json_error,
+    pieces,
     scenario_of,
     scripted,
+    slow,
     words,
 )
 
+FAILURES = {
+    "fail": "Error building Component Streamer: \n\nthe flow failed on purpose: käse",
+    "ratelimited": "Error building Component OpenAI: \n\nError code: 429 - {'error': {'message': "
+    "'Rate limit reached for gpt-4o-mini', 'type': 'requests', 'code': 'rate_limit_exceeded'}}",
+}
+
 
 def _event(event: str, data: dict[str, Any]) -> bytes:
-    return json.dumps({"event": event, "data": data}, ensure_ascii=False).encode() + b"\n\n"
+    return json.dumps({"event": event, "data": data}).encode() + b"\n\n"  # ASCII, as Langflow writes
 
 
-def _result(session: str, text: str, scenario: str, flow_id: str) -> dict[str, Any]:
-    message = {
+def _message(session: str, text: str, *, sender: str, msg_id: str, state: str = "complete") -> dict[str, Any]:
+    """A stored message as Langflow 1.13 serializes it (the fields a client reads, and some it doesn't)."""
+    properties = {"text_color": None, "edited": False, "state": state, "source": {"id": None}}
+    return {
+        "text_key": "text",
+        "sender": sender,
+        "sender_name": "AI" if sender == "Machine" else "User",
+        "session_id": session,
         "text": text,
-        "sender": "Machine",
-        "sender_name": "AI",
-        "session_id": session,
-        "flow_id": flow_id,
+        "files": [],
+        "error": False,
+        "properties": properties,
+        "category": "message",
+        "content_blocks": [],
+        "id": msg_id,
+        "flow_id": str(uuid.uuid4()),
     }
+
+
+def _output(session: str, text: str, scenario: str, component: str) -> dict[str, Any]:
     if scenario == "old":
-        output: dict[str, Any] = {"outputs": {"message": {"message": text, "type": "text"}}}
-    elif scenario in ("messages", "empty"):
-        output = {"results": {}}
-    else:
-        output = {"results": {"message": message}, "artifacts": {"message": text}}
-    result: dict[str, Any] = {
-        "session_id": session,
-        "outputs": [{"inputs": {"input_value": "…"}, "outputs": [output]}],
+        return {"outputs": {"message": {"message": text, "type": "text"}}}
+    if scenario in ("messages", "empty"):
+        out: dict[str, Any] = {"results": {}}
+        if scenario == "messages":
+            out["messages"] = [{"message": text, "sender": "Machine"}]
+        return out
+    message = _message(session, text, sender="Machine", msg_id=str(uuid.uuid4()))
+    return {
+        "results": {"message": message},
+        "artifacts": {"message": text},
+        "outputs": {"message": {"message": text, "type": "text"}},
+        "component_display_name": "Chat Output",
+        "component_id": component,
     }
-    if scenario == "messages":
-        result["outputs"][0]["outputs"][0]["messages"] = [{"message": text, "sender": "Machine"}]
-    return result
+
+
+def _answers(scenario: str, text: str, session: str) -> list[str]:
+    if scenario == "empty":
+        return [""]
+    first = f"Langflow heard: {text} ({session[:8]})"
+    return [first, f"Second output: {text}"] if scenario == "two" else [first]
 
 
 class LangflowMock:
@@ -77,38 +115,56 @@ class LangflowMock:
         if scenario == "429":
             return json_error(429, {"detail": "Rate limit exceeded"}, {"retry-after": "2"})
         if scenario == "500":
-            return json_error(500, {"detail": "Error running graph: component failed"})
+            return PlainTextResponse("Internal Server Error", status_code=500)
         session = str(body.get("session_id") or uuid.uuid4())
-        answer = "" if scenario == "empty" else f"Langflow heard: {text} ({session[:8]})"
-        result = _result(session, answer, scenario, flow_id)
-        if request.query_params.get("stream", "false").lower() != "true":
+        answers = _answers(scenario, text, session)
+        streaming = request.query_params.get("stream", "false").lower() == "true"
+        if scenario in FAILURES and not streaming:
+            detail = {"message": f"Error running graph: {FAILURES[scenario]}", "traceback": None,
+                      "description": None, "code": None, "suggestion": None}  # fmt: skip
+            return JSONResponse({"detail": json.dumps(detail, separators=(",", ":"))}, status_code=500)
+        outputs = [_output(session, a, scenario, f"ChatOutput-{i}") for i, a in enumerate(answers)]
+        result = {"session_id": session, "outputs": [{"inputs": {"input_value": text}, "outputs": outputs}]}
+        if not streaming:
             return JSONResponse(result)
-        return self._stream(record, scenario, session, text, answer, result)
+        return self._stream(record, scenario, session, text, answers, result)
 
     def _stream(
-        self, record: Any, scenario: str, session: str, text: str, answer: str, result: dict[str, Any]
+        self, record: Any, scenario: str, session: str, text: str, answers: list[str], result: dict[str, Any]
     ) -> Response:
-        ai_id = str(uuid.uuid4())
-        user = {
-            "sender": "User",
-            "sender_name": "User",
-            "session_id": session,
-            "text": text,
-            "id": str(uuid.uuid4()),
-        }
-        machine = {"sender": "Machine", "sender_name": "AI", "session_id": session, "id": ai_id}
-        out = [_event("add_message", user), _event("add_message", {**machine, "text": ""})]
+        out = [_event("add_message", _message(session, text, sender="User", msg_id=str(uuid.uuid4())))]
         if scenario == "unknown":
             out.append(_event("vertices_sorted", {"ids": ["ChatInput-1"]}))
-        if scenario != "notokens":
-            for piece in words(answer):
-                out.append(
-                    _event("token", {"chunk": piece, "id": ai_id, "timestamp": "2026-01-01 00:00:00 UTC"})
-                )
-        if scenario == "error":
-            out.append(_event("error", {"error": "Error running graph: OpenAI quota exceeded", "id": ai_id}))
-        else:
-            out.append(_event("add_message", {**machine, "text": answer}))
-            out.append(_event("end", {"result": result}))
-        body = scripted(scenario, out, slow_after=3, drop_after=4)
-        return StreamedBody(body, record, media_type="application/x-ndjson")
+        if scenario in FAILURES:
+            error = {**_message(session, FAILURES[scenario].rpartition("\n")[2] + "\n", sender="Streamer",
+                                msg_id=str(uuid.uuid4())), "category": "error"}  # fmt: skip
+            out.append(_event("error", error))
+            record.scenario = scenario
+            return StreamedBody(slow(out, total=60), record, media_type="text/event-stream; charset=utf-8")
+        if scenario == "two":  # the echoing output finishes first but is listed last in the result
+            echo = _message(session, answers[1], sender="Machine", msg_id=str(uuid.uuid4()))
+            out.append(_event("add_message", echo))
+            answers = answers[:1]
+        for answer in answers:
+            out.extend(self._ai_message(scenario, session, answer))
+        out.append(_event("end", {"result": result}))
+        body = (
+            pieces(out)
+            if scenario not in ("slow", "drop")
+            else scripted(scenario, out, slow_after=3, drop_after=4)
+        )
+        return StreamedBody(body, record, media_type="text/event-stream; charset=utf-8")
+
+    @staticmethod
+    def _ai_message(scenario: str, session: str, answer: str) -> list[bytes]:
+        """One streamed Chat Output: the first chunk in a partial message and again as a token."""
+        msg_id = str(uuid.uuid4())
+        chunks = words(answer)
+        out = []
+        if scenario != "notokens" and chunks:
+            partial = _message(session, chunks[0], sender="Machine", msg_id=msg_id, state="partial")
+            out.append(_event("add_message", partial))
+            for chunk in chunks:
+                out.append(_event("token", {"chunk": chunk, "id": msg_id}))
+        out.append(_event("add_message", _message(session, answer, sender="Machine", msg_id=msg_id)))
+        return out

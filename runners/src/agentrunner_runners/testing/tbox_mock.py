@@ -6,8 +6,11 @@ and images); a non-streamed answer is `{"errorCode": "0", "data": {"conversation
 business errors are JSON `{"errorCode": "<non-zero>", "errorMsg"}`, with HTTP 200.
 
 Scenarios (`mock:<name>` in `query`): `echo` (default), `thinking`, `image` (a text and an image lane
-interleaved), `error` (an error message mid-stream), `sseerror` (an `event:error` block), `business`
-(HTTP 200 + JSON error), `429`, `500`, `slow`, `drop`. Key `wrong-key`: HTTP 401 with a JSON body. A
+interleaved), `whole` (the non-streamed JSON answer, `errorCode` "0", even to a streaming request),
+`error` (an error message mid-stream), `sseerror` (an `event:error` block whose text is in
+`description`, as the official SDK reads it), `ratelimited` (an error message mid-stream naming a rate
+limit, or, not streamed, the same as a business error), `business` (HTTP 200 + JSON error), `429`,
+`500`, `slow`, `drop`. Key `wrong-key`: HTTP 401 with a JSON body. A
 conversation id the mock never issued: `{"errorCode": "20001", "errorMsg": "conversation not exist"}`.
 """
 
@@ -75,6 +78,8 @@ class TboxMock:
         record.scenario = scenario
         if scenario == "business":
             return JSONResponse({"errorCode": "10001", "errorMsg": "app does not exist or is offline"})
+        if scenario == "ratelimited" and body.get("stream") is False:
+            return JSONResponse({"errorCode": "TOO_MANY_REQUESTS", "errorMsg": "请求过于频繁 (rate limit)"})
         if scenario == "429":
             return json_error(
                 429, {"errorCode": "429", "errorMsg": "too many requests"}, {"retry-after": "6"}
@@ -89,7 +94,7 @@ class TboxMock:
             self.conversations.add(conversation)
         files = [f for f in body.get("files") or [] if f.get("fileId") in self.files]
         answer = f"Tbox heard: {text}" + (f" (with {len(files)} file(s))" if files else "")
-        if body.get("stream") is False:
+        if body.get("stream") is False or scenario == "whole":
             return JSONResponse(
                 {"errorCode": "0", "errorMsg": "success",
                  "data": {"conversationId": conversation, "messageId": "m-1",
@@ -123,10 +128,13 @@ class TboxMock:
                     _message("error", "default", {"errorCode": "50001", "errorMsg": "the model is busy"})
                 )
                 return out
+            if scenario == "ratelimited" and i == 1:
+                busy = {"errorCode": "TOO_MANY_REQUESTS", "errorMsg": "请求过于频繁 (rate limit)"}
+                out.append(_message("error", "default", busy))
+                return out
             if scenario == "sseerror" and i == 1:
-                out.append(
-                    b'event:error\ndata:{"errorCode":"50002","errorMsg":"stream interrupted by the server"}\n\n'
-                )
+                error = {"errorCode": "APP_NOT_FOUND", "description": "应用不存在或未发布 (app not found)"}
+                out.append(f"event:error\ndata:{json.dumps(error, ensure_ascii=False)}\n\n".encode())
                 return out
         if scenario == "image":
             out.append(_message("end", "image", {}))

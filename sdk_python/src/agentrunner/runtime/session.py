@@ -30,10 +30,10 @@ import grpc
 import structlog
 
 from agentrunner.api import HostTls
+from agentrunner.detect import DEFAULT_HARNESSES, detect_harnesses
 from agentrunner.engine import CANCELLED
 from agentrunner.errors import AgentRunnerError, from_rpc_error
 from agentrunner.runner import Runner
-from agentrunner.runtime.detect import DEFAULT_HARNESSES, detect_harnesses
 from agentrunner.runtime.slots import SlotRunner
 from agentrunner.server import RunnerServicer, _instances
 from agentrunner.v1 import runtime_pb2, runtime_service_pb2

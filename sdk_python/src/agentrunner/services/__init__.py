@@ -14,7 +14,14 @@ Install with the `services` extra (`langbot-agentrunner-sdk[services]`: httpx wi
 """
 
 from agentrunner.services.answer import AnswerStream
-from agentrunner.services.errors import Redactor, ServiceError, from_http_status, parse_retry_after
+from agentrunner.services.errors import (
+    Redactor,
+    ServiceError,
+    from_http_status,
+    mentions_rate_limit,
+    parse_retry_after,
+    reported_failure,
+)
 from agentrunner.services.http import Upstream, close_http_clients, http_client
 from agentrunner.services.parsers import InvalidJson, JsonLines, JsonSequence, ThinkSplitter
 from agentrunner.services.runner import ExternalIds, ServiceRunner, ServiceTurn
@@ -36,7 +43,9 @@ __all__ = [
     "close_http_clients",
     "from_http_status",
     "http_client",
+    "mentions_rate_limit",
     "parse_retry_after",
     "read_attachments",
+    "reported_failure",
     "upload",
 ]

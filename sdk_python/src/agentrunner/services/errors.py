@@ -25,7 +25,9 @@ __all__ = [
     "ServiceError",
     "from_http_status",
     "from_transport",
+    "mentions_rate_limit",
     "parse_retry_after",
+    "reported_failure",
 ]
 
 #: reason -> failure kind (`details.kind`, a word of `agentrunner.failures.FailureKind`) and whether
@@ -43,6 +45,11 @@ REASONS: dict[str, tuple[str, bool]] = {
     "response_invalid": ("protocol_error", False),
     "api_error": ("api_error", False),
     "stream_error": ("stream_error_event", False),
+    # the service ran the request and reports that its own run failed (a Dify workflow whose status is
+    # `failed`, a Coze chat `chat.failed`, a Langflow flow whose component raised)
+    "workflow_failed": ("api_error", False),
+    "chat_failed": ("api_error", False),
+    "flow_failed": ("api_error", False),
     "empty_response": ("empty_response", False),
     "input_error": ("input_invalid", False),
     "conversation_not_found": ("api_error", False),
@@ -51,6 +58,18 @@ REASONS: dict[str, tuple[str, bool]] = {
 }
 
 _MAX_MESSAGE = 500
+
+#: Wording of a rate limit inside a service's failure text or code: an HTTP 429 named in the text,
+#: "rate limit" / "ratelimit" / "rate_limit", "request rate is too high", "too many requests", "too
+#: frequent", "throttl…" (DashScope's `Throttling.*` codes), "LimitRequests" (DashScope's per-model
+#: request limit), and the Chinese services' 频繁 ("too frequent") / 限流 ("throttled").
+_RATE_LIMIT = re.compile(
+    r"(?<![\w.])429(?![\w.])|rate[\s_-]?limit|rate is too high|too many requests|too frequent|throttl"
+    r"|limit[\s_-]?requests|频繁|限流",
+    re.I,
+)
+#: A used-up quota or an unpaid account is not a rate limit, even with a 429: retrying cannot succeed.
+_QUOTA_EXHAUSTED = re.compile(r"insufficient[\s_-]?quota|exceeded your current quota|arrearage", re.I)
 
 
 class ServiceError(Exception):
@@ -224,6 +243,42 @@ def from_transport(provider: str, exc: httpx.TransportError, *, started: bool) -
             provider, "connection_lost", f"the connection was lost mid-response: {_short(exc)}"
         )
     return ServiceError(provider, "connection_failed", f"transport error: {_short(exc)}")
+
+
+def mentions_rate_limit(*texts: Any, status: int | None = None) -> bool:
+    """Whether a service's failure (its message, code, an embedded HTTP `status`) names a rate limit
+    (status 429 or `_RATE_LIMIT` wording), and not an exhausted quota (`_QUOTA_EXHAUSTED`)."""
+    joined = " ".join(str(t) for t in texts if t is not None and t != "")
+    if _QUOTA_EXHAUSTED.search(joined):
+        return False
+    return status == 429 or bool(_RATE_LIMIT.search(joined))
+
+
+def reported_failure(
+    provider: str,
+    reason: str,
+    message: str,
+    *,
+    code: Any = None,
+    status: Any = None,
+    details: Mapping[str, Any] | None = None,
+) -> ServiceError:
+    """A failure the service reports in a successful response (an error event mid-stream, a failed
+    workflow / chat / flow in a 200 body), classified the same way wherever it arrives.
+
+    It is `<provider>.<reason>` (not retryable), unless it embeds a rate limit: an HTTP status 429 in the
+    event (`status`), or rate-limit wording in `message` or the service's `code` (`mentions_rate_limit`;
+    an exhausted quota is not one) -> `<provider>.rate_limited`, retryable (a later attempt may pass),
+    with `details.reported` = `reason`.
+    """
+    extra = dict(details or {})
+    if code not in (None, ""):
+        extra.setdefault("service_code", str(code))
+    number = status if isinstance(status, int) and not isinstance(status, bool) else None
+    if mentions_rate_limit(message, code, status=number):
+        extra["reported"] = reason
+        return ServiceError(provider, "rate_limited", message, status=number, details=extra)
+    return ServiceError(provider, reason, message, status=number, details=extra)
 
 
 def _short(exc: BaseException) -> str:

@@ -219,6 +219,12 @@ class Upstream:
             excerpt = body[:80].decode("utf-8", errors="replace")
             raise self.error("response_invalid", f"invalid JSON body ({exc.msg}) near {excerpt!r}") from None
 
+    @staticmethod
+    def is_json(response: httpx.Response) -> bool:
+        """Whether the body is JSON (`application/json` or `…+json`): a whole answer or error body
+        where a service may also send a stream."""
+        return _is_json(response)
+
     def check_json(self, data: Any, status: int = 200) -> None:
         """Raises the service's business error carried by a JSON body, if `json_error` finds one."""
         if self._json_error is not None:

@@ -628,12 +628,19 @@ class ConfigField(_message.Message):
     DEFAULT_VALUE_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
     SHOW_IF_FIELD_NUMBER: _builtins.int
+    PATTERN_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Key in `RunContext.config` (LangBot uses kebab-case, for example `max-round`)."""
     type: Global___ConfigFieldType.ValueType
     """Field kind."""
     required: _builtins.bool
     """Whether a value must be present."""
+    pattern: _builtins.str
+    """For string-valued fields: a regular expression the value must contain a match of (anchor it with
+    `^…$` to match the whole value), in the syntax common to RE2, Python and ECMAScript, for example
+    `^[A-Za-z0-9_.-]+$`. Empty: any value. The runner checks it before a run and a host's config
+    check applies the same rule, so both refuse the same values.
+    """
     @_builtins.property
     def label(self) -> _common_pb2.I18nText:
         """Display label."""
@@ -665,10 +672,11 @@ class ConfigField(_message.Message):
         default_value: _struct_pb2.Value | None = ...,
         options: _abc.Iterable[Global___ConfigOption] | None = ...,
         show_if: Global___ShowIf | None = ...,
+        pattern: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["default_value", b"default_value", "description", b"description", "label", b"label", "show_if", b"show_if"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_value", b"default_value", "description", b"description", "label", b"label", "name", b"name", "options", b"options", "required", b"required", "show_if", b"show_if", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_value", b"default_value", "description", b"description", "label", b"label", "name", b"name", "options", b"options", "pattern", b"pattern", "required", b"required", "show_if", b"show_if", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -13,12 +13,8 @@ from alembic.runtime.migration import MigrationContext, MigrationInfo
 from alembic.script import Script
 from sqlalchemy import create_engine, pool
 
-from agentrunner_host.delivery import store as delivery_store  # noqa: F401  (0003 tables)
-from agentrunner_host.store import (
-    models,  # noqa: F401  (registers the tables on Base.metadata)
-    sqlite_vec,
-)
-from agentrunner_host.store.base import Base
+from agentrunner_host.store import sqlite_vec
+from agentrunner_host.store.schema import Base  # (the package registers every table on Base.metadata)
 
 config = context.config
 target_metadata = Base.metadata

@@ -16,7 +16,7 @@ down_revision: str | Sequence[str] | None = "0001_initial"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Kept identical to agentrunner_host.capabilities.kb_tables (SQLITE_FTS_DDL, PG_GIN_DDL).
+# Kept identical to agentrunner_host.store.schema.knowledge (SQLITE_FTS_DDL, PG_GIN_DDL).
 SQLITE_FTS_DDL = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS kb_chunks_fts USING fts5("
     "chunk_id UNINDEXED, kb_id UNINDEXED, title, content, tokenize='porter unicode61')"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from agentrunner_host.capabilities import kb_vectors
+from agentrunner_host.store import kb_vectors
 
 revision: str = "0007_kb_vectors"
 down_revision: str | Sequence[str] | None = "0006_agent_state_leases"

@@ -1,5 +1,6 @@
 """The built-in knowledge bases' tables: documents, chunks and the full-text index (migration 0002;
-the vectors are in `kb_vectors`, migration 0007)."""
+the vectors are `store/kb_vectors.py`'s, migration 0007). Ingest and retrieval are
+`capabilities/kb_ingest.py` and `capabilities/knowledge.py`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from sqlalchemy import JSON, DateTime, ForeignKey, Integer, String, Text, Unique
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.orm import Mapped, mapped_column
 
-from agentrunner_host.capabilities import kb_vectors
-from agentrunner_host.store.base import Base, table_of
+from agentrunner_host.store import kb_vectors
+from agentrunner_host.store.schema.base import Base, table_of
 
 
 class KbDocument(Base):

@@ -2,10 +2,11 @@
 
 SQLite: one `vec0` virtual table per dimension, `kb_vec_<dim>` (chunk id primary key, `kb_id` partition
 key, `embedding_model` metadata column, cosine distance), searched with sqlite-vec's KNN query; the
-extension is on every connection once `store.sqlite_vec.register()` ran (the `Database` does it).
+extension is on every connection once `sqlite_vec.register()` ran (the `Database` does it).
 PostgreSQL: `kb_chunk_vectors` with a dimensionless `vector` column (one knowledge base may change
 models), searched by exact cosine distance (`<=>`) within the knowledge base and model.
-Vectors are stored as sent by the model; scores are cosine similarities (1 - distance).
+Vectors are stored as sent by the model; scores are cosine similarities (1 - distance). Migration 0007
+creates the PostgreSQL table with these statements; the knowledge capability writes and searches here.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""ORM tables of the host's fact stores (HOST_SDK §4.6–§4.7).
+"""The tables of the host's fact stores (HOST_SDK §4.6–§4.7): event log, run ledger, transcript,
+artifacts, state, storage, run sessions, steering, host secrets and instance leases.
 
-Portable across SQLite and PostgreSQL: JSON columns, naive-UTC timestamps read back as aware UTC, and
-integer surrogate keys that are SQLite rowids. The schema is created only by Alembic
-(`migrations/versions/0001_initial.py`); keep both in step.
+Created by Alembic (`migrations/versions/0001_initial.py` and the revisions after it); keep both in
+step. Column types are `schema/base.py`'s.
 """
 
 from __future__ import annotations
@@ -11,64 +11,19 @@ import datetime as dt
 from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
     LargeBinary,
     String,
     Text,
-    TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Mapped, mapped_column
 
-from agentrunner_host.store.base import Base
-
-#: A 64-bit autoincrement key that is a rowid on SQLite.
-BigId = BigInteger().with_variant(Integer(), "sqlite")
-#: JSON, stored as JSONB on PostgreSQL.
-Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
-
-
-class UTCDateTime(TypeDecorator[dt.datetime]):
-    """Stores naive UTC, returns aware UTC: SQLite keeps no zone, and comparisons must agree."""
-
-    impl = DateTime(timezone=False)
-    cache_ok = True
-
-    def process_bind_param(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            return value
-        return value.astimezone(dt.UTC).replace(tzinfo=None)
-
-    def process_result_value(self, value: dt.datetime | None, dialect: Any) -> dt.datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=dt.UTC)
-
-    def bind_processor(self, dialect: Any) -> Any:
-        """On SQLite, `process_bind_param` and the dialect's text format in one step: the same text
-        (`YYYY-MM-DD HH:MM:SS.ffffff`) from the C `isoformat` instead of a %-format per value (run start
-        binds about ten timestamps)."""
-        if dialect.name != "sqlite":
-            return super().bind_processor(dialect)
-        utc = dt.UTC
-
-        def process(value: dt.datetime | None) -> str | None:
-            if value is None:
-                return None
-            if value.tzinfo is not None:
-                value = value.astimezone(utc).replace(tzinfo=None)
-            return value.isoformat(" ", "microseconds")
-
-        return process
+from agentrunner_host.store.schema.base import Base, BigId, Json, UTCDateTime
 
 
 class HostSecret(Base):
