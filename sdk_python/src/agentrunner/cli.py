@@ -116,11 +116,13 @@ def connect_command(
     ] = "claude,codex",
 ) -> None:
     """Serve runners by connecting out to the host (no listening port); the key comes from
-    AGENTRUNNER_RUNTIME_KEY. Prints `AGENTRUNNER_RUNTIME_CONNECTED <runtime id> <connection id>` each time
+    AGENTRUNNER_RUNTIME_KEY or the file AGENTRUNNER_RUNTIME_KEY_FILE names (over plaintext only to a
+    loopback host unless AGENTRUNNER_HOST_ALLOW_PLAINTEXT=1). Prints `AGENTRUNNER_RUNTIME_CONNECTED <runtime id> <connection id>` each time
     the host accepts it; reconnects with backoff when the connection drops."""
     import asyncio
 
     from agentrunner.runtime import RuntimeOptions, RuntimeRefused, connect_async
+    from agentrunner.runtime.credentials import take_runtime_key
 
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
@@ -128,8 +130,14 @@ def connect_command(
     if host_ca or host_cert or host_key or tls:
         tls_config = HostTls(ca_file=host_ca, cert_file=host_cert, key_file=host_key)
         configure_host_tls(tls_config)  # (proxy calls go to the same address)
+    try:
+        key = take_runtime_key()  # (out of the environment: nothing the runners start inherits it)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     options = RuntimeOptions(
         address=address,
+        key=key.value if key is not None else "",
         labels=_labels(label),
         slots=slots,
         grace=grace,

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import dataclasses
 import importlib.metadata
-import os
 import platform
 import random
 import secrets
@@ -34,6 +33,7 @@ from agentrunner.detect import DEFAULT_HARNESSES, detect_harnesses
 from agentrunner.engine import CANCELLED
 from agentrunner.errors import AgentRunnerError, from_rpc_error
 from agentrunner.runner import Runner
+from agentrunner.runtime.credentials import check_key_transport, load_runtime_key
 from agentrunner.runtime.slots import SlotRunner
 from agentrunner.server import RunnerServicer, _instances
 from agentrunner.v1 import runtime_pb2, runtime_service_pb2
@@ -83,7 +83,7 @@ class RuntimeOptions:
     runtime_id: str = dataclasses.field(default_factory=socket.gethostname)
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     slots: int = 4
-    #: the runtime key (`authorization: Bearer`); default: AGENTRUNNER_RUNTIME_KEY
+    #: the runtime key (`authorization: Bearer`); default: AGENTRUNNER_RUNTIME_KEY(_FILE)
     key: str | None = None
     #: TLS towards the host; default: the AGENTRUNNER_HOST_* variables (plaintext without them)
     tls: HostTls | None = None
@@ -110,11 +110,16 @@ class Runtime:
         self.runners = _instances(runners)
         self.servicer = RunnerServicer(self.runners, precheck=options.precheck)
         self.instance_id = secrets.token_hex(8)
-        key = options.key if options.key is not None else os.environ.get("AGENTRUNNER_RUNTIME_KEY", "")
+        if options.key is not None:
+            key = options.key
+        else:
+            loaded = load_runtime_key()
+            key = loaded.value if loaded is not None else ""
+        self.tls = options.tls if options.tls is not None else HostTls.from_env()
+        check_key_transport(options.address, key, self.tls)
         metadata = (("authorization", f"Bearer {key}"),) if key else ()
         self.slots = SlotRunner(self.servicer.find, options.address, metadata, precheck=options.precheck)
         self.metadata = metadata
-        self.tls = options.tls if options.tls is not None else HostTls.from_env()
         self.capabilities: list[runtime_pb2.HarnessCapability] = []
         self.connection_id = ""
         self.connections = 0
