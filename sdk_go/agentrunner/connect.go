@@ -39,7 +39,7 @@ type ConnectOptions struct {
 	Labels map[string]string
 	// Slots is how many runs it executes at once at most (default 4).
 	Slots int
-	// Key is the runtime key (default: AGENTRUNNER_RUNTIME_KEY).
+	// Key is the runtime key (default: RuntimeKeyFromEnv, AGENTRUNNER_RUNTIME_KEY or _KEY_FILE).
 	Key string
 	// Grace is how long open runs may go on when ctx ends (default 5 s).
 	Grace time.Duration
@@ -85,6 +85,14 @@ func (s *Server) Connect(ctx context.Context, address string, opts ConnectOption
 	if err != nil {
 		return fmt.Errorf("host TLS: %w", err)
 	}
+	if opts.Key == "" {
+		if opts.Key, err = RuntimeKeyFromEnv(); err != nil {
+			return err
+		}
+	}
+	if err := checkKeyTransport(address, opts.Key, hostTLS != nil); err != nil {
+		return err
+	}
 	rt := &runtimeConn{server: s, address: address, opts: opts, capabilities: capabilities,
 		instance: NewID("inst"), creds: grpc.WithTransportCredentials(creds)}
 	attempt := 0
@@ -118,9 +126,6 @@ func (o ConnectOptions) withDefaults() ConnectOptions {
 	}
 	if o.Slots <= 0 {
 		o.Slots = 4
-	}
-	if o.Key == "" {
-		o.Key = os.Getenv("AGENTRUNNER_RUNTIME_KEY")
 	}
 	if o.Grace == 0 {
 		o.Grace = 5 * time.Second

@@ -299,7 +299,7 @@ func (l labelFlags) Set(value string) error {
 // Main serves the runners with flags -host (127.0.0.1), -port (0 = a free port), -tls-cert, -tls-key
 // and -grace, logging to stderr; it exits with a one-line message when serving fails. With -connect
 // HOST:PORT it is a runtime instead: it dials the host (no listening port; -runtime-id, -label k=v,
-// -slots, the key from AGENTRUNNER_RUNTIME_KEY, TLS from AGENTRUNNER_HOST_* variables) and exits 2 when
+// -slots, the key from AGENTRUNNER_RUNTIME_KEY or _KEY_FILE, TLS from AGENTRUNNER_HOST_* variables) and exits 2 when
 // the host refuses it.
 func Main(runners ...Runner) {
 	host := flag.String("host", "127.0.0.1", "interface to bind")
@@ -340,6 +340,10 @@ func connectMain(address string, opts ConnectOptions, runners []Runner) int {
 	s, err := NewServer(runners...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agentrunner:", err)
+		return 1
+	}
+	if opts.Key, err = TakeRuntimeKey(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -16,6 +16,7 @@ import {
 import { runControl } from "./control.js";
 import { detectHarnesses } from "./detect.js";
 import { type HostTls, HostTransports, hostTlsFromEnv } from "./host.js";
+import { checkKeyTransport, runtimeKeyFromEnv } from "./runtimekey.js";
 import { log } from "./log.js";
 import { AsyncQueue } from "./queue.js";
 import { Execution, type Runner } from "./run.js";
@@ -32,7 +33,7 @@ export interface ConnectOptions {
   labels?: Record<string, string>;
   /** Runs executed at once at most (default 4). */
   slots?: number;
-  /** The runtime key (default: AGENTRUNNER_RUNTIME_KEY). */
+  /** The runtime key (default: AGENTRUNNER_RUNTIME_KEY or the file AGENTRUNNER_RUNTIME_KEY_FILE names). */
   key?: string;
   /** TLS towards the host (default: AGENTRUNNER_HOST_* variables). */
   hostTls?: HostTls;
@@ -237,9 +238,12 @@ class Runtime {
 
 /** Serves the runners by dialing the host at `address` until `stop` aborts (then drains); reconnects with backoff. */
 export async function connect(runners: Runner[], address: string, options: ConnectOptions = {}, stop: AbortSignal = new AbortController().signal): Promise<void> {
+  const key = options.key ?? runtimeKeyFromEnv();
+  const hostTls = options.hostTls ?? hostTlsFromEnv();
+  checkKeyTransport(address, key, hostTls !== undefined);
   const runtime = new Runtime(runners, address, {
     runtimeId: options.runtimeId ?? hostname(), labels: options.labels ?? {}, slots: options.slots ?? 4,
-    key: options.key ?? process.env.AGENTRUNNER_RUNTIME_KEY ?? "", hostTls: options.hostTls ?? hostTlsFromEnv(),
+    key, hostTls,
     graceMs: options.graceMs ?? 5000, backoffInitialMs: options.backoffInitialMs ?? 100,
     backoffMaxMs: options.backoffMaxMs ?? 5000, detect: options.detect ?? ["claude", "codex"],
   });

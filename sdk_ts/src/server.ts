@@ -15,6 +15,7 @@ import { AgentRunnerError } from "./errors.js";
 import { type HostTls, HostTransports } from "./host.js";
 import { log } from "./log.js";
 import { connect, RuntimeRefused } from "./connect.js";
+import { takeRuntimeKey } from "./runtimekey.js";
 import { checkManifest, type ManifestInit } from "./manifest.js";
 import { Execution, type Run, type Runner } from "./run.js";
 
@@ -169,7 +170,7 @@ export async function serve(runners: Runner[], options: ServeOptions = {}): Prom
 /**
  * `node runner.js [--host H] [--port N] [--tls-cert F --tls-key F] [--grace-ms N]`: serve and exit on error.
  * With `--connect HOST:PORT` it is a runtime instead: it dials the host (no listening port; `--runtime-id`,
- * `--label k=v` (repeat), `--slots N`, `--detect claude,codex`, the key from AGENTRUNNER_RUNTIME_KEY) and
+ * `--label k=v` (repeat), `--slots N`, `--detect claude,codex`, the key from AGENTRUNNER_RUNTIME_KEY or _KEY_FILE) and
  * exits 2 when the host refuses it.
  */
 export function main(runners: Runner[], argv = process.argv.slice(2)): void {
@@ -213,8 +214,15 @@ function connectMain(runners: Runner[], address: string, argv: string[], opt: (n
   process.once("SIGTERM", () => stop.abort());
   process.once("SIGINT", () => stop.abort());
   const detect = opt("detect");
+  let key: string;
+  try {
+    key = takeRuntimeKey(); // (out of process.env: nothing the runners start inherits it)
+  } catch (err) {
+    process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  }
   connect(runners, address, {
-    runtimeId: opt("runtime-id"), labels, slots: opt("slots") ? Number(opt("slots")) : undefined,
+    runtimeId: opt("runtime-id"), labels, key, slots: opt("slots") ? Number(opt("slots")) : undefined,
     graceMs: opt("grace-ms") ? Number(opt("grace-ms")) : undefined,
     detect: detect === undefined ? undefined : detect.split(",").map((d) => d.trim()).filter(Boolean),
   }, stop.signal).then(

@@ -1,7 +1,10 @@
 // Connect mode's pieces that need no host: the reconnect backoff and the harness login parsers.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { backoffDelayMs, v1 } from "../src/index.js";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { backoffDelayMs, checkKeyTransport, runtimeKeyFromEnv, takeRuntimeKey, v1 } from "../src/index.js";
 import { claudeLogin, codexLogin } from "../src/detect.js";
 
 test("the reconnect backoff is capped exponential with jitter", () => {
@@ -24,4 +27,26 @@ test("login statuses name no secret", () => {
   assert.equal(status, v1.HarnessLoginStatus.LOGGED_IN);
   assert.equal(detail, "logged in, auth method oauth");
   assert.equal(claudeLogin("nope")[0], v1.HarnessLoginStatus.UNKNOWN);
+});
+
+test("the runtime key comes from the environment or its file, and leaves the environment once taken", () => {
+  const dir = mkdtempSync(join(tmpdir(), "rtkey-"));
+  const file = join(dir, "runtime.key");
+  writeFileSync(file, "arr_from-the-file\n");
+  const env: NodeJS.ProcessEnv = { AGENTRUNNER_RUNTIME_KEY_FILE: file, OTHER: "x" };
+  assert.equal(takeRuntimeKey(env), "arr_from-the-file");
+  assert.deepEqual(env, { OTHER: "x" });
+  assert.equal(runtimeKeyFromEnv({ AGENTRUNNER_RUNTIME_KEY: " arr_env " }), "arr_env");
+  assert.throws(() => runtimeKeyFromEnv({ AGENTRUNNER_RUNTIME_KEY: "a", AGENTRUNNER_RUNTIME_KEY_FILE: file }), /keep one/);
+});
+
+test("a key goes over plaintext only to loopback", () => {
+  for (const [address, ok] of [["127.0.0.1:5", true], ["localhost:5", true], ["[::1]:5", true],
+    ["192.0.2.1:5", false], ["host.example.com:5", false]] as const) {
+    const check = () => checkKeyTransport(address, "arr_k", false, {});
+    if (ok) assert.doesNotThrow(check, address);
+    else assert.throws(check, /not a loopback address/, address);
+    assert.doesNotThrow(() => checkKeyTransport(address, "arr_k", true, {}));
+  }
+  assert.doesNotThrow(() => checkKeyTransport("192.0.2.1:5", "arr_k", false, { AGENTRUNNER_HOST_ALLOW_PLAINTEXT: "1" }));
 });

@@ -5,6 +5,7 @@ the runner kit over the connect path for all three."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from tests.runtimes.processes import ROOT, host_cli, start_host, start_runtime, write_config
 
-pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.timeout(600)]
 
 KITS = [
     pytest.param("go", "plugin:example/go-counter/default", id="go"),
@@ -60,6 +61,7 @@ def build(kit: str, tmp: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(("kit", "runner_id"), KITS)
+@pytest.mark.asyncio(loop_scope="function")
 async def test_a_kit_serves_a_run_through_connect(tmp_path: Path, kit: str, runner_id: str) -> None:
     argv = build(kit, tmp_path)
     config = write_config(
@@ -105,3 +107,25 @@ async def test_a_kit_serves_a_run_through_connect(tmp_path: Path, kit: str, runn
         {"kit": kit},
     )
     assert got.run.runtime_id == f"{kit}-runtime"
+
+
+@pytest.mark.parametrize(("kit", "runner_id"), KITS)
+def test_a_kit_keeps_its_runtime_key_off_a_plaintext_network(
+    tmp_path: Path, kit: str, runner_id: str
+) -> None:
+    """As the Python kit: a key from the environment is not dialed in clear to a host off loopback (the
+    refusal comes before any dial: 192.0.2.1 is TEST-NET-1), and both key variables set is an error."""
+    argv = [a.replace("{address}", "192.0.2.1:50051") for a in build(kit, tmp_path)]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRUNNER_")}
+    key = "arr_kit-key-0123456789"
+
+    def run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env={**clean, **env}, capture_output=True, text=True, timeout=60)
+
+    done = run({"AGENTRUNNER_RUNTIME_KEY": key})
+    assert done.returncode == 1, done.stderr
+    assert "error: 192.0.2.1:50051 is not a loopback address and the connection has no TLS" in done.stderr
+    assert key not in done.stderr + done.stdout
+    (tmp_path / "k").write_text(key)
+    both = run({"AGENTRUNNER_RUNTIME_KEY": key, "AGENTRUNNER_RUNTIME_KEY_FILE": str(tmp_path / "k")})
+    assert both.returncode == 1 and "keep one" in both.stderr, both.stderr
