@@ -14,6 +14,7 @@ from agentrunner.v1 import host_service_pb2, runtime_pb2
 from agentrunner_host.cli.common import (
     DEFAULT_HOST,
     READ_TIMEOUT,
+    ApiKeyFileOpt,
     CaOpt,
     CertOpt,
     HostOpt,
@@ -130,10 +131,11 @@ def register(runtimes_app: typer.Typer) -> None:
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
         tls: TlsOpt = False,
+        api_key_file: ApiKeyFileOpt = None,
     ) -> None:
         """List the runtimes connected to the host (all with --all): status, slots in use, labels, runners,
         detected CLIs and last heartbeat."""
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
+        target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
         request = host_service_pb2.ListRuntimesRequest(include_offline=all_)
         listed = call_host(target, lambda s: s.ListRuntimes(request, timeout=READ_TIMEOUT))
         if as_json:
@@ -150,9 +152,10 @@ def register(runtimes_app: typer.Typer) -> None:
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
         tls: TlsOpt = False,
+        api_key_file: ApiKeyFileOpt = None,
     ) -> None:
         """Show a runtime: what it announced and detected, its recent runs and its audit trail."""
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
+        target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
         request = host_service_pb2.GetRuntimeRequest(runtime_id=runtime_id)
         got = call_host(target, lambda s: s.GetRuntime(request, timeout=READ_TIMEOUT))
         if as_json:
@@ -173,10 +176,11 @@ def register(runtimes_app: typer.Typer) -> None:
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
         tls: TlsOpt = False,
+        api_key_file: ApiKeyFileOpt = None,
     ) -> None:
         """Drain a runtime: the host places no new runs on it, its open runs finish. The drain is kept
         until `--resume`, also when the runtime reconnects."""
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
+        target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
         request = host_service_pb2.DrainRuntimeRequest(runtime_id=runtime_id, resume=resume, reason=reason)
         runtime = call_host(target, lambda s: s.DrainRuntime(request, timeout=READ_TIMEOUT)).runtime
         if as_json:

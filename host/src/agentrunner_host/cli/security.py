@@ -60,9 +60,13 @@ def register(app: typer.Typer, db_app: typer.Typer) -> None:
             }
             _print_entry(entry, f"runtime client {runtime} (runtimes.clients)")
             _print_key(key, key_file, f"runtime {runtime!r}")
+            given = (
+                f"AGENTRUNNER_RUNTIME_KEY_FILE={key_file}"
+                if key_file
+                else "AGENTRUNNER_RUNTIME_KEY=<the key>"
+            )
             err_console.print(
-                "on the runtime's machine: AGENTRUNNER_RUNTIME_KEY=<the key> python -m agentrunner connect "
-                "HOST:PORT module:Runner",
+                f"on the runtime's machine: {given} python -m agentrunner connect HOST:PORT module:Runner",
                 soft_wrap=True,
                 highlight=False,
             )
