@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
 TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance soak demo demo-services demo-claude demo-codex bench clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance soak demo demo-services demo-claude demo-codex demo-acp bench clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -86,6 +86,9 @@ demo-claude: sync ## The claude-code runner through the host (the real `claude` 
 
 demo-codex: sync ## The codex runner through the host (the real `codex` against a local model-API mock if installed, else the bundled fake)
 	PATH="$(CURDIR)/.tools/real/codex/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness codex
+
+demo-acp: sync ## The acp runner through the host (the real `claude-agent-acp` against a local API mock if installed, else the bundled scripted ACP agent)
+	PATH="$(CURDIR)/.tools/real/claude_acp/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness acp
 
 bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
 	$(RUN) python bench/run_all.py
