@@ -36,13 +36,15 @@ gen-check: gen ## Fail when the committed generated code (any language) is stale
 $(TS_DEPS): sdk_ts/package-lock.json
 	cd sdk_ts && npm ci --no-audit --no-fund --loglevel=error
 
-lint: sync ## buf lint + buf format check + ruff (with a complexity ceiling) + mypy (strict) + import layers + gofmt
+lint: sync ## buf lint + buf format check + ruff (with a complexity ceiling) + mypy (strict) + import layers + function length + duplicate blocks + gofmt
 	$(RUN) buf lint
 	$(RUN) buf format -d --exit-code
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
 	$(RUN) lint-imports
+	$(RUN) python tools/function_length.py
+	$(RUN) python tools/duplicates.py
 	@test -z "$$(gofmt -l sdk_go)" || (gofmt -l sdk_go; echo "Go code is not gofmt-formatted: run 'gofmt -w sdk_go'" >&2; exit 1)
 
 format: sync ## Rewrite protos and Python in place
@@ -90,7 +92,7 @@ demo-codex: sync ## The codex runner through the host (the real `codex` against 
 demo-acp: sync ## The acp runner through the host (the real `claude-agent-acp` against a local API mock if installed, else the bundled scripted ACP agent)
 	PATH="$(CURDIR)/.tools/real/claude_acp/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness acp
 
-bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
+bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge, LangBot bridge vs native; writes bench/results*.json
 	$(RUN) python bench/run_all.py
 
 clean: ## Remove generated scratch and local state

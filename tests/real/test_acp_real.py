@@ -23,6 +23,7 @@ from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.views.timeline import build_timeline
 from agentrunner_runners.testing.anthropic_mock import AnthropicMock, serve_in_thread
 from agentrunner_runners.testing.openai_responses_mock import ResponsesMock, codex_config, text
+from tests.helpers import next_message, rest_of
 from tests.integration.conftest import CLI, Proc, audit_outcomes, cli, run_request, write_config
 from tests.integration.test_claude_code_e2e import harness_processes, results_of, wait_for
 from tests.real.tools import real_tool
@@ -262,16 +263,14 @@ async def test_cancel_leaves_no_process_behind(stack: Stack, agent: str) -> None
         request = run_request(f"{marker} please", conversation_id=f"cancel-{agent}")
         request.agent_id = agent
         call = stub.Run(request, timeout=120)
-        accepted = await call.read()
+        accepted = await next_message(call)
         await wait_for(lambda: bool(stack.model_requests(agent, marker)), 60)
         assert harness_processes(stack.root)  # the agent is running
         started = time.monotonic()
         await stub.CancelRun(
             host_service_pb2.CancelRunRequest(run_id=accepted.accepted.run_id, reason="stop"), timeout=10
         )
-        rest = []
-        while (item := await call.read()) is not grpc.aio.EOF:
-            rest.append(item)
+        rest = await rest_of(call)
     assert rest[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED
     assert time.monotonic() - started < 15
     await wait_for(lambda: harness_processes(stack.root) == [], seconds=15)

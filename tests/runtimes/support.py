@@ -102,7 +102,7 @@ class Host:
 
 async def rest_of(call: Any) -> list[host_service_pb2.HostServiceRunResponse]:
     """What is left of a `Run` call read with `read()` so far."""
-    out = []
+    out: list[host_service_pb2.HostServiceRunResponse] = []
     while True:
         update = await call.read()
         if update is grpc.aio.EOF:

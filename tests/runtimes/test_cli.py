@@ -10,6 +10,7 @@ import re
 import socket
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -27,7 +28,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def cli_json(*args: str) -> dict:
+def cli_json(*args: str) -> dict[str, Any]:
     done = host_cli(*args, "--json")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

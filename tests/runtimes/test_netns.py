@@ -19,6 +19,7 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -162,7 +163,7 @@ async def test_a_runtime_without_an_inbound_route_serves_runs_and_is_never_diale
     try:
         creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
         async with grpc.aio.secure_channel(address, creds) as channel:
-            stub = host_service_pb2_grpc.HostServiceStub(channel)
+            stub: Any = host_service_pb2_grpc.HostServiceStub(channel)
             req = host_service_pb2.HostServiceRunRequest()
             req.event.event_type = "message.received"
             req.event.conversation.conversation_id = "c1"
@@ -174,7 +175,7 @@ async def test_a_runtime_without_an_inbound_route_serves_runs_and_is_never_diale
             listening = _sockets(["-l"], ns)
             connections = _sockets([], ns)
             host_side = _sockets([f"dst {runtime_ip}"])
-            updates = []
+            updates: list[Any] = []
             while (update := await call.read()) is not grpc.aio.EOF:
                 updates.append(update)
             got = await stub.GetRun(host_service_pb2.GetRunRequest(run_id=run_id), timeout=10, metadata=auth)

@@ -90,7 +90,7 @@ async def test_two_runtimes_share_load_and_a_killed_one_fails_only_its_runs_then
     b = start_runtime(address, "rt-b", key=KEY, extra=["--slots", "1"])
     try:
         async with grpc.aio.insecure_channel(address) as channel:
-            stub = host_service_pb2_grpc.HostServiceStub(channel)
+            stub: Any = host_service_pb2_grpc.HostServiceStub(channel)
             calls = [stub.Run(request("slow:30", f"c{i}"), timeout=60) for i in range(2)]
             run_ids = [(await c.read()).accepted.run_id for c in calls]
             placed = {await runtime_of(stub, r): c for r, c in zip(run_ids, calls, strict=True)}
@@ -145,7 +145,7 @@ async def test_a_runtime_reconnects_with_backoff_after_the_host_restarts(tmp_pat
         reconnect_s = time.monotonic() - back
         assert reconnect_s < 6.0, reconnect_s  # the backoff is capped at 5 s
         async with grpc.aio.insecure_channel(address) as channel:
-            stub = host_service_pb2_grpc.HostServiceStub(channel)
+            stub: Any = host_service_pb2_grpc.HostServiceStub(channel)
             updates = [u async for u in stub.Run(request("after restart", "c1"), timeout=30)]
             assert terminal(updates).run_completed.message.content == "echo: after restart"
     finally:
@@ -171,7 +171,7 @@ async def test_sigterm_drains_a_runtime_its_open_run_finishes(tmp_path: Path) ->
     rt = start_runtime(address, "rt-a", key=KEY)
     try:
         async with grpc.aio.insecure_channel(address) as channel:
-            stub = host_service_pb2_grpc.HostServiceStub(channel)
+            stub: Any = host_service_pb2_grpc.HostServiceStub(channel)
             call = stub.Run(request("slow:15", "c1"), timeout=60)
             run_id = (await call.read()).accepted.run_id
             await asyncio.sleep(0.3)

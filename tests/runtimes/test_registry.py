@@ -176,7 +176,7 @@ async def test_cancel_and_deadline_of_a_run_on_a_runtime(host: Host, runtimes: l
     assert finished(rest).status == common_pb2.RUN_STATUS_CANCELLED
     await until(lambda: not runtimes[0].runtime.slots.active, what="the runtime's run stopped")
     # a runner that never ends, under a 1 s agent deadline
-    host.app.config.agent("ref").timeout_seconds = 1  # type: ignore[union-attr]
+    host.app.config.agent("ref").timeout_seconds = 1
     started = time.monotonic()
     updates = await host.run("stall", conversation_id="stall")
     assert finished(updates).status == common_pb2.RUN_STATUS_TIMEOUT

@@ -50,7 +50,7 @@ async def test_sigterm_during_a_run_ends_it_cancelled_and_busy_port_fails() -> N
     try:
         async with grpc.aio.insecure_channel(address) as channel:
             health = health_pb2_grpc.HealthStub(channel)
-            reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)  # type: ignore[attr-defined]  # the stubs declare no methods on HealthStub
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
             listed = await runner_service_pb2_grpc.RunnerServiceStub(channel).ListRunners(
                 runner_service_pb2.ListRunnersRequest(), timeout=5

@@ -168,4 +168,5 @@ def _root() -> None:
 
 
 def main() -> None:
+    """The `agentrunner` command's entry point (console script)."""
     app()

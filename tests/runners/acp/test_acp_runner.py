@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 import pytest
 from google.protobuf import json_format
@@ -19,11 +20,11 @@ from tests.runners.acp.conftest import Fake, processes_in, run
 pytestmark = pytest.mark.asyncio
 
 
-def _details(out) -> dict:
+def _details(out) -> dict[str, Any]:
     return json_format.MessageToDict(out.failure.details)
 
 
-def _stored(out, key: str) -> list:
+def _stored(out, key: str) -> list[Any]:
     return [
         json_format.MessageToDict(r.state_updated.value)
         for r in out.of_type("state.updated")
@@ -43,7 +44,7 @@ def _logs(out) -> list[str]:
     return [r.run_log.text for r in out.of_type("run.log")]
 
 
-def _extra(out) -> dict:
+def _extra(out) -> dict[str, Any]:
     return json_format.MessageToDict(out.terminal.usage.extra)
 
 
@@ -154,8 +155,8 @@ async def test_the_workspace_policy_allows_edits_inside_and_rejects_the_rest(
     assert out.text == "decisions: yes,yes,yes,yes"
 
 
-async def _asked(handle: RunHandle, count: int) -> list:
-    asked = []
+async def _asked(handle: RunHandle, count: int) -> list[Any]:
+    asked: list[Any] = []
     async with asyncio.timeout(30):
         while len(asked) < count:
             result = await handle.next()
@@ -229,7 +230,7 @@ async def test_attachments_map_to_blocks_by_capability_and_are_never_dropped(
     seen = json.loads(out.text)["blocks"]
     assert [b["type"] for b in seen] == ["text", "image", "resource", "resource_link"]
     assert seen[2]["text"] == "hello" and seen[3]["uri"] == "https://example.com/p"
-    caps = {"promptCapabilities": {}, "sessionCapabilities": {}}
+    caps: dict[str, Any] = {"promptCapabilities": {}, "sessionCapabilities": {}}
     out = await run(
         host,
         fake,

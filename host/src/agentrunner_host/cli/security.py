@@ -11,104 +11,103 @@ import yaml
 from agentrunner_host.cli.common import console, err_console, fail, load
 
 
+def auth_new_key(
+    client: Annotated[str, typer.Option("--client", help="The client id the key is for.")] = "my-client",
+    operation: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--operation",
+            "-o",
+            help="An operation the client may call (repeat it, or a comma list; `all` for every one). "
+            "Default: run, attach, get.",
+        ),
+    ] = None,
+    key_file: Annotated[
+        pathlib.Path | None,
+        typer.Option(help="Write the key to this new file (mode 0600) instead of printing it."),
+    ] = None,
+    runtime: Annotated[
+        str | None,
+        typer.Option(
+            "--runtime", help="Make a runtime key instead (a `runtimes.clients` entry with this id)."
+        ),
+    ] = None,
+) -> None:
+    """Make a random API key for a client. stdout gets its `auth.clients` entry (indented to sit under
+    `auth:` / `clients:`, so `>> host.yaml` appends it to a config that ends with that list); the
+    config holds only the key's sha256. The key goes to --key-file, or to stderr once; give it to
+    the client as AGENTRUNNER_HOST_API_KEY or AGENTRUNNER_HOST_API_KEY_FILE. With --runtime NAME
+    the entry is a `runtimes.clients` one (every runner id and label allowed: narrow them) and the
+    key is the runtime's AGENTRUNNER_RUNTIME_KEY."""
+    import secrets
+
+    from agentrunner_host.auth.clients import key_digest
+    from agentrunner_host.config.model import CLIENT_OPERATIONS
+
+    if runtime is not None:
+        key = "arr_" + secrets.token_urlsafe(32)
+        _write_key_file(key_file, key)
+        entry: dict[str, object] = {
+            "id": runtime,
+            "api_key_sha256": [key_digest(key)],
+            "runner_ids": "*",
+            "labels": ["*"],
+        }
+        _print_entry(entry, f"runtime client {runtime} (runtimes.clients)")
+        _print_key(key, key_file, f"runtime {runtime!r}")
+        given = (
+            f"AGENTRUNNER_RUNTIME_KEY_FILE={key_file}" if key_file else "AGENTRUNNER_RUNTIME_KEY=<the key>"
+        )
+        err_console.print(
+            f"on the runtime's machine: {given} python -m agentrunner connect HOST:PORT module:Runner",
+            soft_wrap=True,
+            highlight=False,
+        )
+        return
+    operations = _operations(operation or ["run,attach,get"], CLIENT_OPERATIONS)
+    key = "arh_" + secrets.token_urlsafe(32)
+    _write_key_file(key_file, key)
+    entry = {"id": client, "api_key_sha256": [key_digest(key)], "operations": operations}
+    _print_entry(entry, f"client {client}")
+    _print_key(key, key_file, f"client {client!r}")
+
+
+def db_check(
+    config: Annotated[
+        pathlib.Path | None, typer.Option("--config", "-c", help="Host config file (YAML).")
+    ] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="Database URL (overrides the config's database.url).")
+    ] = None,
+    live: Annotated[
+        list[str] | None,
+        typer.Option("--live", help="Instance id of a host still running (its open runs are not orphans)."),
+    ] = None,
+) -> None:
+    """Check the database's integrity (read-only): every ended run has exactly one terminal result, no
+    run is open without a running host, no ended run's token works, no ledger gaps, no lost or
+    duplicated transcript items. Exits 1 when it finds a problem."""
+    from agentrunner_host.config.model import DEFAULT_DATABASE_URL, HostEnv
+    from agentrunner_host.store.integrity import check_integrity
+
+    url = database_url or (load(config).database.url if config else HostEnv().database_url)
+    try:
+        report = check_integrity(url or DEFAULT_DATABASE_URL, live_owners=live or ())
+    except Exception as exc:  # a database the check cannot read: say why, no stack trace
+        fail(f"check failed: {type(exc).__name__}: {exc}", 2)
+    for problem in report.problems:
+        console.print(str(problem), highlight=False, soft_wrap=True)
+    console.print(report.summary(), highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer, db_app: typer.Typer) -> None:
+    """Adds `auth new-key` and `db check` to the CLI's apps (each command is a function of this module)."""
     auth_app = typer.Typer(help="HostService client credentials.", no_args_is_help=True)
     app.add_typer(auth_app, name="auth")
-
-    @auth_app.command("new-key")
-    def auth_new_key(
-        client: Annotated[str, typer.Option("--client", help="The client id the key is for.")] = "my-client",
-        operation: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--operation",
-                "-o",
-                help="An operation the client may call (repeat it, or a comma list; `all` for every one). "
-                "Default: run, attach, get.",
-            ),
-        ] = None,
-        key_file: Annotated[
-            pathlib.Path | None,
-            typer.Option(help="Write the key to this new file (mode 0600) instead of printing it."),
-        ] = None,
-        runtime: Annotated[
-            str | None,
-            typer.Option(
-                "--runtime", help="Make a runtime key instead (a `runtimes.clients` entry with this id)."
-            ),
-        ] = None,
-    ) -> None:
-        """Make a random API key for a client. stdout gets its `auth.clients` entry (indented to sit under
-        `auth:` / `clients:`, so `>> host.yaml` appends it to a config that ends with that list); the
-        config holds only the key's sha256. The key goes to --key-file, or to stderr once; give it to
-        the client as AGENTRUNNER_HOST_API_KEY or AGENTRUNNER_HOST_API_KEY_FILE. With --runtime NAME
-        the entry is a `runtimes.clients` one (every runner id and label allowed: narrow them) and the
-        key is the runtime's AGENTRUNNER_RUNTIME_KEY."""
-        import secrets
-
-        from agentrunner_host.auth.clients import key_digest
-        from agentrunner_host.config.model import CLIENT_OPERATIONS
-
-        if runtime is not None:
-            key = "arr_" + secrets.token_urlsafe(32)
-            _write_key_file(key_file, key)
-            entry: dict[str, object] = {
-                "id": runtime,
-                "api_key_sha256": [key_digest(key)],
-                "runner_ids": "*",
-                "labels": ["*"],
-            }
-            _print_entry(entry, f"runtime client {runtime} (runtimes.clients)")
-            _print_key(key, key_file, f"runtime {runtime!r}")
-            given = (
-                f"AGENTRUNNER_RUNTIME_KEY_FILE={key_file}"
-                if key_file
-                else "AGENTRUNNER_RUNTIME_KEY=<the key>"
-            )
-            err_console.print(
-                f"on the runtime's machine: {given} python -m agentrunner connect HOST:PORT module:Runner",
-                soft_wrap=True,
-                highlight=False,
-            )
-            return
-        operations = _operations(operation or ["run,attach,get"], CLIENT_OPERATIONS)
-        key = "arh_" + secrets.token_urlsafe(32)
-        _write_key_file(key_file, key)
-        entry = {"id": client, "api_key_sha256": [key_digest(key)], "operations": operations}
-        _print_entry(entry, f"client {client}")
-        _print_key(key, key_file, f"client {client!r}")
-
-    @db_app.command("check")
-    def db_check(
-        config: Annotated[
-            pathlib.Path | None, typer.Option("--config", "-c", help="Host config file (YAML).")
-        ] = None,
-        database_url: Annotated[
-            str | None, typer.Option(help="Database URL (overrides the config's database.url).")
-        ] = None,
-        live: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--live", help="Instance id of a host still running (its open runs are not orphans)."
-            ),
-        ] = None,
-    ) -> None:
-        """Check the database's integrity (read-only): every ended run has exactly one terminal result, no
-        run is open without a running host, no ended run's token works, no ledger gaps, no lost or
-        duplicated transcript items. Exits 1 when it finds a problem."""
-        from agentrunner_host.config.model import DEFAULT_DATABASE_URL, HostEnv
-        from agentrunner_host.store.integrity import check_integrity
-
-        url = database_url or (load(config).database.url if config else HostEnv().database_url)
-        try:
-            report = check_integrity(url or DEFAULT_DATABASE_URL, live_owners=live or ())
-        except Exception as exc:  # a database the check cannot read: say why, no stack trace
-            fail(f"check failed: {type(exc).__name__}: {exc}", 2)
-        for problem in report.problems:
-            console.print(str(problem), highlight=False, soft_wrap=True)
-        console.print(report.summary(), highlight=False)
-        if not report.ok:
-            raise typer.Exit(1)
+    auth_app.command("new-key")(auth_new_key)
+    db_app.command("check")(db_check)
 
 
 def _operations(values: list[str], known: tuple[str, ...]) -> list[str]:

@@ -37,9 +37,12 @@ def register(app: typer.Typer) -> None:
         Refuses to start on a database that is not migrated (run `agentrunner-host db upgrade`)."""
         from agentrunner.telemetry import TelemetryError, configure_otlp
         from agentrunner_host.observability.telemetry import configure_logging
+        from agentrunner_host.server.managed import entry_problems
 
         configure_logging(log_level.value)
         cfg = load(config)
+        for path, reason in entry_problems(cfg):
+            fail(f"{config}: {path}: {reason}", 2)
         try:
             shutdown_tracing = configure_otlp(
                 cfg.telemetry.service_name,

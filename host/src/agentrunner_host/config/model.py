@@ -7,7 +7,6 @@ rather than discovered at run time.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import pathlib
 import socket
@@ -20,7 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from agentrunner_host.capabilities.knowledge import KnowledgeBaseConfig
 from agentrunner_host.capabilities.models import ModelConfig
 from agentrunner_host.capabilities.tools import ToolsConfig
-from agentrunner_host.config.runtimes import RuntimesConfig, check_selector
+from agentrunner_host.config.runtimes import CredentialFields, RuntimesConfig, check_selector
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/agentrunner.db"
 STATE_SCOPES = ("conversation", "actor", "subject", "runner", "binding", "workspace")
@@ -145,10 +144,24 @@ class RegistryConfig(_Strict):
 
 
 class RunnerEndpointConfig(_Strict):
-    """One runner process the host dials."""
+    """One runner process the host dials; `kind: langbot-plugins` is one the host also starts itself."""
 
     id: str = Field(min_length=1)
-    address: str = Field(min_length=1)
+    #: `grpc`: a runner process started elsewhere, dialed at `address`. `langbot-plugins`: the host starts
+    #: `python -m agentrunner_runners.langbot_bridge --plugins <plugins_dir>` (LangBot Runner plugins as
+    #: runners; needs the runners package's `langbot` extra) on `address` (default: loopback, a free
+    #: port), restarts it when it exits and stops it with the host (server/managed.py)
+    kind: Literal["grpc", "langbot-plugins"] = "grpc"
+    #: `grpc`: required. `langbot-plugins`: where the started bridge listens (`127.0.0.1:0`: a free port)
+    address: str = "127.0.0.1:0"
+    #: `langbot-plugins`: the directory of plugins (each a directory with its manifest.yaml, or a .lbpkg)
+    plugins_dir: pathlib.Path | None = None
+    #: `langbot-plugins`: more arguments for the bridge (`--plugin-config FILE`, `--skip-deps-check`, ...)
+    args: list[str] = Field(default_factory=list)
+    #: `langbot-plugins`: names of environment variables the bridge may see besides the basics (PATH,
+    #: HOME, locale, proxies): those its `--plugin-config` reads with `{"env": NAME}`. Nothing else of the
+    #: host's environment (API keys, tokens) reaches it or the plugins
+    env: list[str] = Field(default_factory=list)
     tls: TlsConfig | None = None
     #: the runner ids this endpoint may serve; an id another endpoint announces is refused (and logged).
     #: Unset: the endpoint may serve any id no other endpoint lists, and an id stays with the first
@@ -157,6 +170,16 @@ class RunnerEndpointConfig(_Strict):
     #: bearer token sent as `authorization` metadata; prefer `auth_token_env` for secrets
     auth_token: str | None = None
     auth_token_env: str | None = None
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> RunnerEndpointConfig:
+        if self.kind == "langbot-plugins" and self.plugins_dir is None:
+            raise ValueError("a runner of kind langbot-plugins needs plugins_dir")
+        if self.kind == "grpc" and ("address" not in self.model_fields_set or not self.address):
+            raise ValueError("a runner endpoint needs an address (host:port)")
+        if self.kind == "grpc" and (self.plugins_dir is not None or self.args or self.env):
+            raise ValueError("plugins_dir, args and env are for runners of kind langbot-plugins")
+        return self
 
     def resolved_token(self, env: HostEnv) -> str | None:
         if self.id in env.runner_tokens:
@@ -186,43 +209,14 @@ ClientOperation = Literal[
 CLIENT_OPERATIONS: tuple[ClientOperation, ...] = get_args(ClientOperation)
 
 
-class ClientConfig(_Strict):
+class ClientConfig(CredentialFields):
     """A HostService client: its credentials and what it may do. A client may call an operation it is
     granted for events of the bots it may use, routed to the agents it may use; attach, get, cancel
     and interaction answers reach only runs of those bots and agents."""
 
-    id: str = Field(min_length=1, max_length=128)
-    #: sha256 (hex) of each API key the client may present (`authorization: Bearer <key>`); several
-    #: allow rotation. `agentrunner-host auth new-key` makes a key and its hash.
-    api_key_sha256: list[str] = Field(default_factory=list)
-    #: an environment variable holding the key itself (hashed when the config loads, never logged)
-    api_key_env: str | None = None
-    #: client certificate names (subject CN or a DNS / URI SAN) that identify the client over mutual
-    #: TLS (`listen.tls.client_ca_file`)
-    tls_names: list[str] = Field(default_factory=list)
-    #: after this instant the client's credentials are refused
-    expires_at: dt.datetime | None = None
     operations: list[ClientOperation] = Field(default_factory=lambda: list(CLIENT_OPERATIONS))
     bots: Selector = "*"
     agents: Selector = "*"
-
-    @field_validator("api_key_sha256")
-    @classmethod
-    def _hex_digests(cls, values: list[str]) -> list[str]:
-        out = []
-        for value in values:
-            digest = value.removeprefix("sha256:").lower()
-            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-                raise ValueError("an api_key_sha256 entry is 64 hex digits (sha256 of the key)")
-            out.append(digest)
-        return out
-
-    @field_validator("expires_at")
-    @classmethod
-    def _aware(cls, value: dt.datetime | None) -> dt.datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("expires_at needs a time zone (for example 2030-01-01T00:00:00Z)")
-        return value
 
     @model_validator(mode="after")
     def _has_credentials(self) -> ClientConfig:

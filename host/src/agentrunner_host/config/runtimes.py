@@ -23,29 +23,44 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _digests(values: list[str]) -> list[str]:
-    out = []
-    for value in values:
-        digest = value.removeprefix("sha256:").lower()
-        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise ValueError("an api_key_sha256 entry is 64 hex digits (sha256 of the key)")
-        out.append(digest)
-    return out
-
-
-class RuntimeClientConfig(_Strict):
-    """A credential runtimes connect with, and what a runtime holding it may announce."""
+class CredentialFields(_Strict):
+    """The credentials of a HostService client (`auth.clients`) or of a runtime (`runtimes.clients`):
+    API key digests, a key from the environment, client certificate names, an expiry."""
 
     id: str = Field(min_length=1, max_length=128)
-    #: sha256 (hex) of each API key (`authorization: Bearer <key>`); `agentrunner-host auth new-key
-    #: --runtime NAME` makes one
+    #: sha256 (hex) of each API key it may present (`authorization: Bearer <key>`); several allow
+    #: rotation. `agentrunner-host auth new-key` (`--runtime NAME` for a runtime) makes a key and its hash.
     api_key_sha256: list[str] = Field(default_factory=list)
     #: an environment variable holding the key itself (hashed when the config loads, never logged)
     api_key_env: str | None = None
-    #: client certificate names (subject CN or a DNS / URI SAN) over mutual TLS
+    #: client certificate names (subject CN or a DNS / URI SAN) that identify it over mutual TLS
+    #: (`listen.tls.client_ca_file`)
     tls_names: list[str] = Field(default_factory=list)
-    #: after this instant the credential is refused
+    #: after this instant its credentials are refused
     expires_at: dt.datetime | None = None
+
+    @field_validator("api_key_sha256")
+    @classmethod
+    def _hex_digests(cls, values: list[str]) -> list[str]:
+        out = []
+        for value in values:
+            digest = value.removeprefix("sha256:").lower()
+            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+                raise ValueError("an api_key_sha256 entry is 64 hex digits (sha256 of the key)")
+            out.append(digest)
+        return out
+
+    @field_validator("expires_at")
+    @classmethod
+    def _aware(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("expires_at needs a time zone (for example 2030-01-01T00:00:00Z)")
+        return value
+
+
+class RuntimeClientConfig(CredentialFields):
+    """A credential runtimes connect with, and what a runtime holding it may announce."""
+
     #: runner ids it may serve. A list names them: those ids are then served by the runtimes of the
     #: clients listing them (and by endpoints whose `runner_ids` list them too: config decides). `*`:
     #: any id that no endpoint's or other runtime client's list names and no endpoint serves.
@@ -54,18 +69,6 @@ class RuntimeClientConfig(_Strict):
     labels: list[str] = Field(default_factory=lambda: ["*"])
     #: most slots a runtime of this credential may announce
     max_slots: int = Field(64, gt=0)
-
-    @field_validator("api_key_sha256")
-    @classmethod
-    def _hex_digests(cls, values: list[str]) -> list[str]:
-        return _digests(values)
-
-    @field_validator("expires_at")
-    @classmethod
-    def _aware(cls, value: dt.datetime | None) -> dt.datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("expires_at needs a time zone (for example 2030-01-01T00:00:00Z)")
-        return value
 
     @field_validator("labels")
     @classmethod

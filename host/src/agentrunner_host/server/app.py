@@ -53,6 +53,7 @@ from agentrunner_host.runtimes.gate import RuntimeGate
 from agentrunner_host.runtimes.registry import RuntimeRegistry
 from agentrunner_host.runtimes.service import SERVICE_NAME as RUNTIME_SERVICE_NAME
 from agentrunner_host.runtimes.service import RuntimeServicer
+from agentrunner_host.server.managed import ManagedRunners
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
@@ -151,8 +152,11 @@ class HostApp:
         tools: ToolRegistry,
         knowledge: KnowledgeService,
         env: HostEnv | None = None,
+        managed: ManagedRunners | None = None,
     ) -> None:
         configure_tracing()
+        #: runner processes this host started (`runners[].kind: langbot-plugins`), stopped with it
+        self.managed = managed
         self.config = config
         self.db = db
         self.stores = stores
@@ -183,33 +187,7 @@ class HostApp:
         self.adapters = AdapterRegistry([GrpcDeliveryAdapter(self.runs.deliveries, stores.transcript)])
         self.runs.contexts.adapter_actions = self.adapters.actions()
         self.interactions = InteractionService(self.runs, self.runs.interaction_store, stores.artifacts)
-        self.proxy.register(
-            delivery_handlers(
-                self.runs.deliveries,
-                self.adapters,
-                stores.transcript,
-                self.runs.deliveries.store,
-            )
-        )
-        self.proxy.register(
-            fact_handlers(
-                stores,
-                prompt_lookup=lambda agent_id: agent_prompt(config.agent(agent_id)),
-                on_cancel=self._cancel,
-                on_append=self.runs.append_to_open_run,
-                is_open=self.runs.is_open,
-            )
-        )
-        self.proxy.register(
-            capability_handlers(
-                models,
-                tools,
-                knowledge,
-                agent_model_options=lambda call, model_id: agent_model_options(
-                    config.agent(call.snapshot.agent_id), model_id
-                ),
-            )
-        )
+        self._register_proxy_handlers()
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.console: ConsoleServer | None = None
@@ -221,6 +199,36 @@ class HostApp:
         self.runtimes: RuntimeRegistry | None = None
         self.port = 0
         self._tasks: list[asyncio.Task[Any]] = []
+
+    def _register_proxy_handlers(self) -> None:
+        """ProxyService's handlers: delivery (replies, sends), the run's facts, and the capabilities."""
+        self.proxy.register(
+            delivery_handlers(
+                self.runs.deliveries,
+                self.adapters,
+                self.stores.transcript,
+                self.runs.deliveries.store,
+            )
+        )
+        self.proxy.register(
+            fact_handlers(
+                self.stores,
+                prompt_lookup=lambda agent_id: agent_prompt(self.config.agent(agent_id)),
+                on_cancel=self._cancel,
+                on_append=self.runs.append_to_open_run,
+                is_open=self.runs.is_open,
+            )
+        )
+        self.proxy.register(
+            capability_handlers(
+                self.models,
+                self.tools,
+                self.knowledge,
+                agent_model_options=lambda call, model_id: agent_model_options(
+                    self.config.agent(call.snapshot.agent_id), model_id
+                ),
+            )
+        )
 
     # -- wiring ----------------------------------------------------------------------------------------
     @classmethod
@@ -260,7 +268,20 @@ class HostApp:
                     await item.aclose()
             await db.dispose()
             raise
-        return cls(config, db=db, stores=stores, models=models, tools=tools, knowledge=knowledge, env=env)
+        # before the registry is built: a started runner's entry gets the address it listens on
+        managed = (
+            await ManagedRunners.start(config) if any(r.kind != "grpc" for r in config.runners) else None
+        )
+        return cls(
+            config,
+            db=db,
+            stores=stores,
+            models=models,
+            tools=tools,
+            knowledge=knowledge,
+            env=env,
+            managed=managed,
+        )
 
     async def _cancel(self, run_id: str, reason: str) -> None:
         with contextlib.suppress(AgentRunnerError):
@@ -389,6 +410,8 @@ class HostApp:
         if self.server is not None:
             await self.server.stop(0.5)
         await self.registry.close()
+        if self.managed is not None:
+            await self.managed.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -14,6 +14,8 @@ from rich.table import Table
 
 
 class Status(enum.Enum):
+    """The outcome of one check."""
+
     PASS = "pass"
     FAIL = "fail"
     SKIP = "skip"
@@ -52,20 +54,25 @@ class Report:
         self.results.append(CheckResult(check_id, title, status, "; ".join(found), self._elapsed()))
 
     def skip(self, check_id: str, title: str, why: str) -> None:
+        """Records a check that could not be run against this target, with the reason."""
         self.results.append(CheckResult(check_id, title, Status.SKIP, why, self._elapsed()))
 
     @property
     def failed(self) -> list[CheckResult]:
+        """The checks that failed."""
         return [r for r in self.results if r.status is Status.FAIL]
 
     @property
     def ok(self) -> bool:
+        """No check failed and at least one passed (a report of skips only proves nothing)."""
         return not self.failed and any(r.status is Status.PASS for r in self.results)
 
     def counts(self) -> dict[Status, int]:
+        """How many checks passed, failed and were skipped."""
         return {s: sum(r.status is s for r in self.results) for s in Status}
 
     def print(self, console: Console | None = None) -> None:
+        """The report as a table on the console."""
         console = console or Console()
         table = Table(title=f"agentrunner-conformance {self.kit} · {self.target}", title_justify="left")
         table.add_column("check")
@@ -82,6 +89,7 @@ class Report:
         )
 
     def junit(self) -> ET.ElementTree[ET.Element | None]:
+        """The report as a JUnit XML suite (one test case per check), for CI systems to display."""
         c = self.counts()
         suite = ET.Element(
             "testsuite",
@@ -107,6 +115,7 @@ class Report:
         return tree
 
     def write_junit(self, path: str | Path) -> None:
+        """Writes the JUnit XML to `path`, creating its directory."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.junit().write(path, encoding="utf-8", xml_declaration=True)

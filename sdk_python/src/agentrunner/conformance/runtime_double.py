@@ -59,6 +59,7 @@ class SlotCall:
             self._end((grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"))
 
     def cancel(self) -> bool:
+        """Cancels the run on its slot stream (as `grpc.aio.Call.cancel`): False when it already ended."""
         if self.ending.done():
             return False
         self._cancelled = True
@@ -66,12 +67,15 @@ class SlotCall:
         return True
 
     def cancelled(self) -> bool:
+        """Whether the run was cancelled (as `grpc.aio.Call.cancelled`)."""
         return self._cancelled
 
     def done(self) -> bool:
+        """Whether the run's stream ended (as `grpc.aio.Call.done`)."""
         return self.ending.done()
 
     async def read(self) -> Any:
+        """The next `RunResponse` the runtime sent up, or `grpc.aio.EOF` (as `UnaryStreamCall.read`)."""
         if self._cancelled:
             raise asyncio.CancelledError()
         if self._error is not None:
@@ -199,12 +203,14 @@ class ConnectedRunner:
         self.double = double
 
     def manifests(self) -> runner_service_pb2.ListRunnersResponse:
+        """The manifests the runtime registered in its hello (what `ListRunners` answers when dialed)."""
         hello = self.double.hello
         return runner_service_pb2.ListRunnersResponse(
             runners=list(hello.runners) if hello is not None else []
         )
 
     def describe(self, runner_id: str) -> runner_service_pb2.DescribeRunnerResponse:
+        """One registered manifest by id or name (what `DescribeRunner` answers when dialed)."""
         for manifest in self.manifests().runners:
             if runner_id in (manifest.id, manifest.name):
                 return runner_service_pb2.DescribeRunnerResponse(runner=manifest)

@@ -69,6 +69,7 @@ class RuntimeRefused(Exception):
 
 
 def sdk_version() -> str:
+    """The installed SDK's version, sent in the runtime's registration."""
     try:
         return importlib.metadata.version("langbot-agentrunner-sdk")
     except importlib.metadata.PackageNotFoundError:
@@ -169,6 +170,8 @@ class Runtime:
         return grpc.aio.secure_channel(address, tls.credentials(), options=options)
 
     def hello(self) -> runtime_service_pb2.ConnectRequest:
+        """The registration this runtime opens `Connect` with (ids, machine, SDK, labels, slots, manifests,
+        detected harness CLIs)."""
         o = self.options
         hello = runtime_service_pb2.RuntimeHello(
             runtime_id=o.runtime_id,

@@ -63,6 +63,7 @@ def _serialize(message: runtime_service_pb2.ClaimRunRequest | result_pb2.RunResu
 
 
 def claim_stub(channel: grpc.aio.Channel) -> Any:
+    """The `RuntimeService.ClaimRun` method on `channel` (requests serialized by `_serialize`)."""
     return channel.stream_stream(
         CLAIM_METHOD,
         request_serializer=_serialize,
