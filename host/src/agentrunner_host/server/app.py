@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -24,7 +24,6 @@ from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
 from agentrunner_host.config.model import AgentConfig, HostConfig, HostEnv, LimitsConfig
-from agentrunner_host.console.server import ConsoleServer
 from agentrunner_host.delivery.adapters import AdapterRegistry, GrpcDeliveryAdapter
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.handlers import delivery_handlers
@@ -61,6 +60,9 @@ from agentrunner_host.store.leases import InstanceLease
 from agentrunner_host.store.migrate import ensure_current, upgrade
 from agentrunner_host.store.runtimes import RuntimeStore
 from agentrunner_host.wire.transport_errors import ListenError, explain_bind_failure
+
+if TYPE_CHECKING:  # the console's web stack (uvicorn, starlette) is imported when one is configured
+    from agentrunner_host.console.server import ConsoleServer
 
 log = structlog.get_logger("agentrunner_host.server.app")
 
@@ -302,6 +304,8 @@ class HostApp:
         if port == 0:
             raise ListenError(explain_bind_failure("listen.address", address))
         if self.config.console.address:
+            from agentrunner_host.console.server import ConsoleServer
+
             self.console = ConsoleServer(self.config)  # (refuses an exposed console: console/auth.py)
             self.console.bind()
             server.add_insecure_port(self.console.host_target)

@@ -19,9 +19,8 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import psycopg
 import sqlalchemy.exc
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import URL, Connection, Dialect, make_url
@@ -37,11 +36,13 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from agentrunner_host.store import sqlite_vec
 from agentrunner_host.store.errors import store_error
-from agentrunner_host.store.pg_reads import HotReads
 from agentrunner_host.store.sqlite import connection as sqlite_connection
 from agentrunner_host.store.sqlite.checkpoint import WAL_CHECKPOINT_SECONDS, Checkpointer
 from agentrunner_host.store.sqlite.writer import HeldWrite, SqliteWriter
 from agentrunner_host.store.sqlite.writer import with_then as with_then  # (for the stores)
+
+if TYPE_CHECKING:  # psycopg and its pool are imported when a PostgreSQL database is opened
+    from agentrunner_host.store.pg_reads import HotReads
 
 DEFAULT_URL = "sqlite+aiosqlite:///var/agentrunner-host.db"
 
@@ -164,9 +165,11 @@ class Database:
         self._read_engine = read_engine
         #: `driver_rows`' SQL per statement (and per value of its literal parameters)
         self._driver_sql: dict[tuple[ClauseElement, tuple[Any, ...]], str] = {}
-        self._hot_reads = (
-            None if self.dialect == "sqlite" else HotReads(self.url, read_engine.dialect, pool_size * 3)
-        )
+        self._hot_reads: HotReads | None = None
+        if self.dialect != "sqlite":
+            from agentrunner_host.store.pg_reads import HotReads
+
+            self._hot_reads = HotReads(self.url, read_engine.dialect, pool_size * 3)
         self._read_sessions = async_sessionmaker(read_engine, expire_on_commit=False)
         self._writer: SqliteWriter | None = None
         self._checkpointer: Checkpointer | None = None
@@ -220,6 +223,8 @@ class Database:
         so a planning pass, on every run (PostgreSQL's generic plan assumes the LIMIT keeps a tenth of
         the rows and loses the comparison); with the LIMIT written in, it gets the generic plan."""
         assert self._hot_reads is not None, "driver_rows is for PostgreSQL"
+        import psycopg  # (loaded already: `HotReads` runs on it)
+
         key = (stmt, tuple(params[name] for name in literal))
         sql = self._driver_sql.get(key)
         if sql is None:
