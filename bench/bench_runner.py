@@ -1,5 +1,6 @@
 """The benchmark's runner (SDK): `burst:N` streams N `message.delta` results as fast as it can, then
-`run.completed`; `stall` waits until cancelled; anything else is one delta and a completed message.
+`run.completed`; `stall` waits until cancelled; `trickle` sends a delta every 100 ms until cancelled;
+anything else is one delta and a completed message.
 Served with `python -m agentrunner serve bench_runner:BenchRunner` (cwd `bench/`)."""
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ class BenchRunner(Runner):
         text = ctx.input.to_text().strip()
         if text == "stall":
             await asyncio.Event().wait()
+        if text == "trickle":  # one delta every 100 ms until cancelled
+            for i in range(100_000):
+                yield results.delta(f"t{i} ")
+                await asyncio.sleep(0.1)
         count = int(text.removeprefix("burst:")) if text.startswith("burst:") else 1
         for i in range(count):
             yield results.delta(f"d{i} ")

@@ -3,7 +3,8 @@
 
 The runner kit (`agentrunner-conformance runner`) checks the Python reference runner, the Go example
 runner (sdk_go/examples/counter) and the TypeScript example runner (sdk_ts/examples/counter.ts), each
-started as its own process; the host kit (`agentrunner-conformance host`) checks our host, started on a
+started as its own process, twice: listening (the kit dials it) and as a runtime that dials the kit
+(`--connect-listen`; `python -m agentrunner connect`, the Go and TypeScript kits' connect mode); the host kit (`agentrunner-conformance host`) checks our host, started on a
 fresh SQLite database with the kit's runner endpoint and two agents routed to it in its config. Each
 run prints the kit's table and writes JUnit XML under `.gen/conformance/`; a summary follows. Exit
 status 1 when any target is not conformant.
@@ -73,6 +74,72 @@ def kit(args: list[str], junit: pathlib.Path) -> bool:
         env={**os.environ, "COLUMNS": os.environ.get("COLUMNS", "150")},
     )
     return proc.returncode == 0
+
+
+def connected_kit(name: str, runtime: list[str], cwd: pathlib.Path) -> bool:
+    """The runner kit listening for a runtime (`--connect-listen`): starts the kit, then the runtime
+    pointed at the address the kit printed, and waits for the kit's verdict."""
+    kit_proc = subprocess.Popen(
+        [
+            str(BIN / "agentrunner-conformance"),
+            "runner",
+            "--connect-listen",
+            "127.0.0.1:0",
+            "--wait",
+            "90",
+            "--junit",
+            str(OUT / f"runner-{name}.xml"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": os.environ.get("COLUMNS", "150")},
+    )
+    assert kit_proc.stdout is not None
+    first = kit_proc.stdout.readline()
+    if not first.startswith("AGENTRUNNER_CONFORMANCE_LISTENING"):
+        kit_proc.kill()
+        print(first, end="")
+        return False
+    address = first.split()[-1]
+    with (OUT / f"{name}.log").open("w") as log:
+        proc = subprocess.Popen(
+            [part.replace("{address}", address) for part in runtime], cwd=cwd, stdout=log, stderr=log
+        )
+        try:
+            for line in kit_proc.stdout:
+                print(line, end="", flush=True)
+            return kit_proc.wait() == 0
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def runtime_targets(go_bin: str) -> list[tuple[str, list[str], pathlib.Path]]:
+    """The same three runners as runtimes that dial in (`{address}`: where the kit listens)."""
+    python = [
+        str(BIN / "python"),
+        "-m",
+        "agentrunner",
+        "connect",
+        "{address}",
+        "agentrunner_runners.reference:ReferenceRunner",
+        "--detect",
+        "",
+    ]
+    return [
+        ("python-reference-connect", python, ROOT),
+        ("go-example-connect", [go_bin, "-connect", "{address}", "-detect", ""], ROOT / "sdk_go"),
+        (
+            "ts-example-connect",
+            ["node", "dist/examples/counter.js", "--connect", "{address}", "--detect", ""],
+            ROOT / "sdk_ts",
+        ),
+    ]
 
 
 def build() -> tuple[list[str], list[str]]:
@@ -166,7 +233,9 @@ def main(argv: list[str]) -> int:
     only = set(argv)
     outcomes: list[tuple[str, str, bool]] = []
     runners = {"python-reference", "go-example", "ts-example"}
-    for name, cmd, cwd in runner_targets() if not only or only & runners else []:
+    runtimes = {f"{r}-connect" for r in runners}
+    targets = runner_targets() if not only or only & (runners | runtimes) else []
+    for name, cmd, cwd in targets:
         if only and name not in only:
             continue
         step(f"runner kit against the {name} runner")
@@ -174,6 +243,13 @@ def main(argv: list[str]) -> int:
             outcomes.append(
                 ("runner", name, kit(["runner", "--target", address], OUT / f"runner-{name}.xml"))
             )
+    if targets:
+        go_bin = str(OUT / "go-counter")
+        for name, cmd, cwd in runtime_targets(go_bin):
+            if only and name not in only:
+                continue
+            step(f"runner kit against the {name.removesuffix('-connect')} runner as a runtime (connect)")
+            outcomes.append(("runner", name, connected_kit(name, cmd, cwd)))
     if not only or "host" in only:
         step("host kit against our host (SQLite; the kit's runner registered in its config)")
         with (
@@ -192,7 +268,7 @@ def main(argv: list[str]) -> int:
             outcomes.append(("host", "agentrunner-host", kit(args, OUT / "host.xml")))
     step("summary")
     for kind, name, ok in outcomes:
-        print(f"  {kind:<7} {name:<18} {'conformant' if ok else 'NOT conformant'}")
+        print(f"  {kind:<7} {name:<26} {'conformant' if ok else 'NOT conformant'}")
     print(f"  JUnit XML: {OUT.relative_to(ROOT)}/")
     return 0 if outcomes and all(ok for _, _, ok in outcomes) else 1
 

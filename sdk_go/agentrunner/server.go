@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -281,19 +282,79 @@ func ListenAndServe(addr string, opts Options, runners ...Runner) error {
 	return nil
 }
 
+// labelFlags collects repeated -label key=value flags.
+type labelFlags map[string]string
+
+func (l labelFlags) String() string { return fmt.Sprint(map[string]string(l)) }
+
+func (l labelFlags) Set(value string) error {
+	k, v, ok := strings.Cut(value, "=")
+	if !ok || k == "" || v == "" {
+		return fmt.Errorf("%q: expected key=value", value)
+	}
+	l[k] = v
+	return nil
+}
+
 // Main serves the runners with flags -host (127.0.0.1), -port (0 = a free port), -tls-cert, -tls-key
-// and -grace, logging to stderr; it exits with a one-line message when serving fails.
+// and -grace, logging to stderr; it exits with a one-line message when serving fails. With -connect
+// HOST:PORT it is a runtime instead: it dials the host (no listening port; -runtime-id, -label k=v,
+// -slots, the key from AGENTRUNNER_RUNTIME_KEY or _KEY_FILE, TLS from AGENTRUNNER_HOST_* variables) and exits 2 when
+// the host refuses it.
 func Main(runners ...Runner) {
 	host := flag.String("host", "127.0.0.1", "interface to bind")
 	port := flag.Int("port", 0, "port to bind; 0 picks a free port")
 	cert := flag.String("tls-cert", "", "PEM certificate chain for TLS")
 	key := flag.String("tls-key", "", "PEM private key for TLS")
 	grace := flag.Duration("grace", 5*time.Second, "how long in-flight runs may go on after SIGTERM")
+	connect := flag.String("connect", "", "dial the host at HOST:PORT instead of listening (a runtime)")
+	runtimeID := flag.String("runtime-id", "", "the runtime's id on the host (default: the hostname)")
+	slots := flag.Int("slots", 4, "runs a runtime executes at once at most")
+	detect := flag.String("detect", "claude,codex", "harness CLIs a runtime looks for on PATH ('' for none)")
+	labels := labelFlags{}
+	flag.Var(labels, "label", "a runtime label, key=value (repeat)")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if *connect != "" {
+		os.Exit(connectMain(*connect, ConnectOptions{RuntimeID: *runtimeID, Labels: labels, Slots: *slots,
+			Grace: *grace, Detect: splitList(*detect)}, runners))
+	}
 	addr := net.JoinHostPort(*host, fmt.Sprint(*port))
 	if err := ListenAndServe(addr, Options{TLSCert: *cert, TLSKey: *key, Grace: *grace}, runners...); err != nil {
 		fmt.Fprintln(os.Stderr, "agentrunner:", err)
 		os.Exit(1)
 	}
+}
+
+func splitList(text string) []string {
+	out := []string{}
+	for _, item := range strings.Split(text, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+func connectMain(address string, opts ConnectOptions, runners []Runner) int {
+	s, err := NewServer(runners...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agentrunner:", err)
+		return 1
+	}
+	if opts.Key, err = TakeRuntimeKey(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := s.Connect(ctx, address, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		var refused *RefusedError
+		if errors.As(err, &refused) {
+			return 2
+		}
+		return 1
+	}
+	return 0
 }

@@ -879,7 +879,9 @@ type Run struct {
 	// Workspace id.
 	WorkspaceId string `protobuf:"bytes,19,opt,name=workspace_id,json=workspaceId,proto3" json:"workspace_id,omitempty"`
 	// Extension data (for example proxy call counts).
-	Metadata      *structpb.Struct `protobuf:"bytes,20,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Metadata *structpb.Struct `protobuf:"bytes,20,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// The runtime that ran it (`RuntimeService`); empty for a run of a dialed endpoint.
+	RuntimeId     string `protobuf:"bytes,21,opt,name=runtime_id,json=runtimeId,proto3" json:"runtime_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1052,6 +1054,13 @@ func (x *Run) GetMetadata() *structpb.Struct {
 		return x.Metadata
 	}
 	return nil
+}
+
+func (x *Run) GetRuntimeId() string {
+	if x != nil {
+		return x.RuntimeId
+	}
+	return ""
 }
 
 // Request of `AttachRun`.
@@ -2422,11 +2431,323 @@ func (x *HostServiceDownloadArtifactResponse) GetOffset() int64 {
 	return 0
 }
 
+// Request of `HostService.ListRuntimes`.
+type ListRuntimesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Include runtimes that are offline (the default lists connected ones only).
+	IncludeOffline bool `protobuf:"varint,1,opt,name=include_offline,json=includeOffline,proto3" json:"include_offline,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListRuntimesRequest) Reset() {
+	*x = ListRuntimesRequest{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRuntimesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRuntimesRequest) ProtoMessage() {}
+
+func (x *ListRuntimesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRuntimesRequest.ProtoReflect.Descriptor instead.
+func (*ListRuntimesRequest) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListRuntimesRequest) GetIncludeOffline() bool {
+	if x != nil {
+		return x.IncludeOffline
+	}
+	return false
+}
+
+// Response of `HostService.ListRuntimes`.
+type ListRuntimesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runtimes, connected ones first, then by id.
+	Runtimes      []*Runtime `protobuf:"bytes,1,rep,name=runtimes,proto3" json:"runtimes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRuntimesResponse) Reset() {
+	*x = ListRuntimesResponse{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRuntimesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRuntimesResponse) ProtoMessage() {}
+
+func (x *ListRuntimesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRuntimesResponse.ProtoReflect.Descriptor instead.
+func (*ListRuntimesResponse) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListRuntimesResponse) GetRuntimes() []*Runtime {
+	if x != nil {
+		return x.Runtimes
+	}
+	return nil
+}
+
+// Request of `HostService.GetRuntime`.
+type GetRuntimeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Runtime id.
+	RuntimeId     string `protobuf:"bytes,1,opt,name=runtime_id,json=runtimeId,proto3" json:"runtime_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRuntimeRequest) Reset() {
+	*x = GetRuntimeRequest{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRuntimeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRuntimeRequest) ProtoMessage() {}
+
+func (x *GetRuntimeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRuntimeRequest.ProtoReflect.Descriptor instead.
+func (*GetRuntimeRequest) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetRuntimeRequest) GetRuntimeId() string {
+	if x != nil {
+		return x.RuntimeId
+	}
+	return ""
+}
+
+// Response of `HostService.GetRuntime`.
+type GetRuntimeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runtime.
+	Runtime *Runtime `protobuf:"bytes,1,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	// Its audit trail, newest first (at most 50 entries).
+	Events []*RuntimeEvent `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// Runs it ran, newest first (at most 20).
+	Runs          []*Run `protobuf:"bytes,3,rep,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRuntimeResponse) Reset() {
+	*x = GetRuntimeResponse{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRuntimeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRuntimeResponse) ProtoMessage() {}
+
+func (x *GetRuntimeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRuntimeResponse.ProtoReflect.Descriptor instead.
+func (*GetRuntimeResponse) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetRuntimeResponse) GetRuntime() *Runtime {
+	if x != nil {
+		return x.Runtime
+	}
+	return nil
+}
+
+func (x *GetRuntimeResponse) GetEvents() []*RuntimeEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *GetRuntimeResponse) GetRuns() []*Run {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+// Request of `HostService.DrainRuntime`.
+type DrainRuntimeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Runtime id.
+	RuntimeId string `protobuf:"bytes,1,opt,name=runtime_id,json=runtimeId,proto3" json:"runtime_id,omitempty"`
+	// Resume a drained runtime instead.
+	Resume bool `protobuf:"varint,2,opt,name=resume,proto3" json:"resume,omitempty"`
+	// Why (kept in the audit trail).
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRuntimeRequest) Reset() {
+	*x = DrainRuntimeRequest{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRuntimeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRuntimeRequest) ProtoMessage() {}
+
+func (x *DrainRuntimeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRuntimeRequest.ProtoReflect.Descriptor instead.
+func (*DrainRuntimeRequest) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DrainRuntimeRequest) GetRuntimeId() string {
+	if x != nil {
+		return x.RuntimeId
+	}
+	return ""
+}
+
+func (x *DrainRuntimeRequest) GetResume() bool {
+	if x != nil {
+		return x.Resume
+	}
+	return false
+}
+
+func (x *DrainRuntimeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// Response of `HostService.DrainRuntime`.
+type DrainRuntimeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runtime after the change.
+	Runtime       *Runtime `protobuf:"bytes,1,opt,name=runtime,proto3" json:"runtime,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRuntimeResponse) Reset() {
+	*x = DrainRuntimeResponse{}
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRuntimeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRuntimeResponse) ProtoMessage() {}
+
+func (x *DrainRuntimeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentrunner_v1_host_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRuntimeResponse.ProtoReflect.Descriptor instead.
+func (*DrainRuntimeResponse) Descriptor() ([]byte, []int) {
+	return file_agentrunner_v1_host_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DrainRuntimeResponse) GetRuntime() *Runtime {
+	if x != nil {
+		return x.Runtime
+	}
+	return nil
+}
+
 var File_agentrunner_v1_host_service_proto protoreflect.FileDescriptor
 
 const file_agentrunner_v1_host_service_proto_rawDesc = "" +
 	"\n" +
-	"!agentrunner/v1/host_service.proto\x12\x0eagentrunner.v1\x1a\x1bagentrunner/v1/common.proto\x1a\x1cagentrunner/v1/context.proto\x1a\x1dagentrunner/v1/manifest.proto\x1a\x1bagentrunner/v1/result.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\a\n" +
+	"!agentrunner/v1/host_service.proto\x12\x0eagentrunner.v1\x1a\x1bagentrunner/v1/common.proto\x1a\x1cagentrunner/v1/context.proto\x1a\x1dagentrunner/v1/manifest.proto\x1a\x1bagentrunner/v1/result.proto\x1a\x1cagentrunner/v1/runtime.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\a\n" +
 	"\rEventEnvelope\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -2484,7 +2805,7 @@ const file_agentrunner_v1_host_service_proto_rawDesc = "" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x121\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x19.agentrunner.v1.RunStatusR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12+\n" +
-	"\x05usage\x18\x04 \x01(\v2\x15.agentrunner.v1.UsageR\x05usage\"\xca\x06\n" +
+	"\x05usage\x18\x04 \x01(\v2\x15.agentrunner.v1.UsageR\x05usage\"\xe9\x06\n" +
 	"\x03Run\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n" +
 	"\bevent_id\x18\x02 \x01(\tR\aeventId\x12\x19\n" +
@@ -2510,7 +2831,9 @@ const file_agentrunner_v1_host_service_proto_rawDesc = "" +
 	"\btrace_id\x18\x11 \x01(\tR\atraceId\x12\x15\n" +
 	"\x06bot_id\x18\x12 \x01(\tR\x05botId\x12!\n" +
 	"\fworkspace_id\x18\x13 \x01(\tR\vworkspaceId\x123\n" +
-	"\bmetadata\x18\x14 \x01(\v2\x17.google.protobuf.StructR\bmetadata\"P\n" +
+	"\bmetadata\x18\x14 \x01(\v2\x17.google.protobuf.StructR\bmetadata\x12\x1d\n" +
+	"\n" +
+	"runtime_id\x18\x15 \x01(\tR\truntimeId\"P\n" +
 	"\x10AttachRunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12%\n" +
 	"\x0eafter_sequence\x18\x02 \x01(\x04R\rafterSequence\"\xb8\x02\n" +
@@ -2606,13 +2929,31 @@ const file_agentrunner_v1_host_service_proto_rawDesc = "" +
 	"#HostServiceDownloadArtifactResponse\x127\n" +
 	"\bartifact\x18\x01 \x01(\v2\x1b.agentrunner.v1.ArtifactRefR\bartifact\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
-	"\x06offset\x18\x03 \x01(\x03R\x06offset*\xbb\x01\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\">\n" +
+	"\x13ListRuntimesRequest\x12'\n" +
+	"\x0finclude_offline\x18\x01 \x01(\bR\x0eincludeOffline\"K\n" +
+	"\x14ListRuntimesResponse\x123\n" +
+	"\bruntimes\x18\x01 \x03(\v2\x17.agentrunner.v1.RuntimeR\bruntimes\"2\n" +
+	"\x11GetRuntimeRequest\x12\x1d\n" +
+	"\n" +
+	"runtime_id\x18\x01 \x01(\tR\truntimeId\"\xa6\x01\n" +
+	"\x12GetRuntimeResponse\x121\n" +
+	"\aruntime\x18\x01 \x01(\v2\x17.agentrunner.v1.RuntimeR\aruntime\x124\n" +
+	"\x06events\x18\x02 \x03(\v2\x1c.agentrunner.v1.RuntimeEventR\x06events\x12'\n" +
+	"\x04runs\x18\x03 \x03(\v2\x13.agentrunner.v1.RunR\x04runs\"d\n" +
+	"\x13DrainRuntimeRequest\x12\x1d\n" +
+	"\n" +
+	"runtime_id\x18\x01 \x01(\tR\truntimeId\x12\x16\n" +
+	"\x06resume\x18\x02 \x01(\bR\x06resume\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"I\n" +
+	"\x14DrainRuntimeResponse\x121\n" +
+	"\aruntime\x18\x01 \x01(\v2\x17.agentrunner.v1.RuntimeR\aruntime*\xbb\x01\n" +
 	"\x11InteractionStatus\x12\"\n" +
 	"\x1eINTERACTION_STATUS_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aINTERACTION_STATUS_PENDING\x10\x01\x12 \n" +
 	"\x1cINTERACTION_STATUS_SUBMITTED\x10\x02\x12\x1e\n" +
 	"\x1aINTERACTION_STATUS_EXPIRED\x10\x03\x12 \n" +
-	"\x1cINTERACTION_STATUS_CANCELLED\x10\x042\xfc\x05\n" +
+	"\x1cINTERACTION_STATUS_CANCELLED\x10\x042\x87\b\n" +
 	"\vHostService\x12V\n" +
 	"\x03Run\x12%.agentrunner.v1.HostServiceRunRequest\x1a&.agentrunner.v1.HostServiceRunResponse0\x01\x12R\n" +
 	"\tAttachRun\x12 .agentrunner.v1.AttachRunRequest\x1a!.agentrunner.v1.AttachRunResponse0\x01\x12G\n" +
@@ -2621,7 +2962,11 @@ const file_agentrunner_v1_host_service_proto_rawDesc = "" +
 	"\vListRunners\x12-.agentrunner.v1.HostServiceListRunnersRequest\x1a..agentrunner.v1.HostServiceListRunnersResponse\x12M\n" +
 	"\bListRuns\x12\x1f.agentrunner.v1.ListRunsRequest\x1a .agentrunner.v1.ListRunsResponse\x12j\n" +
 	"\x11SubmitInteraction\x12(.agentrunner.v1.SubmitInteractionRequest\x1a).agentrunner.v1.SubmitInteractionResponse0\x01\x12}\n" +
-	"\x10DownloadArtifact\x122.agentrunner.v1.HostServiceDownloadArtifactRequest\x1a3.agentrunner.v1.HostServiceDownloadArtifactResponse0\x01BOZMgithub.com/langbot-app/langbot-agentrunner/sdk_go/agentrunnerv1;agentrunnerv1b\x06proto3"
+	"\x10DownloadArtifact\x122.agentrunner.v1.HostServiceDownloadArtifactRequest\x1a3.agentrunner.v1.HostServiceDownloadArtifactResponse0\x01\x12Y\n" +
+	"\fListRuntimes\x12#.agentrunner.v1.ListRuntimesRequest\x1a$.agentrunner.v1.ListRuntimesResponse\x12S\n" +
+	"\n" +
+	"GetRuntime\x12!.agentrunner.v1.GetRuntimeRequest\x1a\".agentrunner.v1.GetRuntimeResponse\x12Y\n" +
+	"\fDrainRuntime\x12#.agentrunner.v1.DrainRuntimeRequest\x1a$.agentrunner.v1.DrainRuntimeResponseBOZMgithub.com/langbot-app/langbot-agentrunner/sdk_go/agentrunnerv1;agentrunnerv1b\x06proto3"
 
 var (
 	file_agentrunner_v1_host_service_proto_rawDescOnce sync.Once
@@ -2636,7 +2981,7 @@ func file_agentrunner_v1_host_service_proto_rawDescGZIP() []byte {
 }
 
 var file_agentrunner_v1_host_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_agentrunner_v1_host_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_agentrunner_v1_host_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_agentrunner_v1_host_service_proto_goTypes = []any{
 	(InteractionStatus)(0),                      // 0: agentrunner.v1.InteractionStatus
 	(*EventEnvelope)(nil),                       // 1: agentrunner.v1.EventEnvelope
@@ -2665,108 +3010,127 @@ var file_agentrunner_v1_host_service_proto_goTypes = []any{
 	(*SubmitInteractionResponse)(nil),           // 24: agentrunner.v1.SubmitInteractionResponse
 	(*HostServiceDownloadArtifactRequest)(nil),  // 25: agentrunner.v1.HostServiceDownloadArtifactRequest
 	(*HostServiceDownloadArtifactResponse)(nil), // 26: agentrunner.v1.HostServiceDownloadArtifactResponse
-	(*timestamppb.Timestamp)(nil),               // 27: google.protobuf.Timestamp
-	(TriggerSource)(0),                          // 28: agentrunner.v1.TriggerSource
-	(*ConversationContext)(nil),                 // 29: agentrunner.v1.ConversationContext
-	(*ActorContext)(nil),                        // 30: agentrunner.v1.ActorContext
-	(*SubjectContext)(nil),                      // 31: agentrunner.v1.SubjectContext
-	(*DeliveryContext)(nil),                     // 32: agentrunner.v1.DeliveryContext
-	(*structpb.Struct)(nil),                     // 33: google.protobuf.Struct
-	(*PlatformEvent)(nil),                       // 34: agentrunner.v1.PlatformEvent
-	(*ContentElement)(nil),                      // 35: agentrunner.v1.ContentElement
-	(*RunResult)(nil),                           // 36: agentrunner.v1.RunResult
-	(RunStatus)(0),                              // 37: agentrunner.v1.RunStatus
-	(*Usage)(nil),                               // 38: agentrunner.v1.Usage
-	(*RunnerManifest)(nil),                      // 39: agentrunner.v1.RunnerManifest
-	(ReplyMode)(0),                              // 40: agentrunner.v1.ReplyMode
-	(*AssistantMessage)(nil),                    // 41: agentrunner.v1.AssistantMessage
-	(*InteractionRequest)(nil),                  // 42: agentrunner.v1.InteractionRequest
-	(*ArtifactRef)(nil),                         // 43: agentrunner.v1.ArtifactRef
+	(*ListRuntimesRequest)(nil),                 // 27: agentrunner.v1.ListRuntimesRequest
+	(*ListRuntimesResponse)(nil),                // 28: agentrunner.v1.ListRuntimesResponse
+	(*GetRuntimeRequest)(nil),                   // 29: agentrunner.v1.GetRuntimeRequest
+	(*GetRuntimeResponse)(nil),                  // 30: agentrunner.v1.GetRuntimeResponse
+	(*DrainRuntimeRequest)(nil),                 // 31: agentrunner.v1.DrainRuntimeRequest
+	(*DrainRuntimeResponse)(nil),                // 32: agentrunner.v1.DrainRuntimeResponse
+	(*timestamppb.Timestamp)(nil),               // 33: google.protobuf.Timestamp
+	(TriggerSource)(0),                          // 34: agentrunner.v1.TriggerSource
+	(*ConversationContext)(nil),                 // 35: agentrunner.v1.ConversationContext
+	(*ActorContext)(nil),                        // 36: agentrunner.v1.ActorContext
+	(*SubjectContext)(nil),                      // 37: agentrunner.v1.SubjectContext
+	(*DeliveryContext)(nil),                     // 38: agentrunner.v1.DeliveryContext
+	(*structpb.Struct)(nil),                     // 39: google.protobuf.Struct
+	(*PlatformEvent)(nil),                       // 40: agentrunner.v1.PlatformEvent
+	(*ContentElement)(nil),                      // 41: agentrunner.v1.ContentElement
+	(*RunResult)(nil),                           // 42: agentrunner.v1.RunResult
+	(RunStatus)(0),                              // 43: agentrunner.v1.RunStatus
+	(*Usage)(nil),                               // 44: agentrunner.v1.Usage
+	(*RunnerManifest)(nil),                      // 45: agentrunner.v1.RunnerManifest
+	(ReplyMode)(0),                              // 46: agentrunner.v1.ReplyMode
+	(*AssistantMessage)(nil),                    // 47: agentrunner.v1.AssistantMessage
+	(*InteractionRequest)(nil),                  // 48: agentrunner.v1.InteractionRequest
+	(*ArtifactRef)(nil),                         // 49: agentrunner.v1.ArtifactRef
+	(*Runtime)(nil),                             // 50: agentrunner.v1.Runtime
+	(*RuntimeEvent)(nil),                        // 51: agentrunner.v1.RuntimeEvent
 }
 var file_agentrunner_v1_host_service_proto_depIdxs = []int32{
-	27, // 0: agentrunner.v1.EventEnvelope.event_time:type_name -> google.protobuf.Timestamp
-	28, // 1: agentrunner.v1.EventEnvelope.trigger_source:type_name -> agentrunner.v1.TriggerSource
-	29, // 2: agentrunner.v1.EventEnvelope.conversation:type_name -> agentrunner.v1.ConversationContext
-	30, // 3: agentrunner.v1.EventEnvelope.actor:type_name -> agentrunner.v1.ActorContext
-	31, // 4: agentrunner.v1.EventEnvelope.subject:type_name -> agentrunner.v1.SubjectContext
+	33, // 0: agentrunner.v1.EventEnvelope.event_time:type_name -> google.protobuf.Timestamp
+	34, // 1: agentrunner.v1.EventEnvelope.trigger_source:type_name -> agentrunner.v1.TriggerSource
+	35, // 2: agentrunner.v1.EventEnvelope.conversation:type_name -> agentrunner.v1.ConversationContext
+	36, // 3: agentrunner.v1.EventEnvelope.actor:type_name -> agentrunner.v1.ActorContext
+	37, // 4: agentrunner.v1.EventEnvelope.subject:type_name -> agentrunner.v1.SubjectContext
 	2,  // 5: agentrunner.v1.EventEnvelope.input:type_name -> agentrunner.v1.EventInput
-	32, // 6: agentrunner.v1.EventEnvelope.delivery:type_name -> agentrunner.v1.DeliveryContext
-	33, // 7: agentrunner.v1.EventEnvelope.data:type_name -> google.protobuf.Struct
-	33, // 8: agentrunner.v1.EventEnvelope.adapter_extra:type_name -> google.protobuf.Struct
-	33, // 9: agentrunner.v1.EventEnvelope.metadata:type_name -> google.protobuf.Struct
-	33, // 10: agentrunner.v1.EventEnvelope.variables:type_name -> google.protobuf.Struct
-	34, // 11: agentrunner.v1.EventEnvelope.platform_event:type_name -> agentrunner.v1.PlatformEvent
-	35, // 12: agentrunner.v1.EventInput.contents:type_name -> agentrunner.v1.ContentElement
+	38, // 6: agentrunner.v1.EventEnvelope.delivery:type_name -> agentrunner.v1.DeliveryContext
+	39, // 7: agentrunner.v1.EventEnvelope.data:type_name -> google.protobuf.Struct
+	39, // 8: agentrunner.v1.EventEnvelope.adapter_extra:type_name -> google.protobuf.Struct
+	39, // 9: agentrunner.v1.EventEnvelope.metadata:type_name -> google.protobuf.Struct
+	39, // 10: agentrunner.v1.EventEnvelope.variables:type_name -> google.protobuf.Struct
+	40, // 11: agentrunner.v1.EventEnvelope.platform_event:type_name -> agentrunner.v1.PlatformEvent
+	41, // 12: agentrunner.v1.EventInput.contents:type_name -> agentrunner.v1.ContentElement
 	3,  // 13: agentrunner.v1.EventInput.attachments:type_name -> agentrunner.v1.InputAttachment
 	1,  // 14: agentrunner.v1.HostServiceRunRequest.event:type_name -> agentrunner.v1.EventEnvelope
 	6,  // 15: agentrunner.v1.HostServiceRunResponse.accepted:type_name -> agentrunner.v1.RunAccepted
-	36, // 16: agentrunner.v1.HostServiceRunResponse.result:type_name -> agentrunner.v1.RunResult
+	42, // 16: agentrunner.v1.HostServiceRunResponse.result:type_name -> agentrunner.v1.RunResult
 	7,  // 17: agentrunner.v1.HostServiceRunResponse.finished:type_name -> agentrunner.v1.RunFinished
 	21, // 18: agentrunner.v1.HostServiceRunResponse.reply:type_name -> agentrunner.v1.Reply
 	22, // 19: agentrunner.v1.HostServiceRunResponse.interaction:type_name -> agentrunner.v1.Interaction
-	37, // 20: agentrunner.v1.RunFinished.status:type_name -> agentrunner.v1.RunStatus
-	38, // 21: agentrunner.v1.RunFinished.usage:type_name -> agentrunner.v1.Usage
-	37, // 22: agentrunner.v1.Run.status:type_name -> agentrunner.v1.RunStatus
-	27, // 23: agentrunner.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	27, // 24: agentrunner.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	27, // 25: agentrunner.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	27, // 26: agentrunner.v1.Run.deadline_time:type_name -> google.protobuf.Timestamp
-	27, // 27: agentrunner.v1.Run.cancel_request_time:type_name -> google.protobuf.Timestamp
-	38, // 28: agentrunner.v1.Run.usage:type_name -> agentrunner.v1.Usage
-	33, // 29: agentrunner.v1.Run.metadata:type_name -> google.protobuf.Struct
+	43, // 20: agentrunner.v1.RunFinished.status:type_name -> agentrunner.v1.RunStatus
+	44, // 21: agentrunner.v1.RunFinished.usage:type_name -> agentrunner.v1.Usage
+	43, // 22: agentrunner.v1.Run.status:type_name -> agentrunner.v1.RunStatus
+	33, // 23: agentrunner.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	33, // 24: agentrunner.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	33, // 25: agentrunner.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	33, // 26: agentrunner.v1.Run.deadline_time:type_name -> google.protobuf.Timestamp
+	33, // 27: agentrunner.v1.Run.cancel_request_time:type_name -> google.protobuf.Timestamp
+	44, // 28: agentrunner.v1.Run.usage:type_name -> agentrunner.v1.Usage
+	39, // 29: agentrunner.v1.Run.metadata:type_name -> google.protobuf.Struct
 	6,  // 30: agentrunner.v1.AttachRunResponse.accepted:type_name -> agentrunner.v1.RunAccepted
-	36, // 31: agentrunner.v1.AttachRunResponse.result:type_name -> agentrunner.v1.RunResult
+	42, // 31: agentrunner.v1.AttachRunResponse.result:type_name -> agentrunner.v1.RunResult
 	7,  // 32: agentrunner.v1.AttachRunResponse.finished:type_name -> agentrunner.v1.RunFinished
 	21, // 33: agentrunner.v1.AttachRunResponse.reply:type_name -> agentrunner.v1.Reply
 	22, // 34: agentrunner.v1.AttachRunResponse.interaction:type_name -> agentrunner.v1.Interaction
 	8,  // 35: agentrunner.v1.GetRunResponse.run:type_name -> agentrunner.v1.Run
 	8,  // 36: agentrunner.v1.CancelRunResponse.run:type_name -> agentrunner.v1.Run
-	37, // 37: agentrunner.v1.ListRunsRequest.statuses:type_name -> agentrunner.v1.RunStatus
+	43, // 37: agentrunner.v1.ListRunsRequest.statuses:type_name -> agentrunner.v1.RunStatus
 	8,  // 38: agentrunner.v1.ListRunsResponse.runs:type_name -> agentrunner.v1.Run
 	20, // 39: agentrunner.v1.HostServiceListRunnersResponse.runners:type_name -> agentrunner.v1.RegisteredRunner
 	19, // 40: agentrunner.v1.HostServiceListRunnersResponse.endpoints:type_name -> agentrunner.v1.RunnerEndpointStatus
-	27, // 41: agentrunner.v1.RunnerEndpointStatus.check_time:type_name -> google.protobuf.Timestamp
-	27, // 42: agentrunner.v1.RunnerEndpointStatus.success_time:type_name -> google.protobuf.Timestamp
-	39, // 43: agentrunner.v1.RegisteredRunner.manifest:type_name -> agentrunner.v1.RunnerManifest
-	27, // 44: agentrunner.v1.RegisteredRunner.refresh_time:type_name -> google.protobuf.Timestamp
-	40, // 45: agentrunner.v1.Reply.mode:type_name -> agentrunner.v1.ReplyMode
-	41, // 46: agentrunner.v1.Reply.message:type_name -> agentrunner.v1.AssistantMessage
-	27, // 47: agentrunner.v1.Reply.create_time:type_name -> google.protobuf.Timestamp
-	42, // 48: agentrunner.v1.Interaction.request:type_name -> agentrunner.v1.InteractionRequest
+	33, // 41: agentrunner.v1.RunnerEndpointStatus.check_time:type_name -> google.protobuf.Timestamp
+	33, // 42: agentrunner.v1.RunnerEndpointStatus.success_time:type_name -> google.protobuf.Timestamp
+	45, // 43: agentrunner.v1.RegisteredRunner.manifest:type_name -> agentrunner.v1.RunnerManifest
+	33, // 44: agentrunner.v1.RegisteredRunner.refresh_time:type_name -> google.protobuf.Timestamp
+	46, // 45: agentrunner.v1.Reply.mode:type_name -> agentrunner.v1.ReplyMode
+	47, // 46: agentrunner.v1.Reply.message:type_name -> agentrunner.v1.AssistantMessage
+	33, // 47: agentrunner.v1.Reply.create_time:type_name -> google.protobuf.Timestamp
+	48, // 48: agentrunner.v1.Interaction.request:type_name -> agentrunner.v1.InteractionRequest
 	0,  // 49: agentrunner.v1.Interaction.status:type_name -> agentrunner.v1.InteractionStatus
-	27, // 50: agentrunner.v1.Interaction.create_time:type_name -> google.protobuf.Timestamp
-	27, // 51: agentrunner.v1.Interaction.submit_time:type_name -> google.protobuf.Timestamp
-	33, // 52: agentrunner.v1.SubmitInteractionRequest.values:type_name -> google.protobuf.Struct
-	30, // 53: agentrunner.v1.SubmitInteractionRequest.actor:type_name -> agentrunner.v1.ActorContext
-	32, // 54: agentrunner.v1.SubmitInteractionRequest.delivery:type_name -> agentrunner.v1.DeliveryContext
-	33, // 55: agentrunner.v1.SubmitInteractionRequest.metadata:type_name -> google.protobuf.Struct
+	33, // 50: agentrunner.v1.Interaction.create_time:type_name -> google.protobuf.Timestamp
+	33, // 51: agentrunner.v1.Interaction.submit_time:type_name -> google.protobuf.Timestamp
+	39, // 52: agentrunner.v1.SubmitInteractionRequest.values:type_name -> google.protobuf.Struct
+	36, // 53: agentrunner.v1.SubmitInteractionRequest.actor:type_name -> agentrunner.v1.ActorContext
+	38, // 54: agentrunner.v1.SubmitInteractionRequest.delivery:type_name -> agentrunner.v1.DeliveryContext
+	39, // 55: agentrunner.v1.SubmitInteractionRequest.metadata:type_name -> google.protobuf.Struct
 	6,  // 56: agentrunner.v1.SubmitInteractionResponse.accepted:type_name -> agentrunner.v1.RunAccepted
-	36, // 57: agentrunner.v1.SubmitInteractionResponse.result:type_name -> agentrunner.v1.RunResult
+	42, // 57: agentrunner.v1.SubmitInteractionResponse.result:type_name -> agentrunner.v1.RunResult
 	7,  // 58: agentrunner.v1.SubmitInteractionResponse.finished:type_name -> agentrunner.v1.RunFinished
 	21, // 59: agentrunner.v1.SubmitInteractionResponse.reply:type_name -> agentrunner.v1.Reply
 	22, // 60: agentrunner.v1.SubmitInteractionResponse.interaction:type_name -> agentrunner.v1.Interaction
-	43, // 61: agentrunner.v1.HostServiceDownloadArtifactResponse.artifact:type_name -> agentrunner.v1.ArtifactRef
-	4,  // 62: agentrunner.v1.HostService.Run:input_type -> agentrunner.v1.HostServiceRunRequest
-	9,  // 63: agentrunner.v1.HostService.AttachRun:input_type -> agentrunner.v1.AttachRunRequest
-	11, // 64: agentrunner.v1.HostService.GetRun:input_type -> agentrunner.v1.GetRunRequest
-	13, // 65: agentrunner.v1.HostService.CancelRun:input_type -> agentrunner.v1.CancelRunRequest
-	17, // 66: agentrunner.v1.HostService.ListRunners:input_type -> agentrunner.v1.HostServiceListRunnersRequest
-	15, // 67: agentrunner.v1.HostService.ListRuns:input_type -> agentrunner.v1.ListRunsRequest
-	23, // 68: agentrunner.v1.HostService.SubmitInteraction:input_type -> agentrunner.v1.SubmitInteractionRequest
-	25, // 69: agentrunner.v1.HostService.DownloadArtifact:input_type -> agentrunner.v1.HostServiceDownloadArtifactRequest
-	5,  // 70: agentrunner.v1.HostService.Run:output_type -> agentrunner.v1.HostServiceRunResponse
-	10, // 71: agentrunner.v1.HostService.AttachRun:output_type -> agentrunner.v1.AttachRunResponse
-	12, // 72: agentrunner.v1.HostService.GetRun:output_type -> agentrunner.v1.GetRunResponse
-	14, // 73: agentrunner.v1.HostService.CancelRun:output_type -> agentrunner.v1.CancelRunResponse
-	18, // 74: agentrunner.v1.HostService.ListRunners:output_type -> agentrunner.v1.HostServiceListRunnersResponse
-	16, // 75: agentrunner.v1.HostService.ListRuns:output_type -> agentrunner.v1.ListRunsResponse
-	24, // 76: agentrunner.v1.HostService.SubmitInteraction:output_type -> agentrunner.v1.SubmitInteractionResponse
-	26, // 77: agentrunner.v1.HostService.DownloadArtifact:output_type -> agentrunner.v1.HostServiceDownloadArtifactResponse
-	70, // [70:78] is the sub-list for method output_type
-	62, // [62:70] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	49, // 61: agentrunner.v1.HostServiceDownloadArtifactResponse.artifact:type_name -> agentrunner.v1.ArtifactRef
+	50, // 62: agentrunner.v1.ListRuntimesResponse.runtimes:type_name -> agentrunner.v1.Runtime
+	50, // 63: agentrunner.v1.GetRuntimeResponse.runtime:type_name -> agentrunner.v1.Runtime
+	51, // 64: agentrunner.v1.GetRuntimeResponse.events:type_name -> agentrunner.v1.RuntimeEvent
+	8,  // 65: agentrunner.v1.GetRuntimeResponse.runs:type_name -> agentrunner.v1.Run
+	50, // 66: agentrunner.v1.DrainRuntimeResponse.runtime:type_name -> agentrunner.v1.Runtime
+	4,  // 67: agentrunner.v1.HostService.Run:input_type -> agentrunner.v1.HostServiceRunRequest
+	9,  // 68: agentrunner.v1.HostService.AttachRun:input_type -> agentrunner.v1.AttachRunRequest
+	11, // 69: agentrunner.v1.HostService.GetRun:input_type -> agentrunner.v1.GetRunRequest
+	13, // 70: agentrunner.v1.HostService.CancelRun:input_type -> agentrunner.v1.CancelRunRequest
+	17, // 71: agentrunner.v1.HostService.ListRunners:input_type -> agentrunner.v1.HostServiceListRunnersRequest
+	15, // 72: agentrunner.v1.HostService.ListRuns:input_type -> agentrunner.v1.ListRunsRequest
+	23, // 73: agentrunner.v1.HostService.SubmitInteraction:input_type -> agentrunner.v1.SubmitInteractionRequest
+	25, // 74: agentrunner.v1.HostService.DownloadArtifact:input_type -> agentrunner.v1.HostServiceDownloadArtifactRequest
+	27, // 75: agentrunner.v1.HostService.ListRuntimes:input_type -> agentrunner.v1.ListRuntimesRequest
+	29, // 76: agentrunner.v1.HostService.GetRuntime:input_type -> agentrunner.v1.GetRuntimeRequest
+	31, // 77: agentrunner.v1.HostService.DrainRuntime:input_type -> agentrunner.v1.DrainRuntimeRequest
+	5,  // 78: agentrunner.v1.HostService.Run:output_type -> agentrunner.v1.HostServiceRunResponse
+	10, // 79: agentrunner.v1.HostService.AttachRun:output_type -> agentrunner.v1.AttachRunResponse
+	12, // 80: agentrunner.v1.HostService.GetRun:output_type -> agentrunner.v1.GetRunResponse
+	14, // 81: agentrunner.v1.HostService.CancelRun:output_type -> agentrunner.v1.CancelRunResponse
+	18, // 82: agentrunner.v1.HostService.ListRunners:output_type -> agentrunner.v1.HostServiceListRunnersResponse
+	16, // 83: agentrunner.v1.HostService.ListRuns:output_type -> agentrunner.v1.ListRunsResponse
+	24, // 84: agentrunner.v1.HostService.SubmitInteraction:output_type -> agentrunner.v1.SubmitInteractionResponse
+	26, // 85: agentrunner.v1.HostService.DownloadArtifact:output_type -> agentrunner.v1.HostServiceDownloadArtifactResponse
+	28, // 86: agentrunner.v1.HostService.ListRuntimes:output_type -> agentrunner.v1.ListRuntimesResponse
+	30, // 87: agentrunner.v1.HostService.GetRuntime:output_type -> agentrunner.v1.GetRuntimeResponse
+	32, // 88: agentrunner.v1.HostService.DrainRuntime:output_type -> agentrunner.v1.DrainRuntimeResponse
+	78, // [78:89] is the sub-list for method output_type
+	67, // [67:78] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_agentrunner_v1_host_service_proto_init() }
@@ -2778,6 +3142,7 @@ func file_agentrunner_v1_host_service_proto_init() {
 	file_agentrunner_v1_context_proto_init()
 	file_agentrunner_v1_manifest_proto_init()
 	file_agentrunner_v1_result_proto_init()
+	file_agentrunner_v1_runtime_proto_init()
 	file_agentrunner_v1_host_service_proto_msgTypes[2].OneofWrappers = []any{
 		(*InputAttachment_Content)(nil),
 		(*InputAttachment_DataUrl)(nil),
@@ -2810,7 +3175,7 @@ func file_agentrunner_v1_host_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentrunner_v1_host_service_proto_rawDesc), len(file_agentrunner_v1_host_service_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,9 @@ const (
 	HostService_ListRuns_FullMethodName          = "/agentrunner.v1.HostService/ListRuns"
 	HostService_SubmitInteraction_FullMethodName = "/agentrunner.v1.HostService/SubmitInteraction"
 	HostService_DownloadArtifact_FullMethodName  = "/agentrunner.v1.HostService/DownloadArtifact"
+	HostService_ListRuntimes_FullMethodName      = "/agentrunner.v1.HostService/ListRuntimes"
+	HostService_GetRuntime_FullMethodName        = "/agentrunner.v1.HostService/GetRuntime"
+	HostService_DrainRuntime_FullMethodName      = "/agentrunner.v1.HostService/DrainRuntime"
 )
 
 // HostServiceClient is the client API for HostService service.
@@ -65,6 +68,13 @@ type HostServiceClient interface {
 	// first message carries the artifact's reference, every message a chunk in order. An unknown or
 	// expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
 	DownloadArtifact(ctx context.Context, in *HostServiceDownloadArtifactRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HostServiceDownloadArtifactResponse], error)
+	// Lists the runtimes the host knows (connected ones first), from its database.
+	ListRuntimes(ctx context.Context, in *ListRuntimesRequest, opts ...grpc.CallOption) (*ListRuntimesResponse, error)
+	// Returns one runtime with its audit trail and recent runs. An unknown id is `NOT_FOUND`.
+	GetRuntime(ctx context.Context, in *GetRuntimeRequest, opts ...grpc.CallOption) (*GetRuntimeResponse, error)
+	// Drains a runtime (no new runs; open ones finish) or resumes it (`resume`). The drain is kept across
+	// the runtime's reconnects until resumed. An unknown id is `NOT_FOUND`.
+	DrainRuntime(ctx context.Context, in *DrainRuntimeRequest, opts ...grpc.CallOption) (*DrainRuntimeResponse, error)
 }
 
 type hostServiceClient struct {
@@ -191,6 +201,36 @@ func (c *hostServiceClient) DownloadArtifact(ctx context.Context, in *HostServic
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type HostService_DownloadArtifactClient = grpc.ServerStreamingClient[HostServiceDownloadArtifactResponse]
 
+func (c *hostServiceClient) ListRuntimes(ctx context.Context, in *ListRuntimesRequest, opts ...grpc.CallOption) (*ListRuntimesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRuntimesResponse)
+	err := c.cc.Invoke(ctx, HostService_ListRuntimes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hostServiceClient) GetRuntime(ctx context.Context, in *GetRuntimeRequest, opts ...grpc.CallOption) (*GetRuntimeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRuntimeResponse)
+	err := c.cc.Invoke(ctx, HostService_GetRuntime_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *hostServiceClient) DrainRuntime(ctx context.Context, in *DrainRuntimeRequest, opts ...grpc.CallOption) (*DrainRuntimeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainRuntimeResponse)
+	err := c.cc.Invoke(ctx, HostService_DrainRuntime_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // HostServiceServer is the server API for HostService service.
 // All implementations must embed UnimplementedHostServiceServer
 // for forward compatibility.
@@ -227,6 +267,13 @@ type HostServiceServer interface {
 	// first message carries the artifact's reference, every message a chunk in order. An unknown or
 	// expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
 	DownloadArtifact(*HostServiceDownloadArtifactRequest, grpc.ServerStreamingServer[HostServiceDownloadArtifactResponse]) error
+	// Lists the runtimes the host knows (connected ones first), from its database.
+	ListRuntimes(context.Context, *ListRuntimesRequest) (*ListRuntimesResponse, error)
+	// Returns one runtime with its audit trail and recent runs. An unknown id is `NOT_FOUND`.
+	GetRuntime(context.Context, *GetRuntimeRequest) (*GetRuntimeResponse, error)
+	// Drains a runtime (no new runs; open ones finish) or resumes it (`resume`). The drain is kept across
+	// the runtime's reconnects until resumed. An unknown id is `NOT_FOUND`.
+	DrainRuntime(context.Context, *DrainRuntimeRequest) (*DrainRuntimeResponse, error)
 	mustEmbedUnimplementedHostServiceServer()
 }
 
@@ -260,6 +307,15 @@ func (UnimplementedHostServiceServer) SubmitInteraction(*SubmitInteractionReques
 }
 func (UnimplementedHostServiceServer) DownloadArtifact(*HostServiceDownloadArtifactRequest, grpc.ServerStreamingServer[HostServiceDownloadArtifactResponse]) error {
 	return status.Error(codes.Unimplemented, "method DownloadArtifact not implemented")
+}
+func (UnimplementedHostServiceServer) ListRuntimes(context.Context, *ListRuntimesRequest) (*ListRuntimesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRuntimes not implemented")
+}
+func (UnimplementedHostServiceServer) GetRuntime(context.Context, *GetRuntimeRequest) (*GetRuntimeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRuntime not implemented")
+}
+func (UnimplementedHostServiceServer) DrainRuntime(context.Context, *DrainRuntimeRequest) (*DrainRuntimeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainRuntime not implemented")
 }
 func (UnimplementedHostServiceServer) mustEmbedUnimplementedHostServiceServer() {}
 func (UnimplementedHostServiceServer) testEmbeddedByValue()                     {}
@@ -398,6 +454,60 @@ func _HostService_DownloadArtifact_Handler(srv interface{}, stream grpc.ServerSt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type HostService_DownloadArtifactServer = grpc.ServerStreamingServer[HostServiceDownloadArtifactResponse]
 
+func _HostService_ListRuntimes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRuntimesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).ListRuntimes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_ListRuntimes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).ListRuntimes(ctx, req.(*ListRuntimesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HostService_GetRuntime_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRuntimeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).GetRuntime(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_GetRuntime_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).GetRuntime(ctx, req.(*GetRuntimeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _HostService_DrainRuntime_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRuntimeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(HostServiceServer).DrainRuntime(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: HostService_DrainRuntime_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(HostServiceServer).DrainRuntime(ctx, req.(*DrainRuntimeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // HostService_ServiceDesc is the grpc.ServiceDesc for HostService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -420,6 +530,18 @@ var HostService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRuns",
 			Handler:    _HostService_ListRuns_Handler,
+		},
+		{
+			MethodName: "ListRuntimes",
+			Handler:    _HostService_ListRuntimes_Handler,
+		},
+		{
+			MethodName: "GetRuntime",
+			Handler:    _HostService_GetRuntime_Handler,
+		},
+		{
+			MethodName: "DrainRuntime",
+			Handler:    _HostService_DrainRuntime_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

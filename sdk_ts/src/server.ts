@@ -14,6 +14,8 @@ import { runControl } from "./control.js";
 import { AgentRunnerError } from "./errors.js";
 import { type HostTls, HostTransports } from "./host.js";
 import { log } from "./log.js";
+import { connect, RuntimeRefused } from "./connect.js";
+import { takeRuntimeKey } from "./runtimekey.js";
 import { checkManifest, type ManifestInit } from "./manifest.js";
 import { Execution, type Run, type Runner } from "./run.js";
 
@@ -165,12 +167,21 @@ export async function serve(runners: Runner[], options: ServeOptions = {}): Prom
   await server.close(options.graceMs);
 }
 
-/** `node runner.js [--host H] [--port N] [--tls-cert F --tls-key F] [--grace-ms N]`: serve and exit on error. */
+/**
+ * `node runner.js [--host H] [--port N] [--tls-cert F --tls-key F] [--grace-ms N]`: serve and exit on error.
+ * With `--connect HOST:PORT` it is a runtime instead: it dials the host (no listening port; `--runtime-id`,
+ * `--label k=v` (repeat), `--slots N`, `--detect claude,codex`, the key from AGENTRUNNER_RUNTIME_KEY or _KEY_FILE) and
+ * exits 2 when the host refuses it.
+ */
 export function main(runners: Runner[], argv = process.argv.slice(2)): void {
   const opt = (name: string) => {
     const i = argv.indexOf(`--${name}`);
     return i >= 0 ? argv[i + 1] : undefined;
   };
+  if (opt("connect")) {
+    connectMain(runners, opt("connect")!, argv, opt);
+    return;
+  }
   const port = Number(opt("port") ?? 0);
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     process.stderr.write(`agentrunner: --port must be 0..65535, got ${opt("port")}\n`);
@@ -184,6 +195,41 @@ export function main(runners: Runner[], argv = process.argv.slice(2)): void {
     (err: unknown) => {
       process.stderr.write(`agentrunner: ${err instanceof Error ? err.message : String(err)}\n`);
       process.exit(1);
+    },
+  );
+}
+
+function connectMain(runners: Runner[], address: string, argv: string[], opt: (name: string) => string | undefined): void {
+  const labels: Record<string, string> = {};
+  argv.forEach((arg, i) => {
+    if (arg !== "--label") return;
+    const [key, ...rest] = (argv[i + 1] ?? "").split("=");
+    if (!key || rest.length === 0) {
+      process.stderr.write(`agentrunner: --label ${argv[i + 1]}: expected key=value\n`);
+      process.exit(2);
+    }
+    labels[key] = rest.join("=");
+  });
+  const stop = new AbortController();
+  process.once("SIGTERM", () => stop.abort());
+  process.once("SIGINT", () => stop.abort());
+  const detect = opt("detect");
+  let key: string;
+  try {
+    key = takeRuntimeKey(); // (out of process.env: nothing the runners start inherits it)
+  } catch (err) {
+    process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  }
+  connect(runners, address, {
+    runtimeId: opt("runtime-id"), labels, key, slots: opt("slots") ? Number(opt("slots")) : undefined,
+    graceMs: opt("grace-ms") ? Number(opt("grace-ms")) : undefined,
+    detect: detect === undefined ? undefined : detect.split(",").map((d) => d.trim()).filter(Boolean),
+  }, stop.signal).then(
+    () => process.exit(0),
+    (err: unknown) => {
+      process.stderr.write(`error: ${err instanceof Error ? err.message : String(err)}\n`);
+      process.exit(err instanceof RuntimeRefused ? 2 : 1);
     },
   );
 }

@@ -89,6 +89,13 @@ class FakeEndpoint:
         self.calls.append(call)
         return call
 
+    @property
+    def address(self) -> str:
+        return "fake:0"
+
+    def start_call(self, request: runner_service_pb2.RunRequest, **_: Any) -> ScriptedCall:
+        return self.Run(request)
+
 
 class FakeRegistry:
     def __init__(self, endpoint: FakeEndpoint) -> None:
@@ -103,6 +110,11 @@ class FakeRegistry:
 
     async def resolve(self, runner_id: str) -> RegisteredRunner | None:
         return self.runner if runner_id == RUNNER_ID else None
+
+    async def resolve_for(
+        self, runner_id: str, selector: dict[str, str]
+    ) -> tuple[RegisteredRunner | None, str]:
+        return await self.resolve(runner_id), ""
 
     def endpoint_of(self, runner: RegisteredRunner) -> FakeEndpoint:
         return self.endpoint

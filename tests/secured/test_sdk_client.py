@@ -27,7 +27,8 @@ SERVICE = "agentrunner.v1.HostService"
 #: each RPC's operation (`auth.clients[].operations`)
 OPERATION = {"Run": "run", "SubmitInteraction": "interact", "AttachRun": "attach", "GetRun": "get",
              "CancelRun": "cancel", "ListRuns": "list_runs", "ListRunners": "list_runners",
-             "DownloadArtifact": "get"}  # fmt: skip
+             "DownloadArtifact": "get", "ListRuntimes": "list_runtimes", "GetRuntime": "list_runtimes",
+             "DrainRuntime": "drain_runtime"}  # fmt: skip
 
 
 async def _everything(channel: grpc.aio.Channel, tag: str) -> dict[str, Any]:
@@ -63,6 +64,12 @@ async def _everything(channel: grpc.aio.Channel, tag: str) -> dict[str, Any]:
     seen["CancelRun"] = await stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=live_id), timeout=10)
     seen["cancelled"] = await rest_of(live)  # (read(), not `async for`: one style per call)
     seen["run_id"] = run_id
+    seen["ListRuntimes"] = await stub.ListRuntimes(host_service_pb2.ListRuntimesRequest(), timeout=10)
+    for name in ("GetRuntime", "DrainRuntime"):  # no runtime has connected: admitted, then NOT_FOUND
+        try:
+            await getattr(stub, name)(_request(name), timeout=10)
+        except grpc.aio.AioRpcError as err:
+            seen[name] = err.code()
     return seen
 
 
@@ -80,6 +87,8 @@ def _check(seen: dict[str, Any]) -> None:
     assert [r.manifest.id for r in seen["ListRunners"].runners] == ["plugin:test/secured/default"]
     assert b"".join(c.data for c in seen["DownloadArtifact"]) == b"sdk bytes"
     assert seen["cancelled"][-1].finished.status == 5  # cancelled: the live run's own stream saw it end
+    assert list(seen["ListRuntimes"].runtimes) == []
+    assert seen["GetRuntime"] == seen["DrainRuntime"] == grpc.StatusCode.NOT_FOUND
 
 
 @pytest.mark.parametrize("stack_name", ["tls_host", "plain_host"])
@@ -116,6 +125,9 @@ def _request(name: str) -> Any:
         "ListRuns": host_service_pb2.ListRunsRequest(),
         "ListRunners": host_service_pb2.HostServiceListRunnersRequest(),
         "DownloadArtifact": host_service_pb2.HostServiceDownloadArtifactRequest(artifact_id="art_x"),
+        "ListRuntimes": host_service_pb2.ListRuntimesRequest(),
+        "GetRuntime": host_service_pb2.GetRuntimeRequest(runtime_id="rt_x"),
+        "DrainRuntime": host_service_pb2.DrainRuntimeRequest(runtime_id="rt_x"),
     }[name]
 
 

@@ -579,8 +579,9 @@ class HostDouble:
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    async def start(self) -> str:
-        """Starts the double's ProxyService on a free loopback port; returns its address for `host_api_endpoint`."""
+    async def start(self, address: str = "127.0.0.1:0", extra: Sequence[grpc.GenericRpcHandler] = ()) -> str:
+        """Serves ProxyService on `address` (and the `extra` handlers: the conformance kit's
+        RuntimeService for a runtime that dials in); returns the bound address."""
         server = grpc.aio.server(
             options=[
                 ("grpc.so_reuseport", 0),
@@ -603,11 +604,12 @@ class HostDouble:
                 )
             else:
                 handlers[name] = grpc.unary_unary_rpc_method_handler(self._unary(name, resp_cls), des, ser)
-        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers)])
-        port = server.add_insecure_port("127.0.0.1:0")
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),
+                                         *extra])  # fmt: skip
+        port = server.add_insecure_port(address)
         await server.start()
         self._server = server
-        self.endpoint = f"127.0.0.1:{port}"
+        self.endpoint = f"{address.rsplit(':', 1)[0]}:{port}"
         return self.endpoint
 
     async def stop(self) -> None:

@@ -1,5 +1,5 @@
 """`agentrunner-host`: serve, db upgrade, kb ingest, config check, run (streamed reply), interact,
-runners, runs list / show / cancel, artifacts get, migrate-pipeline.
+runners, runs list / show / cancel, runtimes list / show / drain, artifacts get, migrate-pipeline.
 
 gRPC's C core writes its own log lines to stderr (`I1201 ... ssl_transport_security.cc ...`); the CLI
 silences them unless `GRPC_VERBOSITY` is set, so what a user sees is this program's one-line errors.
@@ -17,6 +17,7 @@ import typer
 
 from agentrunner_host import __version__
 from agentrunner_host.cli import admin, artifacts, client, runs, security, serve
+from agentrunner_host.cli import runtimes as runtimes_cli
 from agentrunner_host.cli.common import host_channel
 from agentrunner_host.cli.render import MessageView, render_stream, run_request, stream_reply
 from agentrunner_host.views.interactions import full_interaction_support
@@ -32,6 +33,8 @@ config_app = typer.Typer(help="The host configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 artifacts_app = typer.Typer(help="Artifacts (files runners produced, attachments).", no_args_is_help=True)
 app.add_typer(artifacts_app, name="artifacts")
+runtimes_app = typer.Typer(help="Runtimes that dial in: list, show, drain.", no_args_is_help=True)
+app.add_typer(runtimes_app, name="runtimes")
 
 
 def _version(value: bool) -> None:
@@ -57,6 +60,7 @@ security.register(app, db_app)
 client.register(app)
 runs.register(runs_app)
 artifacts.register(artifacts_app)
+runtimes_cli.register(runtimes_app)
 
 
 def main() -> None:

@@ -25,13 +25,18 @@ def config_check(
     runner no endpoint serves and each agent's runner_config against the runner's manifest. Exit 0 when clean, 1 on errors, 2 when the file itself is invalid;
     warnings alone exit 0."""
     from agentrunner_host.observability.telemetry import configure_logging
-    from agentrunner_host.registry.check import Problem, check_against_registry, check_bindings
+    from agentrunner_host.registry.check import (
+        Problem,
+        check_against_registry,
+        check_bindings,
+        check_runtimes,
+    )
     from agentrunner_host.server.managed import entry_problems
 
     configure_logging("error")  # the registry's own warnings would repeat the problems below
     cfg = load(config)
     problems = [Problem("error", path, reason) for path, reason in entry_problems(cfg)]
-    problems += check_bindings(cfg)
+    problems += check_bindings(cfg) + check_runtimes(cfg)
     if not offline:
         manifests, endpoints = asyncio.run(_probe(cfg))
         problems += check_against_registry(cfg, manifests, endpoints)

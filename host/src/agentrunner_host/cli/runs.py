@@ -221,7 +221,7 @@ def _attach(target: HostTarget, run_id: str, timeline: Timeline, *, render: bool
         raise typer.Exit(130) from None
 
 
-_FIELDS = ("run_id", "status", "status_reason", "agent_id", "runner_id", "binding_id", "event_id",
+_FIELDS = ("run_id", "status", "status_reason", "agent_id", "runner_id", "runtime_id", "binding_id", "event_id",
            "conversation_id", "trace_id", "create_time", "start_time", "finish_time", "last_sequence")  # fmt: skip
 
 

@@ -26,39 +26,50 @@ def auth_new_key(
         pathlib.Path | None,
         typer.Option(help="Write the key to this new file (mode 0600) instead of printing it."),
     ] = None,
+    runtime: Annotated[
+        str | None,
+        typer.Option(
+            "--runtime", help="Make a runtime key instead (a `runtimes.clients` entry with this id)."
+        ),
+    ] = None,
 ) -> None:
     """Make a random API key for a client. stdout gets its `auth.clients` entry (indented to sit under
     `auth:` / `clients:`, so `>> host.yaml` appends it to a config that ends with that list); the
     config holds only the key's sha256. The key goes to --key-file, or to stderr once; give it to
-    the client as AGENTRUNNER_HOST_API_KEY or AGENTRUNNER_HOST_API_KEY_FILE."""
-    import os
+    the client as AGENTRUNNER_HOST_API_KEY or AGENTRUNNER_HOST_API_KEY_FILE. With --runtime NAME
+    the entry is a `runtimes.clients` one (every runner id and label allowed: narrow them) and the
+    key is the runtime's AGENTRUNNER_RUNTIME_KEY."""
     import secrets
-    import textwrap
 
     from agentrunner_host.auth.clients import key_digest
     from agentrunner_host.config.model import CLIENT_OPERATIONS
 
+    if runtime is not None:
+        key = "arr_" + secrets.token_urlsafe(32)
+        _write_key_file(key_file, key)
+        entry: dict[str, object] = {
+            "id": runtime,
+            "api_key_sha256": [key_digest(key)],
+            "runner_ids": "*",
+            "labels": ["*"],
+        }
+        _print_entry(entry, f"runtime client {runtime} (runtimes.clients)")
+        _print_key(key, key_file, f"runtime {runtime!r}")
+        given = (
+            f"AGENTRUNNER_RUNTIME_KEY_FILE={key_file}" if key_file else "AGENTRUNNER_RUNTIME_KEY=<the key>"
+        )
+        err_console.print(
+            f"on the runtime's machine: {given} python -m agentrunner connect HOST:PORT module:Runner",
+            soft_wrap=True,
+            highlight=False,
+        )
+        return
     operations = _operations(operation or ["run,attach,get"], CLIENT_OPERATIONS)
     key = "arh_" + secrets.token_urlsafe(32)
-    if key_file is not None:
-        try:
-            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            fail(f"{key_file} exists: a key file is never overwritten (remove it, or pick another name)", 2)
-        except OSError as exc:
-            fail(f"cannot create {key_file}: {exc.strerror}", 2)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(key + "\n")
+    _write_key_file(key_file, key)
     entry = {"id": client, "api_key_sha256": [key_digest(key)], "operations": operations}
-    text = yaml.safe_dump([entry], sort_keys=False, default_flow_style=None)
-    print(f"    # client {client}: made by `agentrunner-host auth new-key`")
-    print(textwrap.indent(text, "    "), end="")
-    if key_file is not None:
-        err_console.print(f"the API key of client {client!r} is in {key_file} (mode 0600)", highlight=False)
-    else:
-        err_console.print(
-            f"API key (shown once, store it as a secret): {key}", soft_wrap=True, highlight=False
-        )
+    _print_entry(entry, f"client {client}")
+    _print_key(key, key_file, f"client {client!r}")
 
 
 def db_check(
@@ -109,3 +120,38 @@ def _operations(values: list[str], known: tuple[str, ...]) -> list[str]:
     if unknown:
         fail(f"unknown operation {unknown[0]!r} (known: {', '.join(known)}, all)", 2)
     return [op for op in known if op in asked]
+
+
+def _write_key_file(key_file: pathlib.Path | None, key: str) -> None:
+    """Writes the key to a new file readable by its owner only (never over an existing one)."""
+    import os
+
+    if key_file is None:
+        return
+    try:
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        fail(f"{key_file} exists: a key file is never overwritten (remove it, or pick another name)", 2)
+    except OSError as exc:
+        fail(f"cannot create {key_file}: {exc.strerror}", 2)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+
+
+def _print_entry(entry: dict[str, object], what: str) -> None:
+    """Prints a credentials entry on stdout, indented to sit under `auth:` (or `runtimes:`) / `clients:`."""
+    import textwrap
+
+    text = yaml.safe_dump([entry], sort_keys=False, default_flow_style=None)
+    print(f"    # {what}: made by `agentrunner-host auth new-key`")
+    print(textwrap.indent(text, "    "), end="")
+
+
+def _print_key(key: str, key_file: pathlib.Path | None, whose: str) -> None:
+    """Says where the key went: the key file, or stderr once (never stdout, which goes in a config)."""
+    if key_file is not None:
+        err_console.print(f"the API key of {whose} is in {key_file} (mode 0600)", highlight=False)
+    else:
+        err_console.print(
+            f"API key (shown once, store it as a secret): {key}", soft_wrap=True, highlight=False
+        )

@@ -7,7 +7,6 @@ rather than discovered at run time.
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import pathlib
 import socket
@@ -20,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from agentrunner_host.capabilities.knowledge import KnowledgeBaseConfig
 from agentrunner_host.capabilities.models import ModelConfig
 from agentrunner_host.capabilities.tools import ToolsConfig
+from agentrunner_host.config.runtimes import CredentialFields, RuntimesConfig, check_selector
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./var/agentrunner.db"
 STATE_SCOPES = ("conversation", "actor", "subject", "runner", "binding", "workspace")
@@ -211,47 +211,28 @@ RunOperation = Literal["get", "list", "events_page", "cancel", "append_result", 
 StateScopeName = Literal["conversation", "actor", "subject", "runner", "binding", "workspace"]
 
 #: what a HostService client may do (`clients[].operations`)
-ClientOperation = Literal["run", "attach", "get", "cancel", "interact", "list_runners", "list_runs"]
+ClientOperation = Literal[
+    "run",
+    "attach",
+    "get",
+    "cancel",
+    "interact",
+    "list_runners",
+    "list_runs",
+    "list_runtimes",
+    "drain_runtime",
+]
 CLIENT_OPERATIONS: tuple[ClientOperation, ...] = get_args(ClientOperation)
 
 
-class ClientConfig(_Strict):
+class ClientConfig(CredentialFields):
     """A HostService client: its credentials and what it may do. A client may call an operation it is
     granted for events of the bots it may use, routed to the agents it may use; attach, get, cancel
     and interaction answers reach only runs of those bots and agents."""
 
-    id: str = Field(min_length=1, max_length=128)
-    #: sha256 (hex) of each API key the client may present (`authorization: Bearer <key>`); several
-    #: allow rotation. `agentrunner-host auth new-key` makes a key and its hash.
-    api_key_sha256: list[str] = Field(default_factory=list)
-    #: an environment variable holding the key itself (hashed when the config loads, never logged)
-    api_key_env: str | None = None
-    #: client certificate names (subject CN or a DNS / URI SAN) that identify the client over mutual
-    #: TLS (`listen.tls.client_ca_file`)
-    tls_names: list[str] = Field(default_factory=list)
-    #: after this instant the client's credentials are refused
-    expires_at: dt.datetime | None = None
     operations: list[ClientOperation] = Field(default_factory=lambda: list(CLIENT_OPERATIONS))
     bots: Selector = "*"
     agents: Selector = "*"
-
-    @field_validator("api_key_sha256")
-    @classmethod
-    def _hex_digests(cls, values: list[str]) -> list[str]:
-        out = []
-        for value in values:
-            digest = value.removeprefix("sha256:").lower()
-            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-                raise ValueError("an api_key_sha256 entry is 64 hex digits (sha256 of the key)")
-            out.append(digest)
-        return out
-
-    @field_validator("expires_at")
-    @classmethod
-    def _aware(cls, value: dt.datetime | None) -> dt.datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("expires_at needs a time zone (for example 2030-01-01T00:00:00Z)")
-        return value
 
     @model_validator(mode="after")
     def _has_credentials(self) -> ClientConfig:
@@ -343,6 +324,14 @@ class AgentConfig(_Strict):
     variables: dict[str, Any] = Field(default_factory=dict)
     #: skills offered to the runner (`Resources.skills`)
     skills: list[SkillConfig] = Field(default_factory=list)
+    #: runtime labels a runtime must carry to run this agent (`workspace: team-a`); set, the agent's runs
+    #: go to connected runtimes only (docs/runtimes.md)
+    runtime_selector: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("runtime_selector")
+    @classmethod
+    def _selector(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_selector(value)
 
     @field_validator("runner_id")
     @classmethod
@@ -410,6 +399,7 @@ class HostConfig(_Strict):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    runtimes: RuntimesConfig = Field(default_factory=RuntimesConfig)
     runners: list[RunnerEndpointConfig] = Field(default_factory=list)
     agents: list[AgentConfig] = Field(default_factory=list)
     bindings: list[BindingConfig] = Field(default_factory=list)
@@ -478,6 +468,11 @@ def cross_check(config: HostConfig) -> list[tuple[str, str]]:
         if client.id in seen_clients:
             problems.append((f"auth.clients.{i}.id", f"duplicate id {client.id!r}"))
         seen_clients.add(client.id)
+    seen_clients = set()
+    for i, runtime_client in enumerate(config.runtimes.clients):
+        if runtime_client.id in seen_clients:
+            problems.append((f"runtimes.clients.{i}.id", f"duplicate id {runtime_client.id!r}"))
+        seen_clients.add(runtime_client.id)
     problems.extend(_capability_problems(config))
     agent_ids = {a.id for a in config.agents}
     for i, binding in enumerate(config.bindings):

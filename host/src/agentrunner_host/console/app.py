@@ -1,8 +1,10 @@
 """The console's HTTP surface (Starlette): the page, its static files and a small JSON + SSE API.
 
-    GET  /                         the single-page console (chat, runs, run, runners)
+    GET  /                         the single-page console (chat, runs, run, runners, runtimes)
     GET  /api/info                 version, instance id, agents, bindings
     GET  /api/runners              ListRunners: endpoints with health, runners with manifests
+    GET  /api/runtimes             ListRuntimes (offline ones too): status, slots, labels, detected CLIs
+    GET  /api/runtimes/{id}        GetRuntime: the runtime, its recent runs and audit trail
     GET  /api/runs?status=&agent=&runner=&conversation=&binding=&page_token=   ListRuns
     GET  /api/runs/watch?...       SSE: the first page of that listing whenever it changes
     GET  /api/runs/{id}            the record
@@ -106,6 +108,12 @@ class _Api:
     async def runs(self, request: Request) -> Any:
         return await self.backend.runs(dict(request.query_params), _md(request))
 
+    async def runtimes(self, request: Request) -> Any:
+        return await self.backend.runtimes(_md(request))
+
+    async def runtime(self, request: Request) -> Any:
+        return await self.backend.runtime(request.path_params["runtime_id"], _md(request))
+
     async def watch(self, request: Request) -> Any:
         filters, md = dict(request.query_params), _md(request)
 
@@ -157,6 +165,8 @@ def build_app(backend: ConsoleBackend) -> Starlette:
         Route("/api/info", _json_route(api.info)),
         Route("/api/session", _json_route(api.session)),
         Route("/api/runners", _json_route(api.runners)),
+        Route("/api/runtimes", _json_route(api.runtimes)),
+        Route("/api/runtimes/{runtime_id}", _json_route(api.runtime)),
         Route("/api/runs", _json_route(api.runs)),
         Route("/api/runs/watch", _json_route(api.watch)),
         Route("/api/runs/{run_id}", _json_route(api.run)),

@@ -131,6 +131,28 @@ class ConsoleBackend:
         listed = await self._unary(self.stub.ListRunners, request, md)
         return message_dict(listed)
 
+    async def runtimes(self, md: Metadata = ()) -> dict[str, Any]:
+        """Every runtime the host knows (connected ones first), with what it detected."""
+        from agentrunner_host.runtimes.views import runtime_dict
+
+        listed = await self._unary(
+            self.stub.ListRuntimes, host_service_pb2.ListRuntimesRequest(include_offline=True), md
+        )
+        return {"runtimes": [runtime_dict(r) for r in listed.runtimes]}
+
+    async def runtime(self, runtime_id: str, md: Metadata = ()) -> dict[str, Any]:
+        """One runtime, its recent runs and its audit trail."""
+        from agentrunner_host.runtimes.views import runtime_dict
+
+        got = await self._unary(
+            self.stub.GetRuntime, host_service_pb2.GetRuntimeRequest(runtime_id=runtime_id), md
+        )
+        return {
+            "runtime": runtime_dict(got.runtime),
+            "runs": [run_json(r) for r in got.runs],
+            "events": [message_dict(e) for e in got.events],
+        }
+
     async def runs(self, filters: dict[str, str], md: Metadata = ()) -> dict[str, Any]:
         statuses = [v for v in common_pb2.RunStatus.values() if v and status_name(v) in
                     {s for s in filters.get("status", "").split(",") if s}]  # fmt: skip

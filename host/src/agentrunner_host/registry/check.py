@@ -5,7 +5,8 @@
   (`agents.1.runner_config.max-round`); selector values must name configured models / knowledge bases;
   a `{env: NAME}` value whose variable is unset is an error, a secret in plain text a warning
   (`runner_secrets`);
-- agents whose runner no endpoint serves (the endpoint is down, or serves other runners);
+- agents whose runner no endpoint serves (the endpoint is down, or serves other runners) and no runtime
+  can serve either (no `runtimes.clients` entry may announce it, or the agent's `runtime_selector` labels);
 - bindings that can never route an event: shadowed by a binding that always wins before them, or
   pointing at a disabled agent or one that handles none of the events they match.
 
@@ -144,16 +145,59 @@ def check_against_registry(
     for i, agent in enumerate(config.agents):
         if not agent.enabled:
             continue
+        runtime_problem = runtime_coverage(config, i, agent)  # (reported by `check_runtimes`)
         manifest = manifests.get(agent.runner_id)
         if manifest is None:
             reason = f"; endpoints down: {', '.join(down)}" if down else ""
-            problems.append(
-                Problem("warning", f"agents.{i}.runner_id",
-                        f"no runner endpoint serves {agent.runner_id!r}{reason} (its runs fail with runner.unavailable)")
-            )  # fmt: skip
+            clients = runtime_clients_for(config, agent)
+            runtimes = (f"; a runtime may serve it once one connects ({', '.join(clients)})" if clients
+                        else "; no runtime may serve it either (runtimes.clients)")  # fmt: skip
+            if runtime_problem is None:
+                problems.append(
+                    Problem("warning", f"agents.{i}.runner_id",
+                            f"no runner endpoint serves {agent.runner_id!r}{reason}{runtimes} (its runs fail with "
+                            "runner.unavailable meanwhile)")
+                )  # fmt: skip
             continue
         problems.extend(check_runner_config(config, i, agent, manifest))
     return problems
+
+
+def runtime_clients_for(config: HostConfig, agent: AgentConfig) -> list[str]:
+    """The runtime credentials a runtime serving the agent could connect with (`runtimes.clients` that
+    may serve its runner id and announce its `runtime_selector` labels; `anonymous` when loopback
+    runtimes without credentials are allowed)."""
+    runner_id = agent.runner_id
+    listed = [c.id for c in config.runtimes.clients if c.runner_ids != "*" and runner_id in c.runner_ids]
+    endpoint_owned = any(e.runner_ids and runner_id in e.runner_ids for e in config.runners)
+    out = []
+    for client in config.runtimes.clients:
+        if client.runner_ids == "*" and (listed or endpoint_owned):
+            continue
+        if client.runner_ids != "*" and runner_id not in client.runner_ids:
+            continue
+        if all(client.may_label(k, v) for k, v in agent.runtime_selector.items()):
+            out.append(client.id)
+    anonymous = config.runtimes.anonymous or ("none" if config.runtimes.clients else "loopback")
+    if not config.runtimes.clients and anonymous == "loopback" and not endpoint_owned:
+        out.append("anonymous")
+    return out
+
+
+def check_runtimes(config: HostConfig) -> list[Problem]:
+    """Config-only runtime checks: agents whose `runtime_selector` no runtime credential can serve."""
+    found = (runtime_coverage(config, i, a) for i, a in enumerate(config.agents) if a.enabled)
+    return [p for p in found if p is not None]
+
+
+def runtime_coverage(config: HostConfig, index: int, agent: AgentConfig) -> Problem | None:
+    """An agent that selects runtimes (`runtime_selector`) but that no runtime credential can serve."""
+    if not agent.runtime_selector or runtime_clients_for(config, agent):
+        return None
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(agent.runtime_selector.items()))
+    return Problem("error", f"agents.{index}.runtime_selector",
+                   f"no runtimes.clients entry may serve {agent.runner_id!r} with the labels {labels}: "
+                   "no runtime can ever take its runs")  # fmt: skip
 
 
 # -- bindings ------------------------------------------------------------------------------------------

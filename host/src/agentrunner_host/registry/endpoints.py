@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -32,6 +32,7 @@ from agentrunner_host.config.model import HostConfig, HostEnv, RunnerEndpointCon
 from agentrunner_host.observability.memory import LARGE_MESSAGE_BYTES, note_message
 from agentrunner_host.observability.telemetry import RUNNER_ENDPOINT_UP
 from agentrunner_host.ports import utcnow
+from agentrunner_host.registry.targets import CallTarget, RunCall, RuntimePlacement
 from agentrunner_host.wire.boundary import check_message
 from agentrunner_host.wire.transport_errors import explain_rpc_failure
 
@@ -59,6 +60,11 @@ class RegisteredRunner:
     @property
     def selector_fields(self) -> list[manifest_pb2.ConfigField]:
         return [f for f in self.manifest.config_schema if f.type in _SELECTOR_TYPES]
+
+    def call_target(self) -> CallTarget | None:
+        """Where a run of this runner goes when it is not the endpoint `endpoint_id` (a runtime's slot,
+        `runtimes/calls.py`); None: the dialed endpoint."""
+        return None
 
 
 def validate_manifest(manifest: manifest_pb2.RunnerManifest) -> None:
@@ -158,6 +164,17 @@ class Endpoint:
         self.runner_ids: list[str] = []
         self._retired: set[asyncio.Task[None]] = set()
 
+    @property
+    def address(self) -> str:
+        return self.config.address
+
+    def start_call(
+        self, request: runner_service_pb2.RunRequest, *, timeout: float, metadata: Sequence[tuple[str, str]]
+    ) -> RunCall:
+        """`RunnerService.Run` on this endpoint (its bearer token first in the metadata)."""
+        call: RunCall = self.stub.Run(request, timeout=timeout, metadata=self.metadata + tuple(metadata))
+        return call
+
     def fresh_stub(self) -> tuple[grpc.aio.Channel, RunnerStub]:
         """A new channel (no reconnect backoff state) for probing an endpoint that was down."""
         channel = _channel(self.config, self.retry_seconds)
@@ -194,13 +211,21 @@ class RunnerRegistry:
         #: runner id -> the endpoint it is bound to in this process (ids no endpoint lists)
         self._bound: dict[str, str] = {}
         self._refused: set[tuple[str, str]] = set()
+        #: runtimes that dial in, when the host has them (`HostApp` sets it), and the runner ids runtime
+        #: clients list by name (no endpoint without `runner_ids` may take those)
+        self.runtimes: RuntimePlacement | None = None
+        self.runtime_listed: frozenset[str] = frozenset(
+            r for c in config.runtimes.clients if c.runner_ids != "*" for r in c.runner_ids
+        )
 
     # -- lookups ---------------------------------------------------------------------------------------
     def get(self, runner_id: str) -> RegisteredRunner | None:
         return self._runners.get(runner_id)
 
-    def endpoint_of(self, runner: RegisteredRunner) -> Endpoint:
-        return self.endpoints[runner.endpoint_id]
+    def endpoint_of(self, runner: RegisteredRunner) -> CallTarget:
+        """Where the runner's runs are sent: its endpoint, or the runtime it was placed on."""
+        target = runner.call_target()
+        return target if target is not None else self.endpoints[runner.endpoint_id]
 
     def runners(self) -> list[RegisteredRunner]:
         return sorted(self._runners.values(), key=lambda r: r.runner_id)
@@ -265,7 +290,11 @@ class RunnerRegistry:
             return None if endpoint_id in listed else f"configured for {sorted(listed)}"
         if self.endpoints[endpoint_id].config.runner_ids is not None:
             return "not in the endpoint's runner_ids"
+        if runner_id in self.runtime_listed:
+            return "listed by runtimes.clients (runtimes serve it)"
         bound = self._bound.get(runner_id)
+        if bound is None and self.runtimes is not None and self.runtimes.serves(runner_id):
+            return "served by a connected runtime"
         return None if bound in (None, endpoint_id) else f"bound to endpoint {bound!r}"
 
     def _register(self, endpoint: Endpoint, response: runner_service_pb2.ListRunnersResponse) -> None:
@@ -333,6 +362,36 @@ class RunnerRegistry:
             code, _, details = reason.partition(": ")
             explained = explain_rpc_failure(code, details, endpoint.config.address)
             self._drop_endpoint(endpoint, explained or reason)
+
+    def owner_of(self, runner_id: str) -> str | None:
+        """Which dialed endpoint owns a runner id (lists it, or serves it unlisted), for runtimes'
+        registrations; None: no endpoint does."""
+        listed = self._listed.get(runner_id)
+        if listed:
+            return "endpoint " + ", ".join(sorted(listed))
+        bound = self._bound.get(runner_id)
+        return f"endpoint {bound}" if bound is not None else None
+
+    async def resolve_for(
+        self, runner_id: str, selector: dict[str, str]
+    ) -> tuple[RegisteredRunner | None, str]:
+        """Where a run of `runner_id` goes, or why it cannot go anywhere (''). An agent with a runtime
+        selector runs on runtimes only; otherwise a dialed endpoint that is up comes first, then a
+        connected runtime (docs/runtimes.md)."""
+        if not selector:
+            runner = self._runners.get(runner_id)
+            if runner is not None:
+                return runner, ""
+        runtimes = self.runtimes
+        if runtimes is not None and (selector or runtimes.serves(runner_id)):
+            placed, why = await runtimes.place(runner_id, selector)
+            return placed, why
+        runner = await self.resolve(runner_id)
+        if runner is not None:
+            return runner, ""
+        if runtimes is not None:
+            return None, f"no endpoint serves it and no runtime serving {runner_id} is connected"
+        return None, ""
 
     async def resolve(self, runner_id: str) -> RegisteredRunner | None:
         """The runner's descriptor, refreshing down endpoints on demand when it is unknown."""

@@ -70,6 +70,20 @@ class RunRecords:
             run=run_to_proto(await self.access.visible_run(caller, run_id))
         )
 
+    async def visible_runs(self, caller: Caller, run_ids: list[str]) -> list[host_service_pb2.Run]:
+        """The records of those runs the caller may see, in the order asked (a runtime's recent runs:
+        a run gone from the ledger or hidden from a scoped client is left out, not refused)."""
+        out = []
+        principal = caller.principal
+        for run_id in run_ids:
+            try:
+                record = await self.access.runs.get_run(run_id)
+            except NotFoundError:
+                continue
+            if principal is None or principal.sees(record):
+                out.append(run_to_proto(record))
+        return out
+
     async def cancel_run(
         self, caller: Caller, run_id: str, reason: str
     ) -> host_service_pb2.CancelRunResponse:

@@ -26,7 +26,8 @@ from agentrunner_host.ports import utcnow
 from agentrunner_host.run import outcomes
 
 if TYPE_CHECKING:
-    from agentrunner_host.registry.endpoints import Endpoint, RunnerRegistry
+    from agentrunner_host.registry.endpoints import RunnerRegistry
+    from agentrunner_host.registry.targets import CallTarget
     from agentrunner_host.run.start import RunStart
 
 log = structlog.get_logger("agentrunner_host.run")
@@ -86,7 +87,7 @@ class RunnerCall:
     @classmethod
     def send(
         cls,
-        endpoint: Endpoint,
+        endpoint: CallTarget,
         request: runner_service_pb2.RunRequest,
         deadline_at: dt.datetime,
         span: trace.Span,
@@ -102,12 +103,12 @@ class RunnerCall:
                 "rpc.system": "grpc",
                 "rpc.service": "agentrunner.v1.RunnerService",
                 "rpc.method": "Run",
-                "server.address": endpoint.config.address,
+                "server.address": endpoint.address,
             },
         )
-        metadata = endpoint.metadata + tuple(inject_metadata(trace.set_span_in_context(call_span)))
+        metadata = tuple(inject_metadata(trace.set_span_in_context(call_span)))
         timeout = max(0.001, (deadline_at - utcnow()).total_seconds())
-        runner_call = cls(endpoint.stub.Run(request, timeout=timeout, metadata=metadata), outbox)
+        runner_call = cls(endpoint.start_call(request, timeout=timeout, metadata=metadata), outbox)
         runner_call.span = call_span
         return runner_call
 

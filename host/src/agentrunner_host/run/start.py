@@ -143,14 +143,16 @@ async def start_run(
     the state snapshot's read in ONE transaction, held open for a run that calls its runner. A duplicate
     event id writes nothing: `start.started.recorded` is None and `started.record` the stored run."""
     start = RunStart(record=record, event=event, agent=agent)
-    runner = start.runner = await registry.resolve(agent.runner_id)
+    runner, why = await registry.resolve_for(agent.runner_id, agent.runtime_selector)
+    start.runner = runner
     if runner is None:
         start.failure = outcomes.failed(
             record.run_id,
             "runner.unavailable",
-            f"runner {agent.runner_id} is not available",
+            f"runner {agent.runner_id} is not available" + (f": {why}" if why else ""),
             sequence=1,
             runnerId=agent.runner_id,
+            **({"reason": why} if why else {}),
         )
     else:
         try:

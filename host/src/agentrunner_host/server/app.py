@@ -39,18 +39,29 @@ from agentrunner_host.proxy.control import ControlHub
 from agentrunner_host.proxy.facts import fact_handlers
 from agentrunner_host.proxy.servicer import SERVICE_NAME as PROXY_SERVICE_NAME
 from agentrunner_host.proxy.servicer import ProxyServicer
-from agentrunner_host.registry.check import Problem, check_against_registry, check_bindings, registry_view
+from agentrunner_host.registry.check import (
+    Problem,
+    check_against_registry,
+    check_bindings,
+    check_runtimes,
+    registry_view,
+)
 from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.run import outcomes
 from agentrunner_host.run.access import RunAccess
 from agentrunner_host.run.records import RunRecords
 from agentrunner_host.run.service import RunService
+from agentrunner_host.runtimes.gate import RuntimeGate
+from agentrunner_host.runtimes.registry import RuntimeRegistry
+from agentrunner_host.runtimes.service import SERVICE_NAME as RUNTIME_SERVICE_NAME
+from agentrunner_host.runtimes.service import RuntimeServicer
 from agentrunner_host.server.managed import ManagedRunners
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 from agentrunner_host.store.leases import InstanceLease
 from agentrunner_host.store.migrate import ensure_current, upgrade
+from agentrunner_host.store.runtimes import RuntimeStore
 from agentrunner_host.wire.transport_errors import ListenError, explain_bind_failure
 
 if TYPE_CHECKING:  # the console's web stack (uvicorn, starlette) is imported when one is configured
@@ -196,18 +207,20 @@ class HostApp:
         self.console: ConsoleServer | None = None
         #: who may call HostService (built with the server; the console's sign-in checks keys with it)
         self.gate: ClientGate | None = None
+        #: runtimes that dial in (built with the server: the gate needs the listen address)
+        self.runtime_store = RuntimeStore(db)
+        self.runtimes: RuntimeRegistry | None = None
         self.port = 0
         self._tasks: list[asyncio.Task[Any]] = []
 
     def _register_proxy_handlers(self, config: HostConfig, stores: FactStores) -> None:
         """The ProxyService's handler families: delivery, facts (run records through the run service,
         so a run on another replica is reached through the fleet), capabilities."""
-        models, tools, knowledge = self.models, self.tools, self.knowledge
         self.proxy.register(
             delivery_handlers(
                 self.runs.deliveries,
                 self.adapters,
-                stores.transcript,
+                self.stores.transcript,
                 self.runs.deliveries.store,
                 self.fleet,
                 stores.ledger,
@@ -223,11 +236,11 @@ class HostApp:
         )
         self.proxy.register(
             capability_handlers(
-                models,
-                tools,
-                knowledge,
+                self.models,
+                self.tools,
+                self.knowledge,
                 agent_model_options=lambda call, model_id: agent_model_options(
-                    config.agent(call.snapshot.agent_id), model_id
+                    self.config.agent(call.snapshot.agent_id), model_id
                 ),
             )
         )
@@ -352,13 +365,15 @@ class HostApp:
         if host in ("0.0.0.0", "[::]", ""):
             host = "127.0.0.1"
         self.proxy_address = self.config.listen.advertise_address or f"{host}:{port}"
+        assert self.runtimes is not None
+        await self.runtimes.start()  # (runtimes this instance held before it stopped are offline)
         await server.start()
         self.server = server
         await self.registry.start()
         if self.console is not None:
             await self.console.start(audit=self.stores.events.run_audit, gate=self.gate)
         self.report_config_problems()
-        for name in ("", HOST_SERVICE_NAME, PROXY_SERVICE_NAME):
+        for name in ("", HOST_SERVICE_NAME, PROXY_SERVICE_NAME, RUNTIME_SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "host.started",
@@ -374,7 +389,8 @@ class HostApp:
         """`config check` at start-up, against what the registry found: each problem as a warning log
         line (runners may come up or be updated later, so none refuses to start)."""
         manifests, endpoints = registry_view(self.registry)
-        problems = check_bindings(self.config) + check_against_registry(self.config, manifests, endpoints)
+        problems = check_bindings(self.config) + check_runtimes(self.config)
+        problems += check_against_registry(self.config, manifests, endpoints)
         for problem in problems:
             log.warning(
                 "config.problem", severity=problem.severity, path=problem.path, problem=problem.message
@@ -384,6 +400,9 @@ class HostApp:
     def _build_server(self, address: str) -> grpc.aio.Server:
         server = grpc.aio.server(options=server_options(self.config.limits))
         gate = self.gate = ClientGate(self.config, self.stores.events, listen_address=address)
+        runtime_gate = RuntimeGate(self.config, listen_address=address)
+        self.runtimes = RuntimeRegistry(self.config, self.runtime_store, runtime_gate, self.registry)
+        self.registry.runtimes = self.runtimes
         access = RunAccess(self.runs, self.runs.resolver, self.interactions.store)
         records = RunRecords(
             access,
@@ -392,10 +411,12 @@ class HostApp:
             artifacts=self.stores.artifacts,
             page_max_bytes=self.stores.settings.page_max_bytes,
         )
-        add_host_service(
-            HostServicer(self.runs, self.registry, self.interactions, gate, access=access, records=records),
-            server,
+        host_servicer = HostServicer(
+            self.runs, self.registry, self.interactions, gate, access=access, records=records
         )
+        host_servicer.runtimes = self.runtimes
+        add_host_service(host_servicer, server)
+        RuntimeServicer(self.runtimes, runtime_gate).add_to_server(server)
         server.add_generic_rpc_handlers((self.proxy.generic_handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         enable_reflection(
@@ -403,6 +424,7 @@ class HostApp:
             (
                 HOST_SERVICE_NAME,
                 PROXY_SERVICE_NAME,
+                RUNTIME_SERVICE_NAME,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             ),
         )
@@ -414,6 +436,8 @@ class HostApp:
         silent for `IDLE_CANCEL_SECONDS` (stalled, waiting on a user) are cancelled at once; only runs
         still producing results get the whole grace."""
         await self.health.enter_graceful_shutdown()
+        if self.runtimes is not None:
+            self.runtimes.stop_placing()
         loop = asyncio.get_running_loop()
         until = loop.time() + grace
         idle = min(grace, IDLE_CANCEL_SECONDS)
@@ -422,6 +446,8 @@ class HostApp:
             await asyncio.sleep(0.05)
         if self.console is not None:
             await self.console.stop()
+        if self.runtimes is not None:
+            await self.runtimes.close()
         if self.server is not None:
             await self.server.stop(0.5)
         await self.registry.close()

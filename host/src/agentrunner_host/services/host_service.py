@@ -30,6 +30,7 @@ from agentrunner_host.registry.listing import list_runners
 from agentrunner_host.run.access import TRUSTED, Caller, RunAccess
 from agentrunner_host.run.records import RunRecords
 from agentrunner_host.run.service import RunService, Update
+from agentrunner_host.services.runtime_admin import RuntimeAdmin
 from agentrunner_host.services.wire import UPDATE_STREAMS, serialize_update
 from agentrunner_host.wire.boundary import admit, request_deserializer
 
@@ -77,9 +78,10 @@ def _stream(
     return handler
 
 
-class HostServicer:
+class HostServicer(RuntimeAdmin):
     """The methods of `HostService`, served by `add_host_service` (not by the generated
-    `add_HostServiceServicer_to_server`: a streaming method here answers the stream it opened)."""
+    `add_HostServiceServicer_to_server`: a streaming method here answers the stream it opened); the
+    runtime calls (`ListRuntimes`, `GetRuntime`, `DrainRuntime`) come from `RuntimeAdmin`."""
 
     def __init__(
         self,
@@ -153,7 +155,9 @@ class HostServicer:
         self, request: host_service_pb2.GetRunRequest, context: Context
     ) -> host_service_pb2.GetRunResponse:
         caller = await self._admit(context, "GetRun", "get")
-        return await self.records.get_run(caller, admit(request).run_id)
+        response = await self.records.get_run(caller, admit(request).run_id)
+        response.run.runtime_id = await self.runtime_of(response.run.run_id)
+        return response
 
     async def CancelRun(
         self, request: host_service_pb2.CancelRunRequest, context: Context

@@ -56,7 +56,15 @@ def _check_target(target: str) -> None:
 
 @app.command("runner")
 def runner_command(
-    target: Target,
+    target: Annotated[str, typer.Option("--target", help="host:port of the runner under test.")] = "",
+    connect_listen: Annotated[
+        str,
+        typer.Option(
+            help="host:port to listen on for a runtime that dials in (python -m agentrunner connect, the Go "
+            "and TypeScript kits' connect mode) instead of --target; prints "
+            "`AGENTRUNNER_CONFORMANCE_LISTENING host:port` first."
+        ),
+    ] = "",
     runner_id: Annotated[
         str, typer.Option(help="Runner id or name to check (default: the first listed).")
     ] = "",
@@ -69,9 +77,25 @@ def runner_command(
     """Play the host against a runner: discovery, stream grammar, proxy etiquette, errors, Control, deadlines."""
     from agentrunner.conformance.runner_kit import check_runner
 
-    _check_target(target)
+    if bool(target) == bool(connect_listen):
+        _console.print("[red]give either --target (a runner that listens) or --connect-listen (a runtime)[/]")
+        raise typer.Exit(2)
+    _check_target(target or connect_listen)
     _quiet()
-    report = asyncio.run(check_runner(target, runner_id=runner_id, timeout=timeout, wait=wait))
+
+    def listening(address: str) -> None:
+        print(f"AGENTRUNNER_CONFORMANCE_LISTENING {address}", flush=True)
+
+    report = asyncio.run(
+        check_runner(
+            target,
+            runner_id=runner_id,
+            timeout=timeout,
+            wait=wait,
+            connect_listen=connect_listen,
+            on_listening=listening,
+        )
+    )
     if not report.results or (report.results[-1].check_id == "discovery.list" and not report.ok):
         report.print(_console)
         raise typer.Exit(2)

@@ -1,6 +1,7 @@
 """`agentrunner-conformance runner`: checks a runner, in any language, against the contract over gRPC.
 
-The kit plays the host. It calls the runner's RunnerService, serves a recording ProxyService
+The kit plays the host. It calls the runner's RunnerService (or, with `connect_listen`, serves
+RuntimeService for a runtime that dials in and places the runs on its slot streams), serves a recording ProxyService
 (`agentrunner.testing.HostDouble`) as the run's `host_api_endpoint`, runs the Control stream, and runs a
 fixed set of scenarios one after the other: a normal run, invalid config, each error reason injected into
 every proxy call, a host that cannot be reached, a held proxy call with a cancel signal, a cancelled Run
@@ -26,6 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrunner.conformance import checks
 from agentrunner.conformance.report import Report
+from agentrunner.conformance.runtime_double import ConnectedRunner, RuntimeDouble
 from agentrunner.errors import AgentRunnerError
 from agentrunner.manifest import ManifestError, validate_manifest
 from agentrunner.testing import (
@@ -133,9 +135,21 @@ class RunnerKit:
     """One conformance run against the RunnerService at `target`."""
 
     def __init__(
-        self, target: str, *, runner_id: str = "", timeout: float = 20.0, wait: float = 10.0
+        self,
+        target: str,
+        *,
+        runner_id: str = "",
+        timeout: float = 20.0,
+        wait: float = 10.0,
+        connect_listen: str = "",
+        on_listening: Callable[[str], None] | None = None,
     ) -> None:
-        self.target = target
+        self.target = target or f"runtime@{connect_listen}"
+        #: a runtime that dials in (`connect_listen`), instead of a RunnerService at `target`
+        self.connect_listen = connect_listen
+        self.on_listening = on_listening
+        self.double = RuntimeDouble() if connect_listen else None
+        self.connected = ConnectedRunner(self.double) if self.double is not None else None
         self.wait = wait
         self.runner_id = runner_id
         self.timeout = timeout
@@ -156,7 +170,10 @@ class RunnerKit:
 
     async def run(self) -> Report:
         """Starts the host double, waits for the runner, discovers it and runs every scenario; returns the
-        report. The double and the channel are closed however the scenarios end."""
+        report. The double and the channel are closed however the scenarios end (a runtime that dials in:
+        `_run_connected`)."""
+        if self.double is not None:
+            return await self._run_connected(self.double)
         self._channel = grpc.aio.insecure_channel(self.target, options=[("grpc.enable_retries", 0)])
         try:
             await self.host.start()
@@ -169,6 +186,28 @@ class RunnerKit:
             self._release.set()
             await self.host.stop()
             await self._channel.close()
+        return self.report
+
+    async def _run_connected(self, double: RuntimeDouble) -> Report:
+        """The same scenarios for a runtime that dials in: the kit listens, the runtime connects."""
+        try:
+            address = await self.host.start(self.connect_listen, extra=[double.handler()])
+            self.target = f"runtime@{address}"
+            self.report.target = self.target
+            if self.on_listening is not None:
+                self.on_listening(address)
+            try:
+                await asyncio.wait_for(double.connected.wait(), self.wait)
+            except TimeoutError:
+                self.report.add("discovery.connect", "a runtime connects", [f"none within {self.wait:g} s"])
+                return self.report
+            self.report.add("discovery.connect", "a runtime connects with a valid hello", [])
+            if await self._discovery():
+                await self._scenarios()
+        finally:
+            self._release.set()
+            double.release()
+            await self.host.stop()
         return self.report
 
     async def _scenarios(self) -> None:
@@ -236,10 +275,28 @@ class RunnerKit:
         )
         deadline_mono = time.monotonic() + deadline
         mark = len(self.host.calls)
-        handle = await self.host.start_run(
-            self.target, context=context, runner_id=manifest.id, host_api_endpoint=host_api_endpoint
-        )
+        if self.connected is not None:
+            handle = await self._start_connected(self.connected, context, manifest.id)
+        else:
+            handle = await self.host.start_run(
+                self.target, context=context, runner_id=manifest.id, host_api_endpoint=host_api_endpoint
+            )
         return Started(name, handle, mark, deadline_mono, asyncio.create_task(self._drain(handle)))
+
+    async def _start_connected(self, runner: ConnectedRunner, context: Any, runner_id: str) -> RunHandle:
+        """`HostDouble.start_run` for a runtime: the same request, placed on one of its slot streams."""
+        token = f"tok_{uuid.uuid4().hex}"
+        self.host.tokens[context.run_id] = token
+        request = runner_service_pb2.RunRequest(
+            runner_id=runner_id, context=context, run_token=token, host_api_endpoint=self.host.endpoint
+        )
+        deadline = (
+            context.runtime.deadline_at.ToNanoseconds() / 1e9
+            if context.runtime.HasField("deadline_at")
+            else 0
+        )
+        call: Any = await runner.run(request, max(deadline - time.time(), 0.01) if deadline else None)
+        return RunHandle(context.run_id, context, call)
 
     async def _drain(self, handle: RunHandle) -> None:
         while await handle.next(3600) is not None:
@@ -277,6 +334,8 @@ class RunnerKit:
     async def _discovery(self) -> bool:
         """Health, ListRunners, manifest validity and DescribeRunner; False when nothing can run."""
         r = self.report
+        if self.connected is not None:
+            return self._discovery_connected(self.connected)
         try:
             assert self._channel is not None
             # (the health stubs' typing has no methods on HealthStub; the call is the generated one)
@@ -300,6 +359,14 @@ class RunnerKit:
         except grpc.RpcError as exc:
             r.add("discovery.list", "ListRunners answers", [f"ListRunners failed: {exc.code().name}"])
             return False
+        if not self._check_manifests(listed):
+            return False
+        await self._describe()
+        return True
+
+    def _check_manifests(self, listed: runner_service_pb2.ListRunnersResponse) -> bool:
+        """`discovery.manifest` and the runner to check (`runner_id`); False when there is none."""
+        r = self.report
         problems = []
         for manifest in listed.runners:
             try:
@@ -322,8 +389,22 @@ class RunnerKit:
             r.add("discovery.select", f"the runner {self.runner_id!r} is listed", ["not listed"])
             return False
         self.manifest = chosen[0]
-        await self._describe()
         return True
+
+    def _discovery_connected(self, runner: ConnectedRunner) -> bool:
+        """Discovery of a runtime: its manifests come in its hello (checked as ListRunners'); it serves
+        no Health, DescribeRunner or unknown ids (the host places only runner ids it announced)."""
+        why = "a runtime serves no RunnerService: it announces its manifests in hello"
+        self.report.skip("discovery.health", "serves grpc.health.v1.Health", why)
+        listed = runner.manifests()
+        ok = self._check_manifests(listed)
+        for check_id, title in (
+            ("discovery.describe", "DescribeRunner returns the listed manifest"),
+            ("discovery.describe_unknown", "DescribeRunner of an unknown id: NOT_FOUND"),
+            ("discovery.run_unknown", "Run for a runner id not served: NOT_FOUND before any result"),
+        ):
+            self.report.skip(check_id, title, why)
+        return ok
 
     async def _describe(self) -> None:
         r = self.report
@@ -370,10 +451,26 @@ class RunnerKit:
 
 
 async def check_runner(
-    target: str, *, runner_id: str = "", timeout: float = 20.0, wait: float = 10.0
+    target: str,
+    *,
+    runner_id: str = "",
+    timeout: float = 20.0,
+    wait: float = 10.0,
+    connect_listen: str = "",
+    on_listening: Callable[[str], None] | None = None,
 ) -> Report:
-    """Runs the runner kit against `target` (`host:port`, answering within `wait` s) and returns its report."""
-    return await RunnerKit(target, runner_id=runner_id, timeout=timeout, wait=wait).run()
+    """Runs the runner kit against `target` (`host:port`, answering within `wait` s), or against a runtime
+    that connects to `connect_listen` within `wait` s (`on_listening` gets the bound address), and
+    returns its report."""
+    kit = RunnerKit(
+        target,
+        runner_id=runner_id,
+        timeout=timeout,
+        wait=wait,
+        connect_listen=connect_listen,
+        on_listening=on_listening,
+    )
+    return await kit.run()
 
 
 __all__ = ["RunnerKit", "Scenario", "Started", "check_runner"]

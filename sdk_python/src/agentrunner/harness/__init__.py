@@ -13,11 +13,14 @@
 - `external_tools` + `mcp_bridge`: the per-run LangBot MCP bridge (streamable HTTP and stdio);
 - `steering`: follow-up messages as resumed turns, one terminal result;
 - `asking`: a yes/no question to the user in the middle of a turn (structured interactions);
-- `run`: the shared preparation of a local harness run, turn deadlines, the per-session turn lock.
+- `run`: the shared preparation of a local harness run, turn deadlines, the per-session turn lock;
+- `detect_harnesses`: which harness CLIs are on `PATH`, their versions and login status (what a runtime
+  reports to the host; `agentrunner.detect`, importable without this extra).
 
 Requires the SDK's `harness` extra (`mcp`, `uvicorn`): `pip install langbot-agentrunner-sdk[harness]`.
 """
 
+from agentrunner.detect import detect_harness, detect_harnesses
 from agentrunner.harness.asking import confirm, wait_for_answer
 from agentrunner.harness.external_tools import ExternalTool, ExternalTools, ToolCallFailed
 from agentrunner.harness.files import export_outbox, import_attachments, safe_name
@@ -68,6 +71,8 @@ __all__ = [
     "check_root",
     "confirm",
     "context_document",
+    "detect_harness",
+    "detect_harnesses",
     "directory_name",
     "export_outbox",
     "harness_env",

@@ -7,6 +7,7 @@ from agentrunner.v1 import common_pb2 as _common_pb2
 from agentrunner.v1 import context_pb2 as _context_pb2
 from agentrunner.v1 import manifest_pb2 as _manifest_pb2
 from agentrunner.v1 import result_pb2 as _result_pb2
+from agentrunner.v1 import runtime_pb2 as _runtime_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -433,6 +434,7 @@ class Run(_message.Message):
     BOT_ID_FIELD_NUMBER: _builtins.int
     WORKSPACE_ID_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    RUNTIME_ID_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """Run id."""
     event_id: _builtins.str
@@ -459,6 +461,8 @@ class Run(_message.Message):
     """Bot id."""
     workspace_id: _builtins.str
     """Workspace id."""
+    runtime_id: _builtins.str
+    """The runtime that ran it (`RuntimeService`); empty for a run of a dialed endpoint."""
     @_builtins.property
     def create_time(self) -> _timestamp_pb2.Timestamp:
         """Created."""
@@ -510,10 +514,11 @@ class Run(_message.Message):
         bot_id: _builtins.str = ...,
         workspace_id: _builtins.str = ...,
         metadata: _struct_pb2.Struct | None = ...,
+        runtime_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_request_time", b"cancel_request_time", "create_time", b"create_time", "deadline_time", b"deadline_time", "finish_time", b"finish_time", "metadata", b"metadata", "start_time", b"start_time", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "binding_id", b"binding_id", "bot_id", b"bot_id", "cancel_request_time", b"cancel_request_time", "conversation_id", b"conversation_id", "create_time", b"create_time", "deadline_time", b"deadline_time", "event_id", b"event_id", "finish_time", b"finish_time", "last_sequence", b"last_sequence", "metadata", b"metadata", "run_id", b"run_id", "runner_id", b"runner_id", "start_time", b"start_time", "status", b"status", "status_reason", b"status_reason", "thread_id", b"thread_id", "trace_id", b"trace_id", "usage", b"usage", "workspace_id", b"workspace_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "binding_id", b"binding_id", "bot_id", b"bot_id", "cancel_request_time", b"cancel_request_time", "conversation_id", b"conversation_id", "create_time", b"create_time", "deadline_time", b"deadline_time", "event_id", b"event_id", "finish_time", b"finish_time", "last_sequence", b"last_sequence", "metadata", b"metadata", "run_id", b"run_id", "runner_id", b"runner_id", "runtime_id", b"runtime_id", "start_time", b"start_time", "status", b"status", "status_reason", b"status_reason", "thread_id", b"thread_id", "trace_id", b"trace_id", "usage", b"usage", "workspace_id", b"workspace_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1177,3 +1182,161 @@ class HostServiceDownloadArtifactResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___HostServiceDownloadArtifactResponse: _TypeAlias = HostServiceDownloadArtifactResponse  # noqa: Y015
+
+@_typing.final
+class ListRuntimesRequest(_message.Message):
+    """Request of `HostService.ListRuntimes`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INCLUDE_OFFLINE_FIELD_NUMBER: _builtins.int
+    include_offline: _builtins.bool
+    """Include runtimes that are offline (the default lists connected ones only)."""
+    def __init__(
+        self,
+        *,
+        include_offline: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_offline", b"include_offline"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRuntimesRequest: _TypeAlias = ListRuntimesRequest  # noqa: Y015
+
+@_typing.final
+class ListRuntimesResponse(_message.Message):
+    """Response of `HostService.ListRuntimes`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNTIMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def runtimes(self) -> _containers.RepeatedCompositeFieldContainer[_runtime_pb2.Runtime]:
+        """The runtimes, connected ones first, then by id."""
+
+    def __init__(
+        self,
+        *,
+        runtimes: _abc.Iterable[_runtime_pb2.Runtime] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["runtimes", b"runtimes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRuntimesResponse: _TypeAlias = ListRuntimesResponse  # noqa: Y015
+
+@_typing.final
+class GetRuntimeRequest(_message.Message):
+    """Request of `HostService.GetRuntime`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNTIME_ID_FIELD_NUMBER: _builtins.int
+    runtime_id: _builtins.str
+    """Runtime id."""
+    def __init__(
+        self,
+        *,
+        runtime_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["runtime_id", b"runtime_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRuntimeRequest: _TypeAlias = GetRuntimeRequest  # noqa: Y015
+
+@_typing.final
+class GetRuntimeResponse(_message.Message):
+    """Response of `HostService.GetRuntime`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNTIME_FIELD_NUMBER: _builtins.int
+    EVENTS_FIELD_NUMBER: _builtins.int
+    RUNS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def runtime(self) -> _runtime_pb2.Runtime:
+        """The runtime."""
+
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_runtime_pb2.RuntimeEvent]:
+        """Its audit trail, newest first (at most 50 entries)."""
+
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Run]:
+        """Runs it ran, newest first (at most 20)."""
+
+    def __init__(
+        self,
+        *,
+        runtime: _runtime_pb2.Runtime | None = ...,
+        events: _abc.Iterable[_runtime_pb2.RuntimeEvent] | None = ...,
+        runs: _abc.Iterable[Global___Run] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["runtime", b"runtime"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "runs", b"runs", "runtime", b"runtime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetRuntimeResponse: _TypeAlias = GetRuntimeResponse  # noqa: Y015
+
+@_typing.final
+class DrainRuntimeRequest(_message.Message):
+    """Request of `HostService.DrainRuntime`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNTIME_ID_FIELD_NUMBER: _builtins.int
+    RESUME_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    runtime_id: _builtins.str
+    """Runtime id."""
+    resume: _builtins.bool
+    """Resume a drained runtime instead."""
+    reason: _builtins.str
+    """Why (kept in the audit trail)."""
+    def __init__(
+        self,
+        *,
+        runtime_id: _builtins.str = ...,
+        resume: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "resume", b"resume", "runtime_id", b"runtime_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainRuntimeRequest: _TypeAlias = DrainRuntimeRequest  # noqa: Y015
+
+@_typing.final
+class DrainRuntimeResponse(_message.Message):
+    """Response of `HostService.DrainRuntime`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNTIME_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def runtime(self) -> _runtime_pb2.Runtime:
+        """The runtime after the change."""
+
+    def __init__(
+        self,
+        *,
+        runtime: _runtime_pb2.Runtime | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["runtime", b"runtime"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["runtime", b"runtime"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainRuntimeResponse: _TypeAlias = DrainRuntimeResponse  # noqa: Y015

@@ -76,6 +76,21 @@ class HostServiceStub:
                 request_serializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactRequest.SerializeToString,
                 response_deserializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactResponse.FromString,
                 _registered_method=True)
+        self.ListRuntimes = channel.unary_unary(
+                '/agentrunner.v1.HostService/ListRuntimes',
+                request_serializer=agentrunner_dot_v1_dot_host__service__pb2.ListRuntimesRequest.SerializeToString,
+                response_deserializer=agentrunner_dot_v1_dot_host__service__pb2.ListRuntimesResponse.FromString,
+                _registered_method=True)
+        self.GetRuntime = channel.unary_unary(
+                '/agentrunner.v1.HostService/GetRuntime',
+                request_serializer=agentrunner_dot_v1_dot_host__service__pb2.GetRuntimeRequest.SerializeToString,
+                response_deserializer=agentrunner_dot_v1_dot_host__service__pb2.GetRuntimeResponse.FromString,
+                _registered_method=True)
+        self.DrainRuntime = channel.unary_unary(
+                '/agentrunner.v1.HostService/DrainRuntime',
+                request_serializer=agentrunner_dot_v1_dot_host__service__pb2.DrainRuntimeRequest.SerializeToString,
+                response_deserializer=agentrunner_dot_v1_dot_host__service__pb2.DrainRuntimeResponse.FromString,
+                _registered_method=True)
 
 
 class HostServiceServicer:
@@ -152,6 +167,28 @@ class HostServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRuntimes(self, request, context):
+        """Lists the runtimes the host knows (connected ones first), from its database.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRuntime(self, request, context):
+        """Returns one runtime with its audit trail and recent runs. An unknown id is `NOT_FOUND`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainRuntime(self, request, context):
+        """Drains a runtime (no new runs; open ones finish) or resumes it (`resume`). The drain is kept across
+        the runtime's reconnects until resumed. An unknown id is `NOT_FOUND`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HostServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +231,21 @@ def add_HostServiceServicer_to_server(servicer, server):
                     servicer.DownloadArtifact,
                     request_deserializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactRequest.FromString,
                     response_serializer=agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactResponse.SerializeToString,
+            ),
+            'ListRuntimes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuntimes,
+                    request_deserializer=agentrunner_dot_v1_dot_host__service__pb2.ListRuntimesRequest.FromString,
+                    response_serializer=agentrunner_dot_v1_dot_host__service__pb2.ListRuntimesResponse.SerializeToString,
+            ),
+            'GetRuntime': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRuntime,
+                    request_deserializer=agentrunner_dot_v1_dot_host__service__pb2.GetRuntimeRequest.FromString,
+                    response_serializer=agentrunner_dot_v1_dot_host__service__pb2.GetRuntimeResponse.SerializeToString,
+            ),
+            'DrainRuntime': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainRuntime,
+                    request_deserializer=agentrunner_dot_v1_dot_host__service__pb2.DrainRuntimeRequest.FromString,
+                    response_serializer=agentrunner_dot_v1_dot_host__service__pb2.DrainRuntimeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -414,6 +466,87 @@ class HostService:
             '/agentrunner.v1.HostService/DownloadArtifact',
             agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactRequest.SerializeToString,
             agentrunner_dot_v1_dot_host__service__pb2.HostServiceDownloadArtifactResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuntimes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrunner.v1.HostService/ListRuntimes',
+            agentrunner_dot_v1_dot_host__service__pb2.ListRuntimesRequest.SerializeToString,
+            agentrunner_dot_v1_dot_host__service__pb2.ListRuntimesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRuntime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrunner.v1.HostService/GetRuntime',
+            agentrunner_dot_v1_dot_host__service__pb2.GetRuntimeRequest.SerializeToString,
+            agentrunner_dot_v1_dot_host__service__pb2.GetRuntimeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainRuntime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agentrunner.v1.HostService/DrainRuntime',
+            agentrunner_dot_v1_dot_host__service__pb2.DrainRuntimeRequest.SerializeToString,
+            agentrunner_dot_v1_dot_host__service__pb2.DrainRuntimeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,6 +70,14 @@ class HostServiceStub:
     first message carries the artifact's reference, every message a chunk in order. An unknown or
     expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
     """
+    ListRuntimes: _grpc.UnaryUnaryMultiCallable[_host_service_pb2.ListRuntimesRequest, _host_service_pb2.ListRuntimesResponse]
+    """Lists the runtimes the host knows (connected ones first), from its database."""
+    GetRuntime: _grpc.UnaryUnaryMultiCallable[_host_service_pb2.GetRuntimeRequest, _host_service_pb2.GetRuntimeResponse]
+    """Returns one runtime with its audit trail and recent runs. An unknown id is `NOT_FOUND`."""
+    DrainRuntime: _grpc.UnaryUnaryMultiCallable[_host_service_pb2.DrainRuntimeRequest, _host_service_pb2.DrainRuntimeResponse]
+    """Drains a runtime (no new runs; open ones finish) or resumes it (`resume`). The drain is kept across
+    the runtime's reconnects until resumed. An unknown id is `NOT_FOUND`.
+    """
 
 @_typing.type_check_only
 class HostServiceAsyncStub(HostServiceStub):
@@ -112,6 +120,14 @@ class HostServiceAsyncStub(HostServiceStub):
     """Streams an artifact's body to a client (for example a file a runner attached to its answer): the
     first message carries the artifact's reference, every message a chunk in order. An unknown or
     expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
+    """
+    ListRuntimes: _aio.UnaryUnaryMultiCallable[_host_service_pb2.ListRuntimesRequest, _host_service_pb2.ListRuntimesResponse]  # type: ignore[assignment]
+    """Lists the runtimes the host knows (connected ones first), from its database."""
+    GetRuntime: _aio.UnaryUnaryMultiCallable[_host_service_pb2.GetRuntimeRequest, _host_service_pb2.GetRuntimeResponse]  # type: ignore[assignment]
+    """Returns one runtime with its audit trail and recent runs. An unknown id is `NOT_FOUND`."""
+    DrainRuntime: _aio.UnaryUnaryMultiCallable[_host_service_pb2.DrainRuntimeRequest, _host_service_pb2.DrainRuntimeResponse]  # type: ignore[assignment]
+    """Drains a runtime (no new runs; open ones finish) or resumes it (`resume`). The drain is kept across
+    the runtime's reconnects until resumed. An unknown id is `NOT_FOUND`.
     """
 
 class HostServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -200,6 +216,32 @@ class HostServiceServicer(metaclass=_abc_1.ABCMeta):
         """Streams an artifact's body to a client (for example a file a runner attached to its answer): the
         first message carries the artifact's reference, every message a chunk in order. An unknown or
         expired artifact is `NOT_FOUND`; an external reference is `FAILED_PRECONDITION` (fetch its `uri`).
+        """
+
+    @_abc_1.abstractmethod
+    def ListRuntimes(
+        self,
+        request: _host_service_pb2.ListRuntimesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_host_service_pb2.ListRuntimesResponse, _abc.Awaitable[_host_service_pb2.ListRuntimesResponse]]:
+        """Lists the runtimes the host knows (connected ones first), from its database."""
+
+    @_abc_1.abstractmethod
+    def GetRuntime(
+        self,
+        request: _host_service_pb2.GetRuntimeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_host_service_pb2.GetRuntimeResponse, _abc.Awaitable[_host_service_pb2.GetRuntimeResponse]]:
+        """Returns one runtime with its audit trail and recent runs. An unknown id is `NOT_FOUND`."""
+
+    @_abc_1.abstractmethod
+    def DrainRuntime(
+        self,
+        request: _host_service_pb2.DrainRuntimeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_host_service_pb2.DrainRuntimeResponse, _abc.Awaitable[_host_service_pb2.DrainRuntimeResponse]]:
+        """Drains a runtime (no new runs; open ones finish) or resumes it (`resume`). The drain is kept across
+        the runtime's reconnects until resumed. An unknown id is `NOT_FOUND`.
         """
 
 def add_HostServiceServicer_to_server(servicer: HostServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

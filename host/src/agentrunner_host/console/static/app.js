@@ -1,4 +1,5 @@
-// The AgentRunner console: hash routes (#/chat, #/runs, #/runs/<id>, #/runners) over the host's JSON
+// The AgentRunner console: hash routes (#/chat, #/runs, #/runs/<id>, #/runners, #/runtimes, #/runtimes/<id>)
+// over the host's JSON
 // and Server-Sent Events API (console/app.py). No build step; every text from a run is set as text,
 // never as HTML.
 
@@ -357,7 +358,7 @@ function renderRun(runId) {
     } }, "Cancel run") : null;
     header.replaceChildren(el("h2", {}, `Run ${r.run_id} `, badge(snap.done ? r.status : r.status), " ", cancel || ""),
       el("dl", { class: "record" },
-        ...[["agent", r.agent_id], ["runner", r.runner_id], ["binding", r.binding_id], ["conversation", r.conversation_id],
+        ...[["agent", r.agent_id], ["runner", r.runner_id], ["runtime", r.runtime_id], ["binding", r.binding_id], ["conversation", r.conversation_id],
           ["event", r.event_id], ["trace", r.trace_id], ["created", fmtTime(r.create_time)], ["finished", fmtTime(r.finish_time)],
           ["took", duration(r)], ["reason", r.status_reason || "-"], ["usage", usageText(r.usage)],
           ...Object.entries(modelUsage).map(([id, u]) => [`model ${id}`, `${usageText(u)}${u.calls ? `, ${u.calls} call(s)` : ""}`])]
@@ -402,6 +403,72 @@ function renderRunners() {
     el("h2", {}, "Runners"),
     el("table", {}, el("thead", {}, el("tr", {}, ["runner id", "endpoint", "protocol", "config fields"].map((h) => el("th", {}, h)))), runners),
     note);
+  load();
+  const timer = setInterval(load, 2000);
+  return () => clearInterval(timer);
+}
+
+// ------------------------------------------------------------------------------------------ runtimes
+const cliText = (caps) => (caps || []).map((c) => (c.present
+  ? `${c.name} ${c.version || "?"} (${c.login_status})` : `${c.name} absent`)).join(", ") || "-";
+const labelText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "-";
+
+function renderRuntimes() {
+  const rows = el("tbody", { "data-testid": "runtimes" });
+  const note = el("div", { class: "meta" });
+  const load = async () => {
+    try {
+      const data = await api("/api/runtimes");
+      rows.replaceChildren(...data.runtimes.map((r) => el("tr", { "data-runtime": r.runtime_id, class: "clickable",
+        onclick: () => (location.hash = `#/runtimes/${encodeURIComponent(r.runtime_id)}`) },
+        el("td", {}, el("a", { href: `#/runtimes/${encodeURIComponent(r.runtime_id)}` }, r.runtime_id)),
+        el("td", {}, badge(r.status)), el("td", { "data-testid": "slots" }, `${r.slots_in_use || 0}/${r.slots || 0}`),
+        el("td", {}, labelText(r.labels)), el("td", {}, (r.runner_ids || []).join(", ")),
+        el("td", { "data-testid": "clis" }, cliText(r.capabilities)), el("td", {}, fmtTime(r.heartbeat_time)))));
+      if (!data.runtimes.length) rows.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "dim" },
+        "no runtime has connected: python -m agentrunner connect HOST:PORT module:Runner")));
+      note.textContent = `refreshed ${new Date().toLocaleTimeString()}`;
+    } catch (err) {
+      note.textContent = String(err);
+    }
+  };
+  view.replaceChildren(el("h2", {}, "Runtimes"),
+    el("table", {}, el("thead", {}, el("tr", {}, ["runtime", "status", "slots in use", "labels", "runners", "CLIs", "last heartbeat"].map((h) => el("th", {}, h)))), rows),
+    note);
+  load();
+  const timer = setInterval(load, 2000);
+  return () => clearInterval(timer);
+}
+
+function renderRuntime(runtimeId) {
+  const header = el("div", {});
+  const runs = el("tbody", { "data-testid": "runtime-runs" });
+  const events = el("tbody", { "data-testid": "runtime-events" });
+  const load = async () => {
+    try {
+      const data = await api(`/api/runtimes/${encodeURIComponent(runtimeId)}`);
+      const r = data.runtime;
+      const m = r.machine || {};
+      header.replaceChildren(el("h2", {}, `Runtime ${r.runtime_id} `, badge(r.status)),
+        el("dl", { class: "record" }, ...[["client", r.client_id], ["machine", `${m.hostname || ""} ${m.os || ""} ${m.arch || ""}`],
+          ["sdk", `${(r.sdk || {}).language || ""} ${(r.sdk || {}).version || ""}`], ["labels", labelText(r.labels)],
+          ["slots in use", `${r.slots_in_use || 0} of ${r.slots || 0}`], ["runners", (r.runner_ids || []).join(", ")],
+          ["last heartbeat", fmtTime(r.heartbeat_time)], ["connected", fmtTime(r.connect_time)], ["reason", r.status_reason],
+          ...(r.capabilities || []).map((c) => [c.name, c.present ? `${c.version || "?"}, ${c.login_status}${c.login_detail ? ` (${c.login_detail})` : ""}` : "not on PATH"])]
+          .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v || "-")])));
+      runs.replaceChildren(...data.runs.map((run) => el("tr", { class: "clickable", onclick: () => (location.hash = `#/runs/${run.run_id}`) },
+        el("td", {}, el("a", { href: `#/runs/${run.run_id}` }, run.run_id)), el("td", {}, badge(run.status)),
+        el("td", {}, run.agent_id), el("td", {}, fmtTime(run.create_time)))));
+      events.replaceChildren(...data.events.map((e) => el("tr", {}, el("td", {}, fmtTime(e.time)), el("td", {}, e.kind),
+        el("td", {}, e.run_id || ""), el("td", {}, `${e.reason || ""}${e.duration ? ` (${e.duration})` : ""}`))));
+    } catch (err) {
+      header.replaceChildren(el("p", { class: "bad" }, String(err)));
+    }
+  };
+  view.replaceChildren(header, el("h2", {}, "Recent runs"),
+    el("table", {}, el("thead", {}, el("tr", {}, ["run", "status", "agent", "created"].map((h) => el("th", {}, h)))), runs),
+    el("h2", {}, "Audit"),
+    el("table", {}, el("thead", {}, el("tr", {}, ["time", "event", "run", "reason"].map((h) => el("th", {}, h)))), events));
   load();
   const timer = setInterval(load, 2000);
   return () => clearInterval(timer);
@@ -469,6 +536,8 @@ async function route() {
   if (path.startsWith("/runs/")) leave = renderRun(decodeURIComponent(path.slice(6)));
   else if (page === "runs") leave = renderRuns(info);
   else if (page === "runners") leave = renderRunners();
+  else if (path.startsWith("/runtimes/")) leave = renderRuntime(decodeURIComponent(path.slice(10)));
+  else if (page === "runtimes") leave = renderRuntimes();
   else leave = renderChat(info);
 }
 

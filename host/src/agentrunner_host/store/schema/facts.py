@@ -273,3 +273,90 @@ class SteeringRow(Base):
     received_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
     claimed_by_run: Mapped[str | None] = mapped_column(String(64))
     claimed_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class RuntimeRow(Base):
+    """A runtime that dials in (`RuntimeService`): what it announced and its current state, one row per
+    runtime id (written by `store/runtimes.py` only)."""
+
+    __tablename__ = "runtimes"
+
+    runtime_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    client_id: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    #: online | draining | offline
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    status_reason: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    #: an operator drained it (kept across reconnects until resumed)
+    drained: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    drain_reason: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    #: the current (or last) connection
+    connection_id: Mapped[str] = mapped_column(String(64), nullable=False, default="")
+    instance_id: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    host_instance_id: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    peer: Mapped[str] = mapped_column(String(256), nullable=False, default="")
+    machine: Mapped[dict[str, Any]] = mapped_column(Json, nullable=False, default=dict)
+    sdk: Mapped[dict[str, Any]] = mapped_column(Json, nullable=False, default=dict)
+    labels: Mapped[dict[str, Any]] = mapped_column(Json, nullable=False, default=dict)
+    slots: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    #: free slots of its last heartbeat
+    free_slots: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    runner_ids: Mapped[list[Any]] = mapped_column(Json, nullable=False, default=list)
+    capabilities: Mapped[list[Any]] = mapped_column(Json, nullable=False, default=list)
+    heartbeat_interval_ms: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    connected_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    disconnected_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+
+
+class RuntimeConnectionRow(Base):
+    """One connection of a runtime: from `welcome` to the end of its `Connect` stream."""
+
+    __tablename__ = "runtime_connections"
+    __table_args__ = (Index("ix_runtime_connections_runtime", "runtime_id", "connected_at"),)
+
+    connection_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    runtime_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    instance_id: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    client_id: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    host_instance_id: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    peer: Mapped[str] = mapped_column(String(256), nullable=False, default="")
+    connected_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    heartbeat_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    heartbeats: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    end_reason: Mapped[str] = mapped_column(Text, nullable=False, default="")
+
+
+class RuntimeClaimRow(Base):
+    """A run a runtime claimed: which runtime (and connection) ran it, from claim to end."""
+
+    __tablename__ = "runtime_claims"
+    __table_args__ = (Index("ix_runtime_claims_runtime", "runtime_id", "claimed_at"),)
+
+    run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    runtime_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    connection_id: Mapped[str] = mapped_column(String(64), nullable=False, default="")
+    runner_id: Mapped[str] = mapped_column(String(256), nullable=False, default="")
+    claimed_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    #: how the claim ended: the terminal result's type or code, or the stream's error
+    outcome: Mapped[str] = mapped_column(Text, nullable=False, default="")
+
+
+class RuntimeEventRow(Base):
+    """The runtimes' audit trail: connected, refused, disconnected, offline, superseded, drained,
+    resumed, run claimed, run ended."""
+
+    __tablename__ = "runtime_events"
+    __table_args__ = (Index("ix_runtime_events_runtime", "runtime_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    runtime_id: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    run_id: Mapped[str] = mapped_column(String(64), nullable=False, default="")
+    client_id: Mapped[str] = mapped_column(String(128), nullable=False, default="")
+    reason: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    duration_ms: Mapped[int | None] = mapped_column(BigInteger)
+    peer: Mapped[str] = mapped_column(String(256), nullable=False, default="")
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, nullable=False)

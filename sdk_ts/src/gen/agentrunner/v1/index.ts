@@ -8,3 +8,5 @@ export * from "./manifest_pb.js";
 export * from "./proxy_service_pb.js";
 export * from "./result_pb.js";
 export * from "./runner_service_pb.js";
+export * from "./runtime_pb.js";
+export * from "./runtime_service_pb.js";

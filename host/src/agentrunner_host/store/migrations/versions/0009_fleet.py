@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0009_fleet"
-down_revision: str | Sequence[str] | None = "0007_kb_vectors"
+down_revision: str | Sequence[str] | None = "0008_runtimes"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
