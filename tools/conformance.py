@@ -164,6 +164,7 @@ def host(tmp: pathlib.Path) -> Iterator[tuple[str, str]]:
 
 def main(argv: list[str]) -> int:
     only = set(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
     outcomes: list[tuple[str, str, bool]] = []
     runners = {"python-reference", "go-example", "ts-example"}
     for name, cmd, cwd in runner_targets() if not only or only & runners else []:

@@ -8,4 +8,5 @@ export { checkInteraction, INTERACTION_LIMITS } from "./interactions.js";
 export { DEFAULT_TIMEOUTS_MS, type HostClient, type HostTls, RUN_ID_HEADER, RUN_TOKEN_HEADER, traceparent } from "./host.js";
 export { DEADLINE_MARGIN_MS, Run, type Runner } from "./run.js";
 export { defineRunner, main, READY_PREFIX, type RunnerServer, serve, type ServeOptions, startServer } from "./server.js";
+export { VERSION } from "./version.js";
 export * as v1 from "./gen/agentrunner/v1/index.js";

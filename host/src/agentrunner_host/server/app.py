@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
@@ -24,7 +24,7 @@ from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
 from agentrunner_host.config.model import AgentConfig, HostConfig, HostEnv, LimitsConfig
-from agentrunner_host.console.server import ConsoleServer
+from agentrunner_host.console.auth import ConsoleAccessError
 from agentrunner_host.delivery.adapters import AdapterRegistry, GrpcDeliveryAdapter
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.handlers import delivery_handlers
@@ -47,6 +47,9 @@ from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
 from agentrunner_host.store.leases import InstanceLease
 from agentrunner_host.store.migrate import ensure_current, upgrade
 from agentrunner_host.wire.transport_errors import ListenError, explain_bind_failure
+
+if TYPE_CHECKING:
+    from agentrunner_host.console.server import ConsoleServer
 
 log = structlog.get_logger("agentrunner_host.server.app")
 
@@ -263,6 +266,13 @@ class HostApp:
         if port == 0:
             raise ListenError(explain_bind_failure("listen.address", address))
         if self.config.console.address:
+            try:  # (Starlette and uvicorn: the console extra)
+                from agentrunner_host.console.server import ConsoleServer
+            except ImportError as exc:
+                raise ConsoleAccessError(
+                    f"console.address is set but the console is not installed ({exc.name} is missing): "
+                    "pip install 'langbot-agentrunner-host[console]'"
+                ) from exc
             self.console = ConsoleServer(self.config)  # (a non-loopback address without a token: refused)
             self.console.bind()
             server.add_insecure_port(self.console.host_target)

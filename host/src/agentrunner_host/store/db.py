@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import psycopg
 import sqlalchemy.exc
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import URL, Connection, Dialect, make_url
@@ -37,11 +37,13 @@ from sqlalchemy.sql.elements import ClauseElement
 
 from agentrunner_host.store import sqlite_vec
 from agentrunner_host.store.errors import store_error
-from agentrunner_host.store.pg_reads import HotReads
 from agentrunner_host.store.sqlite import connection as sqlite_connection
 from agentrunner_host.store.sqlite.checkpoint import WAL_CHECKPOINT_SECONDS, Checkpointer
 from agentrunner_host.store.sqlite.writer import HeldWrite, SqliteWriter
 from agentrunner_host.store.sqlite.writer import with_then as with_then  # (for the stores)
+
+if TYPE_CHECKING:
+    from agentrunner_host.store.pg_reads import HotReads
 
 DEFAULT_URL = "sqlite+aiosqlite:///var/agentrunner-host.db"
 
@@ -62,6 +64,10 @@ def normalize_url(url: str | URL) -> URL:
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.drivername not in {"sqlite+aiosqlite", "postgresql+psycopg"}:
         raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}")
+    if parsed.drivername == "postgresql+psycopg" and importlib.util.find_spec("psycopg_pool") is None:
+        raise ValueError(
+            "PostgreSQL needs the postgres extra: pip install 'langbot-agentrunner-host[postgres]'"
+        )
     if parsed.drivername.startswith("sqlite"):
         if not parsed.database or parsed.database == ":memory:":
             raise ValueError("SQLite needs a file path (sqlite+aiosqlite:///path/to/host.db)")
@@ -164,9 +170,11 @@ class Database:
         self._read_engine = read_engine
         #: `driver_rows`' SQL per statement (and per value of its literal parameters)
         self._driver_sql: dict[tuple[ClauseElement, tuple[Any, ...]], str] = {}
-        self._hot_reads = (
-            None if self.dialect == "sqlite" else HotReads(self.url, read_engine.dialect, pool_size * 3)
-        )
+        self._hot_reads: HotReads | None = None
+        if self.dialect != "sqlite":
+            from agentrunner_host.store.pg_reads import HotReads  # psycopg: the postgres extra
+
+            self._hot_reads = HotReads(self.url, read_engine.dialect, pool_size * 3)
         self._read_sessions = async_sessionmaker(read_engine, expire_on_commit=False)
         self._writer: SqliteWriter | None = None
         self._checkpointer: Checkpointer | None = None
@@ -226,6 +234,8 @@ class Database:
             if len(self._driver_sql) >= _MAX_DRIVER_SQL:  # (bounded: a few shapes times a few limits)
                 self._driver_sql.clear()
             sql = self._driver_sql[key] = _driver_sql(stmt, self._read_engine.dialect, params, literal)
+        import psycopg  # (PostgreSQL only: installed with the postgres extra)
+
         try:
             return await self._hot_reads.rows(sql, params)
         except (DBAPIError, psycopg.Error) as exc:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 
 import grpc
-import psycopg
 import sqlalchemy.exc
 from sqlalchemy.exc import DBAPIError
 
@@ -37,7 +37,8 @@ def is_transient(exc: BaseException) -> bool:
     sqlstate = getattr(cause, "sqlstate", None)
     if isinstance(sqlstate, str) and sqlstate:
         return sqlstate in _TRANSIENT_SQLSTATES or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES
-    if isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
+    psycopg = sys.modules.get("psycopg")  # loaded once a PostgreSQL database is in use (the postgres extra)
+    if psycopg is not None and isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
         return True  # no SQLSTATE: the server could not be reached or the connection broke
     if isinstance(cause, sqlite3.OperationalError):
         return is_busy(cause)
