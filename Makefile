@@ -81,11 +81,11 @@ demo: sync ## The main job: host on SQLite + reference runner, a scripted conver
 demo-services: sync ## One turn through each external-service runner (Dify, n8n, ...) against local mocks
 	$(RUN) python -m agentrunner_host.demos.services
 
-demo-claude: sync ## The claude-code runner through the host (the real `claude` if installed, else the bundled fake)
-	$(RUN) python -m agentrunner_host.demos.harness claude
+demo-claude: sync ## The claude-code runner through the host (the real `claude` against a local API mock if installed, else the bundled fake)
+	PATH="$(CURDIR)/.tools/real/claude/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness claude
 
-demo-codex: sync ## The codex runner through the host (the real `codex` if installed, else the bundled fake)
-	$(RUN) python -m agentrunner_host.demos.harness codex
+demo-codex: sync ## The codex runner through the host (the real `codex` against a local model-API mock if installed, else the bundled fake)
+	PATH="$(CURDIR)/.tools/real/codex/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness codex
 
 bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
 	$(RUN) python bench/run_all.py

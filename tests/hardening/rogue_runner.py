@@ -15,11 +15,14 @@ run it starts: run id, token, proxy endpoint (the fuzzer and the probes call the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 
@@ -114,6 +117,196 @@ def report(entry: dict[str, object]) -> None:
             fh.write(json.dumps(entry) + "\n")
 
 
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One `Run` call: the request, its context and what its input text asked for."""
+
+    request: runner_service_pb2.RunRequest
+    context: grpc.aio.ServicerContext[Any, Any]
+    mode: str
+    arg: str
+
+    @property
+    def ctx(self) -> Any:
+        return self.request.context
+
+    @property
+    def run_id(self) -> str:
+        return self.request.context.run_id
+
+
+async def _token(c: Call) -> AsyncIterator[bytes]:
+    """Stay open: the caller acts as this runner with the token."""
+    run_id, arg = c.run_id, c.arg
+    yield delta(run_id, 1, "holding")
+    await asyncio.sleep(float(arg or 3600))
+    yield done(run_id, 2, "released")
+
+
+async def _nan_usage(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    r = res(run_id, 1)
+    r.run_completed.finish_reason = "stop"
+    r.run_completed.message.content = "with nan usage"
+    r.usage.extra.update({"cost": math.nan})
+    yield wrap(r)
+
+
+async def _big_usage(c: Call) -> AsyncIterator[bytes]:
+    """A terminal whose usage carries `arg` KiB (the run record is that big)."""
+    run_id, arg = c.run_id, c.arg
+    r = res(run_id, 1)
+    r.run_completed.finish_reason = "stop"
+    r.run_completed.message.content = "big usage"
+    r.usage.extra.update({"blob": "u" * (int(arg or "1") * 1024)})
+    yield wrap(r)
+
+
+async def _bad_artifacts(c: Call) -> AsyncIterator[bytes]:
+    """Artifacts the store cannot take (the soak's fuzzer found them)."""
+    run_id = c.run_id
+    seq = 0
+    for uri, content, sha in (("ftp://example.org/a", b"", ""), ("", b"", ""), ("", b"body", "00" * 32)):
+        seq += 1
+        r = res(run_id, seq)
+        r.artifact_created.artifact.name = "a"
+        r.artifact_created.artifact.artifact_id = "" if uri else f"art-{seq}"
+        r.artifact_created.artifact.uri = uri
+        r.artifact_created.artifact.sha256 = sha
+        r.artifact_created.content = content
+        yield wrap(r)
+    yield done(run_id, seq + 1, "after bad artifacts")
+
+
+async def _nan_struct(c: Call) -> AsyncIterator[bytes]:
+    """NaN inside a non-terminal result's Struct, then a clean end."""
+    run_id = c.run_id
+    r = res(run_id, 1)
+    r.run_log.text = "log"
+    r.run_log.fields.update({"x": math.inf})
+    yield wrap(r)
+    yield done(run_id, 2, "after nan")
+
+
+async def _nan_params(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    r = res(run_id, 1)
+    r.tool_call_started.tool_call_id = "t1"
+    r.tool_call_started.tool_name = "current_time"
+    r.tool_call_started.parameters.update({"x": math.nan})
+    yield wrap(r)
+    yield done(run_id, 2, "after nan params")
+
+
+async def _nul(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield delta(run_id, 1, "a\x00b")
+    yield done(run_id, 2, "nul\x00end")
+
+
+async def _flood(c: Call) -> AsyncIterator[bytes]:
+    run_id, arg = c.run_id, c.arg
+    n = int(arg or "10000")
+    for i in range(1, n + 1):
+        yield delta(run_id, i, "x")
+    yield done(run_id, n + 1, "flooded")
+
+
+async def _endless(c: Call) -> AsyncIterator[bytes]:
+    """Deltas until cancelled."""
+    run_id = c.run_id
+    i = 0
+    while True:
+        i += 1
+        yield delta(run_id, i, ".")
+        await asyncio.sleep(0.001)
+
+
+async def _garbage(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield delta(run_id, 1, "partial")
+    yield b"\xff\xff\xff\xffnot a protobuf"
+    await asyncio.sleep(5)
+
+
+async def _oversize(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield completed(run_id, 1, "x" * (2 * 1024 * 1024))
+    yield done(run_id, 2, "small")
+
+
+async def _wrong_ids(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield completed("run_someone_else", 1, "injected")
+    yield delta(run_id, 0, "no sequence")
+    yield delta(run_id, 7, "jump")
+    yield delta(run_id, 7, "repeat")
+    yield done(run_id, 8, "mine")
+
+
+async def _die(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield delta(run_id, 1, "dying")
+    await asyncio.sleep(0.1)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _silent(c: Call) -> AsyncIterator[bytes]:
+    await asyncio.sleep(3600)
+    for item in ():  # (an async generator that sends nothing)
+        yield item
+
+
+async def _state_denied(c: Call) -> AsyncIterator[bytes]:
+    """A payload the validator refuses, then a clean end."""
+    run_id = c.run_id
+    r = res(run_id, 1)
+    r.state_updated.scope = common_pb2.STATE_SCOPE_WORKSPACE
+    r.state_updated.key = "k"
+    r.state_updated.value.string_value = "v"
+    yield wrap(r)
+    yield done(run_id, 2, "after refused state")
+
+
+async def _state_conv(c: Call) -> AsyncIterator[bytes]:
+    """Conversation state (the reference runner's turn counter)."""
+    run_id = c.run_id
+    r = res(run_id, 2)
+    r.state_updated.scope = common_pb2.STATE_SCOPE_CONVERSATION
+    r.state_updated.key = "turns"
+    r.state_updated.value.number_value = 1
+    yield completed(run_id, 1, "before state")
+    yield wrap(r)
+    yield done(run_id, 3, "after state")
+
+
+async def _unrecognized(c: Call) -> AsyncIterator[bytes]:
+    run_id, ctx = c.run_id, c.ctx
+    yield completed(run_id, 1, f"rogue: {ctx.input.text[:40]}")
+    yield done(run_id, 2)
+
+
+#: the input text's first word -> what the runner does (anything else: `_unrecognized`)
+MODES: dict[str, Callable[[Call], AsyncIterator[bytes]]] = {
+    "token": _token,
+    "nan_usage": _nan_usage,
+    "big_usage": _big_usage,
+    "bad_artifacts": _bad_artifacts,
+    "nan_struct": _nan_struct,
+    "nan_params": _nan_params,
+    "nul": _nul,
+    "flood": _flood,
+    "endless": _endless,
+    "garbage": _garbage,
+    "oversize": _oversize,
+    "wrong_ids": _wrong_ids,
+    "die": _die,
+    "silent": _silent,
+    "state_denied": _state_denied,
+    "state_conv": _state_conv,
+}
+
+
 async def run(request_bytes: bytes, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
     request = runner_service_pb2.RunRequest.FromString(request_bytes)
     ctx = request.context
@@ -122,98 +315,8 @@ async def run(request_bytes: bytes, context: grpc.aio.ServicerContext):  # type:
     report(
         {"run_id": run_id, "token": request.run_token, "endpoint": request.host_api_endpoint, "mode": mode}
     )
-    if mode == "token":  # stay open: the caller acts as this runner with the token
-        yield delta(run_id, 1, "holding")
-        await asyncio.sleep(float(arg or 3600))
-        yield done(run_id, 2, "released")
-    elif mode == "nan_usage":
-        r = res(run_id, 1)
-        r.run_completed.finish_reason = "stop"
-        r.run_completed.message.content = "with nan usage"
-        r.usage.extra.update({"cost": math.nan})
-        yield wrap(r)
-    elif mode == "big_usage":  # a terminal whose usage carries `arg` KiB (the run record is that big)
-        r = res(run_id, 1)
-        r.run_completed.finish_reason = "stop"
-        r.run_completed.message.content = "big usage"
-        r.usage.extra.update({"blob": "u" * (int(arg or "1") * 1024)})
-        yield wrap(r)
-    elif mode == "bad_artifacts":  # artifacts the store cannot take (the soak's fuzzer found them)
-        seq = 0
-        for uri, content, sha in (("ftp://example.org/a", b"", ""), ("", b"", ""), ("", b"body", "00" * 32)):
-            seq += 1
-            r = res(run_id, seq)
-            r.artifact_created.artifact.name = "a"
-            r.artifact_created.artifact.artifact_id = "" if uri else f"art-{seq}"
-            r.artifact_created.artifact.uri = uri
-            r.artifact_created.artifact.sha256 = sha
-            r.artifact_created.content = content
-            yield wrap(r)
-        yield done(run_id, seq + 1, "after bad artifacts")
-    elif mode == "nan_struct":  # NaN inside a non-terminal result's Struct, then a clean end
-        r = res(run_id, 1)
-        r.run_log.text = "log"
-        r.run_log.fields.update({"x": math.inf})
-        yield wrap(r)
-        yield done(run_id, 2, "after nan")
-    elif mode == "nan_params":
-        r = res(run_id, 1)
-        r.tool_call_started.tool_call_id = "t1"
-        r.tool_call_started.tool_name = "current_time"
-        r.tool_call_started.parameters.update({"x": math.nan})
-        yield wrap(r)
-        yield done(run_id, 2, "after nan params")
-    elif mode == "nul":
-        yield delta(run_id, 1, "a\x00b")
-        yield done(run_id, 2, "nul\x00end")
-    elif mode == "flood":
-        n = int(arg or "10000")
-        for i in range(1, n + 1):
-            yield delta(run_id, i, "x")
-        yield done(run_id, n + 1, "flooded")
-    elif mode == "endless":  # deltas until cancelled
-        i = 0
-        while True:
-            i += 1
-            yield delta(run_id, i, ".")
-            await asyncio.sleep(0.001)
-    elif mode == "garbage":
-        yield delta(run_id, 1, "partial")
-        yield b"\xff\xff\xff\xffnot a protobuf"
-        await asyncio.sleep(5)
-    elif mode == "oversize":
-        yield completed(run_id, 1, "x" * (2 * 1024 * 1024))
-        yield done(run_id, 2, "small")
-    elif mode == "wrong_ids":
-        yield completed("run_someone_else", 1, "injected")
-        yield delta(run_id, 0, "no sequence")
-        yield delta(run_id, 7, "jump")
-        yield delta(run_id, 7, "repeat")
-        yield done(run_id, 8, "mine")
-    elif mode == "die":
-        yield delta(run_id, 1, "dying")
-        await asyncio.sleep(0.1)
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif mode == "silent":
-        await asyncio.sleep(3600)
-    elif mode == "state_denied":  # a payload the validator refuses, then a clean end
-        r = res(run_id, 1)
-        r.state_updated.scope = common_pb2.STATE_SCOPE_WORKSPACE
-        r.state_updated.key = "k"
-        r.state_updated.value.string_value = "v"
-        yield wrap(r)
-        yield done(run_id, 2, "after refused state")
-    elif mode == "state_conv":  # conversation state (the reference runner's turn counter)
-        r = res(run_id, 2)
-        r.state_updated.scope = common_pb2.STATE_SCOPE_CONVERSATION
-        r.state_updated.key = "turns"
-        r.state_updated.value.number_value = 1
-        yield completed(run_id, 1, "before state")
-        yield wrap(r)
-        yield done(run_id, 3, "after state")
-    else:
-        yield completed(run_id, 1, f"rogue: {ctx.input.text[:40]}")
-        yield done(run_id, 2)
+    async for item in MODES.get(mode, _unrecognized)(Call(request, context, mode, arg)):
+        yield item
 
 
 async def list_runners(request_bytes: bytes, context: grpc.aio.ServicerContext) -> bytes:

@@ -160,6 +160,32 @@ async def test_timeout_stops_the_whole_group(tmp_path: Path, ignore_term: bool) 
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("parent_exits", [False, True])
+async def test_stop_reaches_helpers_that_left_the_group(tmp_path: Path, parent_exits: bool) -> None:
+    """A CLI that starts helpers in sessions of their own (Codex does): they are stopped with the
+    harness, also when the CLI itself exited first and they were re-parented."""
+    marker = f"harness-setsid-{os.getpid()}-{time.monotonic_ns()}"
+    child = f"import time\nwhile True: time.sleep(1)  # {marker}"
+    script = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True)\n"
+        "print('started', flush=True)\n" + ("" if parent_exits else f"while True: time.sleep(1)  # {marker}")
+    )
+    async with HarnessProcess(_spec(tmp_path, script, grace=0.5)) as proc:
+        assert await proc.next_record() == b"started"
+        await asyncio.sleep(0.3)
+        assert proc.pid is not None
+        if parent_exits:  # (its pipes stay open: the helper inherited them)
+            live = [
+                p.pid for p in psutil.process_iter(["status"]) if p.info["status"] != psutil.STATUS_ZOMBIE
+            ]
+            assert proc.pid not in live
+        (helper,) = [p for p in _descendants_with(marker) if p.pid != proc.pid]
+        assert os.getpgid(helper.pid) != proc.pgid  # it left the harness's process group
+    assert _descendants_with(marker) == []
+
+
+@pytest.mark.asyncio
 async def test_cancel_event_and_task_cancellation_stop_the_group(tmp_path: Path) -> None:
     marker = f"harness-cancel-{os.getpid()}-{time.monotonic_ns()}"
     cancelled = asyncio.Event()

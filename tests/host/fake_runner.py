@@ -9,11 +9,14 @@ noteworthy thing (`cancelled <run_id>`) so tests can observe the runner side.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 from grpc_status import rpc_status
@@ -156,6 +159,247 @@ async def control_session(endpoint: str, run_id: str, token: str, out: asyncio.Q
             await out.put("error:" + json.dumps(describe_error(exc)))
 
 
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One `Run` call: the request, its context and what its input text asked for."""
+
+    request: runner_service_pb2.RunRequest
+    context: grpc.aio.ServicerContext[Any, Any]
+    mode: str
+    arg: str
+
+    @property
+    def ctx(self) -> Any:
+        return self.request.context
+
+    @property
+    def run_id(self) -> str:
+        return self.request.context.run_id
+
+    @property
+    def endpoint(self) -> str:
+        return self.request.host_api_endpoint
+
+
+async def _echo(c: Call) -> AsyncIterator[bytes]:
+    run_id, arg = c.run_id, c.arg
+    yield delta(run_id, 1, "echo: ")
+    yield delta(run_id, 2, arg)
+    yield completed(run_id, 3, f"echo: {arg}")
+    yield done(run_id, 4)
+
+
+async def _context(c: Call) -> AsyncIterator[bytes]:
+    run_id, endpoint, request, ctx = c.run_id, c.endpoint, c.request, c.ctx
+    info = {
+        "resources": [m.model_id for m in ctx.resources.models],
+        "tools": [t.tool_name for t in ctx.resources.tools],
+        "config": dict(ctx.config),
+        "inline": ctx.context.inline_policy.mode,
+        "history_page": ctx.context.available_apis.history_page,
+        "state": ctx.context.available_apis.state,
+        "deadline": ctx.runtime.deadline_at.seconds,
+        "trace_id": ctx.runtime.trace_id,
+        "protocol": ctx.runtime.protocol_version,
+        "extra": dict(ctx.adapter.extra),
+        "endpoint": endpoint,
+        "token_len": len(request.run_token),
+    }
+    yield completed(run_id, 1, json.dumps(info))
+    yield done(run_id, 2)
+
+
+async def _garbage(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield delta(run_id, 1, "partial")
+    yield b"\xff\xff\xff\xffnot a protobuf"
+    await asyncio.sleep(5)
+
+
+async def _oversize(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield completed(run_id, 1, "x" * (2 * 1024 * 1024))
+    yield completed(run_id, 2, "small")
+    yield done(run_id, 3)
+
+
+async def _unknown(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    unknown_field = varint(99 << 3 | 2) + varint(5) + b"hello"
+    yield wrap(res(run_id, 1), unknown_field)
+    yield completed(run_id, 2, "after unknown")
+    yield done(run_id, 3)
+
+
+async def _wrong_run_id(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield completed("run_someone_else", 1, "injected")
+    yield completed(run_id, 2, "mine")
+    yield done(run_id, 3)
+
+
+async def _dupseq(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield delta(run_id, 1, "a")
+    yield delta(run_id, 1, "a")
+    yield delta(run_id, 2, "b")
+    yield delta(run_id, 4, "c")  # a gap: logged, kept
+    yield done(run_id, 5)
+
+
+async def _no_terminal(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield delta(run_id, 1, "half")
+
+
+async def _empty(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield done(run_id, 1)
+
+
+async def _after_terminal(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield completed(run_id, 1, "final")
+    yield done(run_id, 2)
+    yield delta(run_id, 3, "late")
+
+
+async def _failed(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    r = res(run_id, 1)
+    r.run_failed.code = "runner.error"
+    r.run_failed.message = "controlled failure"
+    yield wrap(r)
+
+
+async def _die(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield delta(run_id, 1, "dying")
+    await asyncio.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _abort(c: Call) -> AsyncIterator[bytes]:
+    run_id, context = c.run_id, c.context
+    yield delta(run_id, 1, "x")
+    await context.abort(grpc.StatusCode.INTERNAL, "Traceback (most recent call last): secret")
+
+
+async def _hang(c: Call) -> AsyncIterator[bytes]:
+    await asyncio.sleep(3600)
+    for item in ():  # (an async generator that sends nothing)
+        yield item
+
+
+async def _state(c: Call) -> AsyncIterator[bytes]:
+    run_id, arg = c.run_id, c.arg
+    scope = {"conversation": 1, "actor": 2, "workspace": 6}[arg]
+    r = res(run_id, 1)
+    r.state_updated.scope = scope  # type: ignore[assignment]
+    r.state_updated.key = "k"
+    r.state_updated.value.string_value = "v"
+    yield wrap(r)
+    yield completed(run_id, 2, "stated")
+    yield done(run_id, 3)
+
+
+async def _action(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    r = res(run_id, 1)
+    r.action_requested.action = "message.edit"
+    r.action_requested.idempotency_key = f"{run_id}:edit"
+    yield wrap(r)
+    yield completed(run_id, 2, "asked")
+    yield done(run_id, 3)
+
+
+async def _proxy(c: Call) -> AsyncIterator[bytes]:
+    run_id, arg, endpoint, request = c.run_id, c.arg, c.endpoint, c.request
+    # arg: "platform <action>" | "steal" | "reuse" | "header <run_id>"
+    sub, _, rest = arg.partition(" ")
+    if sub == "platform":
+        outcome = await proxy_call(endpoint, request.run_token, run_id, rest)
+    elif sub == "steal":
+        other = next(r for r in TOKENS if r != run_id and r not in dict(FINISHED))
+        outcome = await proxy_call(endpoint, TOKENS[other], run_id, "message.edit")
+    elif sub == "reuse":
+        old_run, old_token = FINISHED[-1]
+        outcome = await proxy_call(endpoint, old_token, old_run, "message.edit")
+    else:
+        outcome = await proxy_call(endpoint, "", run_id, "message.edit")
+    yield completed(run_id, 1, json.dumps(outcome))
+    yield done(run_id, 2)
+
+
+async def _control(c: Call) -> AsyncIterator[bytes]:
+    run_id, endpoint, request = c.run_id, c.endpoint, c.request
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    task = asyncio.create_task(control_session(endpoint, run_id, request.run_token, queue))
+    seq = 0
+    try:
+        while True:
+            item = await queue.get()
+            seq += 1
+            yield delta(run_id, seq, item + "\n")
+            if item.startswith("cancel:"):
+                r = res(run_id, seq + 1)
+                r.run_failed.code = "cancelled"
+                r.run_failed.message = item
+                yield wrap(r)
+                return
+            if item.startswith(("closed", "error")):
+                yield done(run_id, seq + 1)
+                return
+    finally:
+        task.cancel()
+
+
+async def _stall(c: Call) -> AsyncIterator[bytes]:
+    run_id = c.run_id
+    yield delta(run_id, 1, "working")
+    await asyncio.sleep(3600)
+
+
+async def _slow(c: Call) -> AsyncIterator[bytes]:
+    run_id, arg = c.run_id, c.arg
+    n = int(arg or "5")
+    for i in range(1, n + 1):
+        yield delta(run_id, i, f"{i} ")
+        await asyncio.sleep(0.02)
+    yield done(run_id, n + 1)
+
+
+async def _unrecognized(c: Call) -> AsyncIterator[bytes]:
+    run_id, mode = c.run_id, c.mode
+    yield completed(run_id, 1, f"unknown mode {mode}")
+    yield done(run_id, 2)
+
+
+#: the input text's first word -> what the runner does (anything else: `_unrecognized`)
+MODES: dict[str, Callable[[Call], AsyncIterator[bytes]]] = {
+    "echo": _echo,
+    "context": _context,
+    "garbage": _garbage,
+    "oversize": _oversize,
+    "unknown": _unknown,
+    "wrong_run_id": _wrong_run_id,
+    "dupseq": _dupseq,
+    "no_terminal": _no_terminal,
+    "empty": _empty,
+    "after_terminal": _after_terminal,
+    "failed": _failed,
+    "die": _die,
+    "abort": _abort,
+    "hang": _hang,
+    "state": _state,
+    "action": _action,
+    "proxy": _proxy,
+    "control": _control,
+    "stall": _stall,
+    "slow": _slow,
+}
+
+
 async def run(request_bytes: bytes, context: grpc.aio.ServicerContext):
     request = runner_service_pb2.RunRequest.FromString(request_bytes)
     ctx = request.context
@@ -163,141 +407,13 @@ async def run(request_bytes: bytes, context: grpc.aio.ServicerContext):
     text = ctx.input.text
     mode, _, arg = text.partition(" ")
     TOKENS[run_id] = request.run_token
-    endpoint = request.host_api_endpoint
     log_event(
         f"started {run_id} {mode} traceparent={dict(context.invocation_metadata()).get('traceparent', '')}"
     )
+    call = Call(request, context, mode, arg)
     try:
-        if mode == "echo":
-            yield delta(run_id, 1, "echo: ")
-            yield delta(run_id, 2, arg)
-            yield completed(run_id, 3, f"echo: {arg}")
-            yield done(run_id, 4)
-        elif mode == "context":
-            info = {
-                "resources": [m.model_id for m in ctx.resources.models],
-                "tools": [t.tool_name for t in ctx.resources.tools],
-                "config": dict(ctx.config),
-                "inline": ctx.context.inline_policy.mode,
-                "history_page": ctx.context.available_apis.history_page,
-                "state": ctx.context.available_apis.state,
-                "deadline": ctx.runtime.deadline_at.seconds,
-                "trace_id": ctx.runtime.trace_id,
-                "protocol": ctx.runtime.protocol_version,
-                "extra": dict(ctx.adapter.extra),
-                "endpoint": endpoint,
-                "token_len": len(request.run_token),
-            }
-            yield completed(run_id, 1, json.dumps(info))
-            yield done(run_id, 2)
-        elif mode == "garbage":
-            yield delta(run_id, 1, "partial")
-            yield b"\xff\xff\xff\xffnot a protobuf"
-            await asyncio.sleep(5)
-        elif mode == "oversize":
-            yield completed(run_id, 1, "x" * (2 * 1024 * 1024))
-            yield completed(run_id, 2, "small")
-            yield done(run_id, 3)
-        elif mode == "unknown":
-            unknown_field = varint(99 << 3 | 2) + varint(5) + b"hello"
-            yield wrap(res(run_id, 1), unknown_field)
-            yield completed(run_id, 2, "after unknown")
-            yield done(run_id, 3)
-        elif mode == "wrong_run_id":
-            yield completed("run_someone_else", 1, "injected")
-            yield completed(run_id, 2, "mine")
-            yield done(run_id, 3)
-        elif mode == "dupseq":
-            yield delta(run_id, 1, "a")
-            yield delta(run_id, 1, "a")
-            yield delta(run_id, 2, "b")
-            yield delta(run_id, 4, "c")  # a gap: logged, kept
-            yield done(run_id, 5)
-        elif mode == "no_terminal":
-            yield delta(run_id, 1, "half")
-        elif mode == "empty":
-            yield done(run_id, 1)
-        elif mode == "after_terminal":
-            yield completed(run_id, 1, "final")
-            yield done(run_id, 2)
-            yield delta(run_id, 3, "late")
-        elif mode == "failed":
-            r = res(run_id, 1)
-            r.run_failed.code = "runner.error"
-            r.run_failed.message = "controlled failure"
-            yield wrap(r)
-        elif mode == "die":
-            yield delta(run_id, 1, "dying")
-            await asyncio.sleep(0.2)
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif mode == "abort":
-            yield delta(run_id, 1, "x")
-            await context.abort(grpc.StatusCode.INTERNAL, "Traceback (most recent call last): secret")
-        elif mode == "hang":
-            await asyncio.sleep(3600)
-        elif mode == "state":
-            scope = {"conversation": 1, "actor": 2, "workspace": 6}[arg]
-            r = res(run_id, 1)
-            r.state_updated.scope = scope  # type: ignore[assignment]
-            r.state_updated.key = "k"
-            r.state_updated.value.string_value = "v"
-            yield wrap(r)
-            yield completed(run_id, 2, "stated")
-            yield done(run_id, 3)
-        elif mode == "action":
-            r = res(run_id, 1)
-            r.action_requested.action = "message.edit"
-            r.action_requested.idempotency_key = f"{run_id}:edit"
-            yield wrap(r)
-            yield completed(run_id, 2, "asked")
-            yield done(run_id, 3)
-        elif mode == "proxy":
-            # arg: "platform <action>" | "steal" | "reuse" | "header <run_id>"
-            sub, _, rest = arg.partition(" ")
-            if sub == "platform":
-                outcome = await proxy_call(endpoint, request.run_token, run_id, rest)
-            elif sub == "steal":
-                other = next(r for r in TOKENS if r != run_id and r not in dict(FINISHED))
-                outcome = await proxy_call(endpoint, TOKENS[other], run_id, "message.edit")
-            elif sub == "reuse":
-                old_run, old_token = FINISHED[-1]
-                outcome = await proxy_call(endpoint, old_token, old_run, "message.edit")
-            else:
-                outcome = await proxy_call(endpoint, "", run_id, "message.edit")
-            yield completed(run_id, 1, json.dumps(outcome))
-            yield done(run_id, 2)
-        elif mode == "control":
-            queue: asyncio.Queue[str] = asyncio.Queue()
-            task = asyncio.create_task(control_session(endpoint, run_id, request.run_token, queue))
-            seq = 0
-            try:
-                while True:
-                    item = await queue.get()
-                    seq += 1
-                    yield delta(run_id, seq, item + "\n")
-                    if item.startswith("cancel:"):
-                        r = res(run_id, seq + 1)
-                        r.run_failed.code = "cancelled"
-                        r.run_failed.message = item
-                        yield wrap(r)
-                        return
-                    if item.startswith(("closed", "error")):
-                        yield done(run_id, seq + 1)
-                        return
-            finally:
-                task.cancel()
-        elif mode == "stall":
-            yield delta(run_id, 1, "working")
-            await asyncio.sleep(3600)
-        elif mode == "slow":
-            n = int(arg or "5")
-            for i in range(1, n + 1):
-                yield delta(run_id, i, f"{i} ")
-                await asyncio.sleep(0.02)
-            yield done(run_id, n + 1)
-        else:
-            yield completed(run_id, 1, f"unknown mode {mode}")
-            yield done(run_id, 2)
+        async for item in MODES.get(mode, _unrecognized)(call):
+            yield item
     except asyncio.CancelledError:
         log_event(f"cancelled {run_id}")
         raise

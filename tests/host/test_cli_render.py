@@ -66,3 +66,24 @@ async def test_render_stream_prints_the_answer_once_with_dimmed_reasoning() -> N
     last = printed.rsplit("\x1b[?25l", 1)[-1]  # the Live display's final frame
     assert last.count("The answer is 42.") == 1
     assert "\x1b[2mweighing options" in last  # SGR 2 = dim
+
+
+@pytest.mark.asyncio
+async def test_a_cumulative_text_rewrite_replaces_what_the_deltas_showed() -> None:
+    # a runner that counted its first chunk twice corrects itself with `cumulative_text` (the host's
+    # timeline and the console apply it; the terminal must show the corrected text, not the increments)
+    items = [
+        results.delta("streamed", message_id="a1"),
+        results.delta("streamed reply", message_id="a1"),
+        results.delta("", cumulative_text="streamed reply", message_id="a1"),
+        results.delta(" done", message_id="a1"),
+        results.completed("streamed reply done"),
+    ]
+
+    async def stream():
+        for r in items:
+            yield host_service_pb2.HostServiceRunResponse(result=r)
+
+    buffer = io.StringIO()
+    await render_stream(stream(), Console(file=buffer, force_terminal=False, width=100))
+    assert buffer.getvalue().strip().splitlines()[-1] == "streamed reply done"

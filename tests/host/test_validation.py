@@ -15,6 +15,11 @@ def _validator() -> ResultValidator:
     )
 
 
+def _accepted(v: ResultValidator, result: result_pb2.RunResult) -> result_pb2.RunResult | None:
+    """The result as the client gets it (`accept` renumbers and repairs it in place), None: dropped."""
+    return result if v.accept(result) is not None else None
+
+
 def _delta(
     seq: int, text: str = "", cumulative: str | None = None, message: str = "m1"
 ) -> result_pb2.RunResult:
@@ -30,7 +35,7 @@ def test_cumulative_only_deltas_reach_the_client_as_increments() -> None:
     v = _validator()
     texts = []
     for seq, cumulative in enumerate(["Ahoy", "Ahoy there", "Ahoy there, sailor!"], start=1):
-        accepted = v.accept(_delta(seq, cumulative=cumulative))
+        accepted = _accepted(v, _delta(seq, cumulative=cumulative))
         assert accepted is not None
         texts.append(accepted.message_delta.text)
     assert texts == ["Ahoy", " there", ", sailor!"]
@@ -41,25 +46,25 @@ def test_increments_then_cumulative_continue_from_the_text_so_far_per_message() 
     seq = 0
     for i in range(500):  # a long stream of plain increments
         seq += 1
-        assert v.accept(_delta(seq, text=f"w{i} ")) is not None
+        assert _accepted(v, _delta(seq, text=f"w{i} ")) is not None
     so_far = "".join(f"w{i} " for i in range(500))
     seq += 1
-    other = v.accept(_delta(seq, text="other message", message="m2"))  # its own text, not m1's
+    other = _accepted(v, _delta(seq, text="other message", message="m2"))  # its own text, not m1's
     assert other is not None and other.message_delta.text == "other message"
     seq += 1
-    accepted = v.accept(_delta(seq, cumulative=so_far + "end"))
+    accepted = _accepted(v, _delta(seq, cumulative=so_far + "end"))
     assert accepted is not None and accepted.message_delta.text == "end"
     seq += 1
-    accepted = v.accept(_delta(seq, text="!", cumulative=so_far + "end!"))  # both, consistent
+    accepted = _accepted(v, _delta(seq, text="!", cumulative=so_far + "end!"))  # both, consistent
     assert accepted is not None and accepted.message_delta.text == "!"
 
 
 def test_a_cumulative_text_that_disagrees_is_passed_on_and_becomes_the_new_base() -> None:
     v = _validator()
-    assert v.accept(_delta(1, text="Hello")) is not None
-    mismatch = v.accept(_delta(2, text=" world", cumulative="Goodbye world"))
+    assert _accepted(v, _delta(1, text="Hello")) is not None
+    mismatch = _accepted(v, _delta(2, text=" world", cumulative="Goodbye world"))
     assert mismatch is not None and mismatch.message_delta.text == " world"
-    follow = v.accept(_delta(3, cumulative="Goodbye world!"))
+    follow = _accepted(v, _delta(3, cumulative="Goodbye world!"))
     assert follow is not None and follow.message_delta.text == "!"
 
 
@@ -70,7 +75,7 @@ def test_sequences_skipped_may_come_late_once_and_repeats_are_dropped() -> None:
     order = [1, 2, 5, 3, 3, 9, 7, 4, 6, 8, 8, 2, 10, 1_000_000, 999_999]
     kept = []
     for seq in order:
-        result = v.accept(_delta(seq, text=f"t{seq} "))
+        result = _accepted(v, _delta(seq, text=f"t{seq} "))
         if result is not None:
             kept.append((seq, result.sequence))
     assert [seq for seq, _ in kept] == [1, 2, 5, 3, 9, 7, 4, 6, 8, 10, 1_000_000, 999_999]

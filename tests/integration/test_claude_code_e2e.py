@@ -55,6 +55,61 @@ def start_claude_runner(env: dict[str, str]) -> Proc:
     )
 
 
+def _host_config(tmp: Path, runner_address: str, claude: Path, ssh: Path, root: Path) -> dict[str, Any]:
+    """The stack's host: the Claude Code runner on the fake CLI, three agents (local, a stdio MCP
+    bridge, on a remote machine over the fake ssh), bound per conversation."""
+    db_file = tmp / "host.db"
+    base = {"command": str(claude), "workspace": str(root)}
+
+    def agent(agent_id: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "id": agent_id,
+            "runner_id": CLAUDE_ID,
+            "runner_config": {**base, **extra},
+            "resource_policy": {"tools": ["current_time"], "steering": True},
+            "timeout_seconds": 120,
+        }
+
+    def only(conversation_prefix: str, agent_id: str) -> dict[str, Any]:
+        return {
+            "id": agent_id,
+            "scope": {"type": "conversation", "id": conversation_prefix},
+            "event": "message.*",
+            "target": {"agent": agent_id},
+        }
+
+    return {
+        "instance_id": "claude-host",
+        "listen": {"address": "127.0.0.1:0"},
+        "database": {"url": f"sqlite+aiosqlite:///{db_file}", "artifact_dir": str(tmp / "artifacts")},
+        "limits": {"cancel_grace_seconds": 5},
+        "runners": [{"id": "claude", "address": runner_address}],
+        "tools": {"native": {"fetch_url_allow": ["http://127.0.0.1:9/"]}},
+        "agents": [
+            agent("claude"),
+            agent("claude-stdio", **{"mcp-bridge-transport": "stdio"}),
+            agent(
+                "claude-ssh",
+                location="remote-ssh",
+                **{
+                    "ssh-target": "dev@remote.example",
+                    "ssh-port": 2222,
+                    "ssh-command": str(ssh),
+                    "workspace": "~/.langbot/workspaces",
+                    "mcp-servers-json": json.dumps(
+                        [{"name": "docs", "type": "http", "url": "http://127.0.0.1:9/mcp"}]
+                    ),
+                },
+            ),
+        ],
+        "bindings": [
+            only("stdio-conv", "claude-stdio"),
+            only("ssh-conv", "claude-ssh"),
+            {"id": "claude", "event": "message.*", "target": {"agent": "claude"}},
+        ],
+    }
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("claude-e2e")
@@ -82,58 +137,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         runner = start_claude_runner(env)
         procs.append(runner)
         db_file = tmp / "host.db"
-        base = {"command": str(claude), "workspace": str(root)}
-
-        def agent(agent_id: str, **extra: Any) -> dict[str, Any]:
-            return {
-                "id": agent_id,
-                "runner_id": CLAUDE_ID,
-                "runner_config": {**base, **extra},
-                "resource_policy": {"tools": ["current_time"], "steering": True},
-                "timeout_seconds": 120,
-            }
-
-        def only(conversation_prefix: str, agent_id: str) -> dict[str, Any]:
-            return {
-                "id": agent_id,
-                "scope": {"type": "conversation", "id": conversation_prefix},
-                "event": "message.*",
-                "target": {"agent": agent_id},
-            }
-
-        config = write_config(
-            tmp / "host.yaml",
-            {
-                "instance_id": "claude-host",
-                "listen": {"address": "127.0.0.1:0"},
-                "database": {"url": f"sqlite+aiosqlite:///{db_file}", "artifact_dir": str(tmp / "artifacts")},
-                "limits": {"cancel_grace_seconds": 5},
-                "runners": [{"id": "claude", "address": runner.value}],
-                "tools": {"native": {"fetch_url_allow": ["http://127.0.0.1:9/"]}},
-                "agents": [
-                    agent("claude"),
-                    agent("claude-stdio", **{"mcp-bridge-transport": "stdio"}),
-                    agent(
-                        "claude-ssh",
-                        location="remote-ssh",
-                        **{
-                            "ssh-target": "dev@remote.example",
-                            "ssh-port": 2222,
-                            "ssh-command": str(ssh),
-                            "workspace": "~/.langbot/workspaces",
-                            "mcp-servers-json": json.dumps(
-                                [{"name": "docs", "type": "http", "url": "http://127.0.0.1:9/mcp"}]
-                            ),
-                        },
-                    ),
-                ],
-                "bindings": [
-                    only("stdio-conv", "claude-stdio"),
-                    only("ssh-conv", "claude-ssh"),
-                    {"id": "claude", "event": "message.*", "target": {"agent": "claude"}},
-                ],
-            },
-        )
+        config = write_config(tmp / "host.yaml", _host_config(tmp, runner.value, claude, ssh, root))
         upgraded = cli("db", "upgrade", "--config", str(config))
         assert upgraded.returncode == 0, upgraded.stderr
         host = start_host(config)

@@ -41,6 +41,66 @@ class Stack:
         return [json.loads(line) for line in self.log.read_text().splitlines()] if self.log.exists() else []
 
 
+def _host_config(tmp: Path, runner_address: str, codex: Path, root: Path, home: Path) -> dict[str, Any]:
+    """The stack's host: the codex runner on the fake CLI, four agents (steering, a stdio MCP bridge, no
+    steering, approvals asked), bound per conversation."""
+    db_file = tmp / "host.db"
+    base = {"command": str(codex), "workspace": str(root), "codex-home": str(home)}
+
+    def agent(
+        agent_id: str, steering: bool = True, events: tuple[str, ...] = (), **extra: Any
+    ) -> dict[str, Any]:
+        return {
+            "id": agent_id,
+            "event_types": ["message.received", *events],
+            "runner_id": CODEX_ID,
+            "runner_config": {**base, **extra},
+            "resource_policy": {"tools": ["current_time"], "steering": steering},
+            "timeout_seconds": 120,
+        }
+
+    return {
+        "instance_id": "codex-host",
+        "listen": {"address": "127.0.0.1:0"},
+        "database": {"url": f"sqlite+aiosqlite:///{db_file}", "artifact_dir": str(tmp / "artifacts")},
+        "limits": {"cancel_grace_seconds": 5},
+        "runners": [{"id": "codex", "address": runner_address}],
+        "tools": {"native": {"fetch_url_allow": ["http://127.0.0.1:9/"]}},
+        "agents": [
+            agent("codex"),
+            agent("codex-stdio", **{"mcp-bridge-transport": "stdio"}),
+            agent("codex-no-steering", steering=False),
+            agent(
+                "codex-ask",
+                events=("interaction.submitted",),
+                approvals="ask",
+                **{"approval-timeout": 60},
+            ),
+        ],
+        "bindings": [
+            {
+                "id": "busy",
+                "scope": {"type": "conversation", "id": "busy-conv"},
+                "event": "message.*",
+                "target": {"agent": "codex-no-steering"},
+            },
+            {
+                "id": "stdio",
+                "scope": {"type": "conversation", "id": "stdio-conv"},
+                "event": "message.*",
+                "target": {"agent": "codex-stdio"},
+            },
+            {
+                "id": "ask",
+                "scope": {"type": "conversation", "id": "ask-conv"},
+                "event": "*",
+                "target": {"agent": "codex-ask"},
+            },
+            {"id": "codex", "event": "message.*", "target": {"agent": "codex"}},
+        ],
+    }
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("codex-e2e")
@@ -63,63 +123,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         )
         procs.append(runner)
         db_file = tmp / "host.db"
-        base = {"command": str(codex), "workspace": str(root), "codex-home": str(home)}
-
-        def agent(
-            agent_id: str, steering: bool = True, events: tuple[str, ...] = (), **extra: Any
-        ) -> dict[str, Any]:
-            return {
-                "id": agent_id,
-                "event_types": ["message.received", *events],
-                "runner_id": CODEX_ID,
-                "runner_config": {**base, **extra},
-                "resource_policy": {"tools": ["current_time"], "steering": steering},
-                "timeout_seconds": 120,
-            }
-
-        config = write_config(
-            tmp / "host.yaml",
-            {
-                "instance_id": "codex-host",
-                "listen": {"address": "127.0.0.1:0"},
-                "database": {"url": f"sqlite+aiosqlite:///{db_file}", "artifact_dir": str(tmp / "artifacts")},
-                "limits": {"cancel_grace_seconds": 5},
-                "runners": [{"id": "codex", "address": runner.value}],
-                "tools": {"native": {"fetch_url_allow": ["http://127.0.0.1:9/"]}},
-                "agents": [
-                    agent("codex"),
-                    agent("codex-http", **{"mcp-bridge-transport": "http"}),
-                    agent("codex-no-steering", steering=False),
-                    agent(
-                        "codex-ask",
-                        events=("interaction.submitted",),
-                        approvals="ask",
-                        **{"approval-timeout": 60},
-                    ),
-                ],
-                "bindings": [
-                    {
-                        "id": "busy",
-                        "scope": {"type": "conversation", "id": "busy-conv"},
-                        "event": "message.*",
-                        "target": {"agent": "codex-no-steering"},
-                    },
-                    {
-                        "id": "http",
-                        "scope": {"type": "conversation", "id": "http-conv"},
-                        "event": "message.*",
-                        "target": {"agent": "codex-http"},
-                    },
-                    {
-                        "id": "ask",
-                        "scope": {"type": "conversation", "id": "ask-conv"},
-                        "event": "*",
-                        "target": {"agent": "codex-ask"},
-                    },
-                    {"id": "codex", "event": "message.*", "target": {"agent": "codex"}},
-                ],
-            },
-        )
+        config = write_config(tmp / "host.yaml", _host_config(tmp, runner.value, codex, root, home))
         upgraded = cli("db", "upgrade", "--config", str(config))
         assert upgraded.returncode == 0, upgraded.stderr
         host = start_host(config)

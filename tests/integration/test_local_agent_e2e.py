@@ -104,6 +104,101 @@ class Outcome:
         return failed[0]
 
 
+def _agents() -> list[dict[str, Any]]:
+    """The local agent with fallback models and tools (`la`), with retrieval (`la-rag`), without
+    streaming (`la-quiet`), and on a model without vision (`la-blind`)."""
+
+    def agent(agent_id: str, runner_config: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        return {"id": agent_id, "runner_id": LOCAL_AGENT_ID, "runner_config": runner_config, **extra}
+
+    text_only = {"tools": ["add", "current_time"], "knowledge_bases": []}
+    return [
+        agent(
+            "la",
+            {
+                "model": {"primary": "chat", "fallbacks": ["backup"]},
+                "prompt": [{"role": "system", "content": PIRATE}],
+                "tool-execution-mode": "serial",
+            },
+            resource_policy=text_only,
+        ),
+        agent(
+            "la-rag",
+            {
+                "model": "chat",
+                "prompt": [{"role": "system", "content": "config prompt, unused"}],
+                "knowledge-bases": ["docs"],
+                "retrieval-top-k": 2,
+            },
+            prompt=HELP_PROMPT,
+            resource_policy={"tools": [], "knowledge_bases": ["docs"]},
+        ),
+        agent(
+            "la-quiet",
+            {"model": "chat"},
+            resource_policy=text_only,
+            delivery_policy={"streaming": False},
+        ),
+        agent("la-blind", {"model": "backup"}, resource_policy=text_only),
+    ]
+
+
+def _host_config(tmp: Path, runner_address: str, base: str) -> dict[str, Any]:
+    """The stack's host: the local agent's runner, the mock's models, an MCP tool server, a knowledge
+    base, and four agents (bound per conversation)."""
+    db_file = tmp / "host.db"
+
+    def only(conversation: str, agent_id: str) -> dict[str, Any]:
+        return {
+            "id": agent_id,
+            "scope": {"type": "conversation", "id": conversation},
+            "event": "message.*",
+            "target": {"agent": agent_id},
+        }
+
+    return {
+        "instance_id": "local-agent-host",
+        "listen": {"address": "127.0.0.1:0"},
+        "database": {"url": f"sqlite+aiosqlite:///{db_file}", "artifact_dir": str(tmp / "artifacts")},
+        "runners": [{"id": "local-agent", "address": runner_address}],
+        "models": [
+            {
+                "id": "chat",
+                "base_url": f"{base}/v1",
+                "model": "mock-chat",
+                "vision": True,
+                "retry": FAST_RETRY,
+            },
+            {"id": "backup", "base_url": f"{base}/v1", "model": "mock-backup", "retry": FAST_RETRY},
+            {
+                "id": "embed",
+                "kind": "openai-embedding",
+                "base_url": f"{base}/v1",
+                "model": "mock-embed",
+            },
+        ],
+        "tools": {
+            "mcp_servers": [
+                {
+                    "name": "stdio",
+                    "transport": "stdio",
+                    "command": sys.executable,
+                    "args": ["-m", "tests.mocks.mcp_stdio_server"],
+                    "cwd": str(ROOT),
+                }
+            ]
+        },
+        "knowledge_bases": [{"id": "docs", "name": "Help center", "embedding_model": "embed"}],
+        "agents": _agents(),
+        "bindings": [
+            {"id": "la", "event": "message.*", "target": {"agent": "la"}},
+            only("rag-conv", "la-rag"),
+            only("quiet-conv", "la-quiet"),
+            only("blind-conv", "la-blind"),
+        ],
+    }
+
+
 @pytest.fixture(scope="module")
 def la(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAgentStack]:
     tmp = tmp_path_factory.mktemp("local-agent")
@@ -117,91 +212,7 @@ def la(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalAgentStack]:
         procs.append(runner)
         base = f"http://127.0.0.1:{openai.value}"
         db_file = tmp / "host.db"
-
-        def agent(agent_id: str, runner_config: dict[str, Any], **extra: Any) -> dict[str, Any]:
-            return {"id": agent_id, "runner_id": LOCAL_AGENT_ID, "runner_config": runner_config, **extra}
-
-        def only(conversation: str, agent_id: str) -> dict[str, Any]:
-            return {
-                "id": agent_id,
-                "scope": {"type": "conversation", "id": conversation},
-                "event": "message.*",
-                "target": {"agent": agent_id},
-            }
-
-        text_only = {"tools": ["add", "current_time"], "knowledge_bases": []}
-        config = write_config(
-            tmp / "host.yaml",
-            {
-                "instance_id": "local-agent-host",
-                "listen": {"address": "127.0.0.1:0"},
-                "database": {"url": f"sqlite+aiosqlite:///{db_file}", "artifact_dir": str(tmp / "artifacts")},
-                "runners": [{"id": "local-agent", "address": runner.value}],
-                "models": [
-                    {
-                        "id": "chat",
-                        "base_url": f"{base}/v1",
-                        "model": "mock-chat",
-                        "vision": True,
-                        "retry": FAST_RETRY,
-                    },
-                    {"id": "backup", "base_url": f"{base}/v1", "model": "mock-backup", "retry": FAST_RETRY},
-                    {
-                        "id": "embed",
-                        "kind": "openai-embedding",
-                        "base_url": f"{base}/v1",
-                        "model": "mock-embed",
-                    },
-                ],
-                "tools": {
-                    "mcp_servers": [
-                        {
-                            "name": "stdio",
-                            "transport": "stdio",
-                            "command": sys.executable,
-                            "args": ["-m", "tests.mocks.mcp_stdio_server"],
-                            "cwd": str(ROOT),
-                        }
-                    ]
-                },
-                "knowledge_bases": [{"id": "docs", "name": "Help center", "embedding_model": "embed"}],
-                "agents": [
-                    agent(
-                        "la",
-                        {
-                            "model": {"primary": "chat", "fallbacks": ["backup"]},
-                            "prompt": [{"role": "system", "content": PIRATE}],
-                            "tool-execution-mode": "serial",
-                        },
-                        resource_policy=text_only,
-                    ),
-                    agent(
-                        "la-rag",
-                        {
-                            "model": "chat",
-                            "prompt": [{"role": "system", "content": "config prompt, unused"}],
-                            "knowledge-bases": ["docs"],
-                            "retrieval-top-k": 2,
-                        },
-                        prompt=HELP_PROMPT,
-                        resource_policy={"tools": [], "knowledge_bases": ["docs"]},
-                    ),
-                    agent(
-                        "la-quiet",
-                        {"model": "chat"},
-                        resource_policy=text_only,
-                        delivery_policy={"streaming": False},
-                    ),
-                    agent("la-blind", {"model": "backup"}, resource_policy=text_only),
-                ],
-                "bindings": [
-                    {"id": "la", "event": "message.*", "target": {"agent": "la"}},
-                    only("rag-conv", "la-rag"),
-                    only("quiet-conv", "la-quiet"),
-                    only("blind-conv", "la-blind"),
-                ],
-            },
-        )
+        config = write_config(tmp / "host.yaml", _host_config(tmp, runner.value, base))
         upgraded = cli("db", "upgrade", "--config", str(config))
         assert upgraded.returncode == 0, upgraded.stderr
         ingest = cli("kb", "ingest", "docs", str(CORPUS), "--config", str(config))

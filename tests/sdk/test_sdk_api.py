@@ -67,7 +67,8 @@ async def run_script(host: HostDouble, script: Callable[[RunContext], Awaitable[
     return box["out"]
 
 
-async def test_every_family_round_trips_with_metadata(host: HostDouble) -> None:
+def _answer_every_family(host: HostDouble) -> None:
+    """Scripted answers of every ProxyService method the SDK's API calls."""
     host.on("InvokeModel", {"message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"})
     host.on(
         "StreamModel",
@@ -102,87 +103,96 @@ async def test_every_family_round_trips_with_metadata(host: HostDouble) -> None:
     host.on("AppendRunResult", {"result": {"sequence": 7}})
     host.on("FinalizeRunRecord", {"run": {"run_id": "r0"}})
 
-    async def script(ctx: RunContext) -> dict[str, Any]:
-        api = ctx.api
-        msgs = [{"role": "user", "content": "hi"}]
-        return {
-            "invoke": (await api.invoke_model("m1", msgs, extra_args={"temperature": 0})).message.content,
-            "stream": [x.chunk.content async for x in api.stream_model("m1", msgs) if x.HasField("chunk")],
-            "rerank": (await api.rerank_documents("r1", "q", ["a", "b"])).results[0].index,
-            "tokens": (await api.count_tokens("m1", msgs)).tokens,
-            "detail": (await api.get_tool_detail("calc")).tool.description,
-            "tool": tool_text(await api.call_tool("calc", {"a": 1}, tool_call_id="c1")),
-            "kbs": len((await api.list_knowledge_bases()).knowledge_bases),
-            "kb": (await api.retrieve_knowledge("kb1", "q", top_k=3)).results[0].content,
-            "prompt": (await api.get_prompt()).messages[0].content,
-            "history": (await api.list_history(limit=10)).items[0].content,
-            "search": (await api.search_history("q")).items[0].content,
-            "event": (await api.get_event("e1")).event.event_id,
-            "events": len((await api.list_events()).items),
-            "artifact": (await api.get_artifact_metadata("a1")).artifact.ref.size_bytes,
-            "read": (await api.read_artifact("a1", length=2)).data,
-            "download": await api.download_artifact("a1"),
-            "upload": (
-                await api.upload_artifact(b"x" * 3_000_000, name="big.bin", chunk_size=500_000)
-            ).size_bytes,
-            "state_get": await api.get_state("conversation", "k"),
-            "state_set": await api.set_state("runner", "k", [1, "x"]),
-            "state_del": await api.delete_state("conversation", "k"),
-            "state_list": list((await api.list_state("conversation", prefix="a")).keys),
-            "storage_get": await api.get_storage("plugin", "k"),
-            "storage_set": await api.set_storage("workspace", "k", b"v"),
-            "storage_del": await api.delete_storage("binding", "k"),
-            "storage_list": list((await api.list_storage("plugin")).keys),
-            "steering": (await api.pull_steering()).items[0].input.text,
-            "action": (await api.request_platform_action("message.edit")).result["ok"],
-            "run_get": (await api.get_run_record()).run.run_id,
-            "run_list": len((await api.list_run_records()).runs),
-            "run_events": (await api.list_run_record_events()).results[0].sequence,
-            "run_cancel": (await api.cancel_run_record("r0", reason="x")).run.run_id,
-            "run_append": (await api.append_run_result(results.delta("x"))).result.sequence,
-            "run_finalize": (await api.finalize_run_record(3, run_id="r0")).run.run_id,
-            "reply": (await ctx.reply("hello")).delivered,
-            "send": (await ctx.send_message("group", "g1", "hi all")).delivered,
-        }
 
-    out = await run_script(host, script, deadline=20.0)
-    assert out == {
-        "invoke": "hi",
-        "stream": ["a", "b"],
-        "rerank": 1,
-        "tokens": 12,
-        "detail": "adds",
-        "tool": "2",
-        "kbs": 1,
-        "kb": "chunk",
-        "prompt": "be nice",
-        "history": "old",
-        "search": "match",
-        "event": "e1",
-        "events": 2,
-        "artifact": 4,
-        "read": b"\x00\x01",
-        "download": b"abcd",
-        "upload": 3_000_000,
-        "state_get": {"n": 2},
-        "state_set": None,
-        "state_del": True,
-        "state_list": ["a", "b"],
-        "storage_get": b"xyz",
-        "storage_set": None,
-        "storage_del": True,
-        "storage_list": ["k"],
-        "steering": "more",
-        "action": True,
-        "run_get": "r0",
-        "run_list": 1,
-        "run_events": 1,
-        "run_cancel": "r0",
-        "run_append": 7,
-        "run_finalize": "r0",
-        "reply": True,
-        "send": True,
+async def _call_every_family(ctx: RunContext) -> dict[str, Any]:
+    """Every method of `ctx.api` once (and the two reply helpers), each answer reduced to one value."""
+    api = ctx.api
+    msgs = [{"role": "user", "content": "hi"}]
+    return {
+        "invoke": (await api.invoke_model("m1", msgs, extra_args={"temperature": 0})).message.content,
+        "stream": [x.chunk.content async for x in api.stream_model("m1", msgs) if x.HasField("chunk")],
+        "rerank": (await api.rerank_documents("r1", "q", ["a", "b"])).results[0].index,
+        "tokens": (await api.count_tokens("m1", msgs)).tokens,
+        "detail": (await api.get_tool_detail("calc")).tool.description,
+        "tool": tool_text(await api.call_tool("calc", {"a": 1}, tool_call_id="c1")),
+        "kbs": len((await api.list_knowledge_bases()).knowledge_bases),
+        "kb": (await api.retrieve_knowledge("kb1", "q", top_k=3)).results[0].content,
+        "prompt": (await api.get_prompt()).messages[0].content,
+        "history": (await api.list_history(limit=10)).items[0].content,
+        "search": (await api.search_history("q")).items[0].content,
+        "event": (await api.get_event("e1")).event.event_id,
+        "events": len((await api.list_events()).items),
+        "artifact": (await api.get_artifact_metadata("a1")).artifact.ref.size_bytes,
+        "read": (await api.read_artifact("a1", length=2)).data,
+        "download": await api.download_artifact("a1"),
+        "upload": (
+            await api.upload_artifact(b"x" * 3_000_000, name="big.bin", chunk_size=500_000)
+        ).size_bytes,
+        "state_get": await api.get_state("conversation", "k"),
+        "state_set": await api.set_state("runner", "k", [1, "x"]),
+        "state_del": await api.delete_state("conversation", "k"),
+        "state_list": list((await api.list_state("conversation", prefix="a")).keys),
+        "storage_get": await api.get_storage("plugin", "k"),
+        "storage_set": await api.set_storage("workspace", "k", b"v"),
+        "storage_del": await api.delete_storage("binding", "k"),
+        "storage_list": list((await api.list_storage("plugin")).keys),
+        "steering": (await api.pull_steering()).items[0].input.text,
+        "action": (await api.request_platform_action("message.edit")).result["ok"],
+        "run_get": (await api.get_run_record()).run.run_id,
+        "run_list": len((await api.list_run_records()).runs),
+        "run_events": (await api.list_run_record_events()).results[0].sequence,
+        "run_cancel": (await api.cancel_run_record("r0", reason="x")).run.run_id,
+        "run_append": (await api.append_run_result(results.delta("x"))).result.sequence,
+        "run_finalize": (await api.finalize_run_record(3, run_id="r0")).run.run_id,
+        "reply": (await ctx.reply("hello")).delivered,
+        "send": (await ctx.send_message("group", "g1", "hi all")).delivered,
     }
+
+
+#: what `_call_every_family` gets back from `_answer_every_family`
+EVERY_FAMILY: dict[str, Any] = {
+    "invoke": "hi",
+    "stream": ["a", "b"],
+    "rerank": 1,
+    "tokens": 12,
+    "detail": "adds",
+    "tool": "2",
+    "kbs": 1,
+    "kb": "chunk",
+    "prompt": "be nice",
+    "history": "old",
+    "search": "match",
+    "event": "e1",
+    "events": 2,
+    "artifact": 4,
+    "read": b"\x00\x01",
+    "download": b"abcd",
+    "upload": 3_000_000,
+    "state_get": {"n": 2},
+    "state_set": None,
+    "state_del": True,
+    "state_list": ["a", "b"],
+    "storage_get": b"xyz",
+    "storage_set": None,
+    "storage_del": True,
+    "storage_list": ["k"],
+    "steering": "more",
+    "action": True,
+    "run_get": "r0",
+    "run_list": 1,
+    "run_events": 1,
+    "run_cancel": "r0",
+    "run_append": 7,
+    "run_finalize": "r0",
+    "reply": True,
+    "send": True,
+}
+
+
+async def test_every_family_round_trips_with_metadata(host: HostDouble) -> None:
+    _answer_every_family(host)
+    out = await run_script(host, _call_every_family, deadline=20.0)
+    assert out == EVERY_FAMILY
     ctx: RunContext = box["ctx"]
     assert {c.method for c in host.calls} == set(PROXY_METHODS)  # every RPC, Control included
     for call in host.calls:

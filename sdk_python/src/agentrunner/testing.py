@@ -422,6 +422,40 @@ def make_context(
         delivery=context_pb2.DeliveryContext(surface="test", supports_streaming=streaming),
         config=to_struct(config),
     )
+    _add_resources(ctx, manifest, models, tools, knowledge_bases, skills, platform_actions)
+    ctx.conversation.bot_id = bot_id
+    ctx.delivery.automatic_reply = automatic_reply
+    if interactions is not None:
+        ctx.delivery.interactions.CopyFrom(interactions)
+    elif manifest is not None and manifest.capabilities.interactions:
+        ctx.delivery.interactions.CopyFrom(FULL_INTERACTIONS)
+    if variables:
+        ctx.variables.CopyFrom(to_struct(variables))
+    _shape_event(ctx, now, event_type, event_data, platform_event, interaction)
+    _grant(ctx, manifest, storage, apis)
+    ctx.context.conversation_id = conversation_id
+    ctx.context.inline_policy.mode = context_pb2.INLINE_MODE_CURRENT_EVENT
+    for scope, values in (state or {}).items():
+        getattr(ctx.state, scope).CopyFrom(to_struct(values))
+    ctx.runtime.host = "agentrunner-testing"
+    ctx.runtime.protocol_version = "1"
+    ctx.runtime.trace_id = secrets.token_hex(16)
+    if deadline is not None:
+        ctx.runtime.deadline_at.FromNanoseconds(int((time.time() + deadline) * 1e9))
+    return ctx
+
+
+def _add_resources(
+    ctx: context_pb2.RunContext,
+    manifest: manifest_pb2.RunnerManifest | None,
+    models: Iterable[str | context_pb2.ModelResource],
+    tools: Iterable[str | context_pb2.ToolResource],
+    knowledge_bases: Iterable[str | context_pb2.KnowledgeBaseResource],
+    skills: Iterable[str | context_pb2.SkillResource],
+    platform_actions: Iterable[str] | None,
+) -> None:
+    """`make_context`'s resources: the run's models, tools, knowledge bases, skills and platform actions
+    (by default the manifest's `platform_api` permissions)."""
     ctx.resources.models.extend(_model_resources(models))
     ctx.resources.tools.extend(_tool_resources(tools))
     ctx.resources.knowledge_bases.extend(_kb_resources(knowledge_bases))
@@ -433,14 +467,18 @@ def make_context(
         if platform_actions is not None
         else (list(manifest.permissions.platform_api) if manifest else [])
     )
-    ctx.conversation.bot_id = bot_id
-    ctx.delivery.automatic_reply = automatic_reply
-    if interactions is not None:
-        ctx.delivery.interactions.CopyFrom(interactions)
-    elif manifest is not None and manifest.capabilities.interactions:
-        ctx.delivery.interactions.CopyFrom(FULL_INTERACTIONS)
-    if variables:
-        ctx.variables.CopyFrom(to_struct(variables))
+
+
+def _shape_event(
+    ctx: context_pb2.RunContext,
+    now: timestamp_pb2.Timestamp,
+    event_type: str | None,
+    event_data: Mapping[str, Any] | None,
+    platform_event: context_pb2.PlatformEvent | None,
+    interaction: common_pb2.InteractionSubmission | Mapping[str, Any] | None,
+) -> None:
+    """`make_context`'s event: an interaction answer makes it `interaction.submitted`, a typed platform
+    event gives its member's type, unless `event_type` says otherwise; `event_data` is its data."""
     if interaction is not None:
         if not isinstance(interaction, common_pb2.InteractionSubmission):
             interaction = json_format.ParseDict(dict(interaction), common_pb2.InteractionSubmission())
@@ -457,6 +495,16 @@ def make_context(
         ctx.trigger.type = event_type
     if event_data:
         ctx.event.data.CopyFrom(to_struct(event_data))
+
+
+def _grant(
+    ctx: context_pb2.RunContext,
+    manifest: manifest_pb2.RunnerManifest | None,
+    storage: Iterable[str] | None,
+    apis: context_pb2.ContextApis | Mapping[str, bool] | None,
+) -> None:
+    """`make_context`'s grants: the storage areas (default: the manifest's) and the available APIs (the
+    manifest's pull APIs, with `apis` overriding them, or `apis` as given)."""
     areas = (
         list(storage)
         if storage is not None
@@ -473,16 +521,6 @@ def make_context(
         ctx.context.available_apis.CopyFrom(default_apis(manifest))
         for key, value in (apis or {}).items():
             setattr(ctx.context.available_apis, key, value)
-    ctx.context.conversation_id = conversation_id
-    ctx.context.inline_policy.mode = context_pb2.INLINE_MODE_CURRENT_EVENT
-    for scope, values in (state or {}).items():
-        getattr(ctx.state, scope).CopyFrom(to_struct(values))
-    ctx.runtime.host = "agentrunner-testing"
-    ctx.runtime.protocol_version = "1"
-    ctx.runtime.trace_id = secrets.token_hex(16)
-    if deadline is not None:
-        ctx.runtime.deadline_at.FromNanoseconds(int((time.time() + deadline) * 1e9))
-    return ctx
 
 
 Script = Any  # a message, a dict, a callable(request, call), an AgentRunnerError, or a list (streams)

@@ -42,7 +42,12 @@ async def test_a_turn_streams_once_and_stores_a_new_session_before_output(
     argv = call["argv"]
     assert argv[argv.index("--session-id") + 1] == sid and "--resume" not in argv
     assert call["stdin"] == "hello there" and "hello there" not in " ".join(argv)
-    assert argv[argv.index("--permission-mode") + 1] == "plan" and argv[argv.index("--max-turns") + 1] == "1"
+    # the defaults: Claude Code asks nobody; it may write into outbox/ and call LangBot's tools (none
+    # here: the bridge is off in this suite), and has turns for ToolSearch + a tool call + the answer
+    assert (
+        argv[argv.index("--permission-mode") + 1] == "dontAsk" and argv[argv.index("--max-turns") + 1] == "10"
+    )
+    assert argv[argv.index("--allowedTools") + 1 :][:1] == ["Edit(./outbox/**)"]
     assert (
         argv[argv.index("--disallowedTools") + 1] == "AskUserQuestion"
         and "--include-partial-messages" in argv

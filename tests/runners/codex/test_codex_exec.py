@@ -193,25 +193,26 @@ async def test_start_failures_and_bad_config(host: HostDouble, fake: Fake) -> No
     assert fake.invocations() == []
 
 
-async def test_codex_home_is_private_per_run_and_removed(host: HostDouble, fake: Fake) -> None:
-    out = await run(
-        host,
-        fake,
-        "context",
-        skills=["summarize"],
-        config={
-            "mcp-servers-json": [
-                {"name": "search", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Key": "k-secret-1"}}
-            ]
-        },
-    )
+async def test_codex_home_is_private_per_conversation_and_its_config_removed(
+    host: HostDouble, fake: Fake
+) -> None:
+    """One `CODEX_HOME` per conversation (the same path every turn, so Codex's instructions naming it do
+    not change and are not sent again on a resumed thread), under `.codex/` (read-only for the model's
+    commands); its `config.toml`, which names the run's bridge, is gone when the run ends."""
+    mcp = {
+        "mcp-servers-json": [
+            {"name": "search", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Key": "k-secret-1"}}
+        ]
+    }
+    out = await run(host, fake, "context", skills=["summarize"], config=mcp)
     seen = json.loads(out.text)
     assert seen["schema"] == "langbot.agent_runner.external_harness_context.v1" and seen["md"]
     assert seen["links"] == ["auth.json", "sessions", "skills"] and seen["skills"] == ["summarize"]
     assert seen["servers"] == ["docs", "search"]  # the user's own servers are kept
-    home = fake.invocations()[0]["codex_home"]
-    assert home.startswith(str(fake.root))
-    assert not await asyncio.to_thread(os.path.exists, home)  # removed after the run
+    await run(host, fake, "again")
+    first, second = (i["codex_home"] for i in fake.invocations())
+    assert first == second and first.startswith(str(fake.root)) and first.endswith("/.codex/home")
+    assert not await asyncio.to_thread(os.path.exists, f"{first}/config.toml")  # removed after the turn
     assert (fake.home / "auth.json").exists() and list((fake.home / "sessions").glob("*.json"))
     assert tomllib.loads((fake.home / "config.toml").read_text())["model"] == "gpt-fake"  # untouched
 

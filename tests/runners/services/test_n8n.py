@@ -40,6 +40,36 @@ async def test_streamed_items_any_separator(host: HostDouble, mock: MockServices
     assert sent["user_id"] == "user_user-1"
 
 
+async def test_keepalives_before_and_between_items_stay_out_of_the_answer(
+    host: HostDouble, mock: MockServices
+) -> None:
+    # n8n writes {"type":"keepalive"} every 30 s of a streaming execution: a slow agent's stream starts
+    # with one, and the body is still an item stream, not a JSON answer made of protocol lines
+    out = await host.run(N8nRunner, "mock:keepalive slow agent", config=config(mock))
+    assert out.completed, out.results
+    session = states(out)["external.session_id"]
+    assert out.text == f"n8n heard: slow agent [{session}]"
+    assert "keepalive" not in str(out.results)
+    assert len([d for d in out.deltas if d]) > 2 and "".join(out.deltas) == out.text
+
+
+async def test_a_failed_workflow_after_keepalives_is_a_failed_run(
+    host: HostDouble, mock: MockServices
+) -> None:
+    out = await host.run(N8nRunner, "mock:keepalive-error x", config=config(mock))
+    assert out.failure is not None, out.results
+    assert (out.failure.code, out.failure.retryable) == ("n8n.workflow_failed", False)
+    assert "'Call the tool'" in out.failure.message  # the node that failed (n8n sends no content)
+    assert out.of_type("state.updated") == []  # no conversation ids committed
+    assert "keepalive" not in str(out.results) and out.deltas == []
+
+
+async def test_a_json_answer_with_a_type_key_is_not_a_stream(host: HostDouble, mock: MockServices) -> None:
+    out = await host.run(N8nRunner, "mock:typed-json hi", config=config(mock))
+    assert out.completed, out.results
+    assert out.text.startswith("n8n heard: hi [n8n_session_"), out.text
+
+
 async def test_two_turns_reuse_the_session(host: HostDouble, mock: MockServices) -> None:
     first = await host.run(N8nRunner, "one", config=config(mock))
     stored = states(first)
@@ -79,10 +109,12 @@ async def test_acknowledgement_is_not_an_answer(host: HostDouble, mock: MockServ
     ("scenario", "code", "retryable"),
     [
         ("empty", "n8n.empty_response", False),
-        ("error", "n8n.stream_error", False),
+        ("error", "n8n.workflow_failed", False),
+        ("stream-429", "n8n.rate_limited", True),  # a rate limit the workflow reports mid-stream
         ("401", "n8n.auth_error", False),
         ("429", "n8n.rate_limited", True),
-        ("500", "n8n.server_error", True),
+        ("500", "n8n.workflow_failed", False),  # "Error in workflow": failed as the streamed error chunk
+        ("502", "n8n.server_error", True),
         ("drop", "n8n.connection_lost", True),
     ],
 )

@@ -10,6 +10,8 @@ answered with a typed status (`CREDENTIALS_INVALID` / UNAUTHENTICATED, `UNAUTHOR
 PERMISSION_DENIED) and recorded in the audit log.
 
 `ProxyService` calls are not clients' calls: the run token authorizes them (`proxy/servicer.py`).
+Clients send their key with `agentrunner.client.host_service_channel` (call credentials over TLS, one
+interceptor per call kind over plaintext), which the CLI and the console use too.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-import grpc
 import structlog
 
 from agentrunner.errors import AgentRunnerError, CredentialsInvalidError, UnauthorizedError
@@ -152,7 +153,8 @@ class ClientGate:
     # -- authentication --------------------------------------------------------------------------------
     def authenticate(self, context: _Context) -> Principal:
         """The caller, from its API key, else its client certificate, else anonymous; raises
-        `CredentialsInvalidError` for credentials that are wrong, expired or missing where needed."""
+        `CredentialsInvalidError` for credentials that are wrong, expired or missing where needed (the
+        message says which, without echoing a key)."""
         key = ""
         for name, value in context.invocation_metadata() or ():
             if name == AUTHORIZATION_HEADER:
@@ -165,21 +167,40 @@ class ClientGate:
                     )
                 key = key.strip()
                 break
-        principal: Principal | None = None
         if key:
-            principal = self._by_key.get(key_digest(key))
-            if principal is None:
-                raise CredentialsInvalidError("the API key is not valid")
-        else:
-            principal = self._certificate_principal(context)
+            return self.principal_for_key(key)
+        names = self._certificate_names(context) if self._by_name else []
+        principal = next((self._by_name[n] for n in names if n in self._by_name), None)
         if principal is None:
             if self.anonymous_allowed and is_loopback_peer(context.peer()):
                 return self._anonymous
+            names = names or self._certificate_names(context)  # (for the refusal's message)
+            if names:
+                raise CredentialsInvalidError(
+                    f"no API key was sent, and the client certificate ({names[0]}) names no client of this "
+                    "host (auth.clients[].tls_names)",
+                    metadata={"header": AUTHORIZATION_HEADER, "certificateName": names[0][:128]},
+                )
             raise CredentialsInvalidError(
-                "this host needs client credentials: an API key (`authorization: Bearer <key>`) or a "
-                "client certificate",
+                "this host needs client credentials: an API key (`authorization: Bearer <key>` metadata) or "
+                "a client certificate its auth.clients list",
                 metadata={"header": AUTHORIZATION_HEADER},
             )
+        return self._unexpired(principal)
+
+    def principal_for_key(self, key: str) -> Principal:
+        """The client an API key belongs to; `CredentialsInvalidError` for a key no client has, or whose
+        client's credentials expired."""
+        principal = self._by_key.get(key_digest(key))
+        if principal is None:
+            raise CredentialsInvalidError(
+                "the API key is not valid on this host (its sha256 is in no auth.clients entry)",
+                metadata={"header": AUTHORIZATION_HEADER},
+            )
+        return self._unexpired(principal)
+
+    @staticmethod
+    def _unexpired(principal: Principal) -> Principal:
         if principal.expires_at is not None and principal.expires_at <= utcnow():
             raise CredentialsInvalidError(
                 f"the credentials of client {principal.client_id!r} expired",
@@ -187,19 +208,18 @@ class ClientGate:
             )
         return principal
 
-    def _certificate_principal(self, context: _Context) -> Principal | None:
-        if not self._by_name:
-            return None
+    def _certificate_names(self, context: _Context) -> list[str]:
+        """The verified client certificate's common name and subject alternative names (none without
+        mutual TLS)."""
         try:
             auth = context.auth_context()
         except Exception:  # no transport security on this call
-            return None
-        for prop in ("x509_common_name", "x509_subject_alternative_name"):
-            for raw in auth.get(prop, ()):
-                principal = self._by_name.get(raw.decode(errors="replace"))
-                if principal is not None:
-                    return principal
-        return None
+            return []
+        return [
+            raw.decode(errors="replace")
+            for prop in ("x509_common_name", "x509_subject_alternative_name")
+            for raw in auth.get(prop, ())
+        ]
 
     # -- authorization ---------------------------------------------------------------------------------
     async def admit(self, context: _Context, method: str, operation: str, *, run_id: str = "") -> Principal:
@@ -214,7 +234,8 @@ class ClientGate:
                 context,
                 principal,
                 method,
-                f"client {principal.client_id!r} may not {operation.replace('_', ' ')}",
+                f"client {principal.client_id!r} may not call {method}: the operation {operation!r} is not "
+                "among its auth.clients operations",
                 resource=f"operation:{operation}",
                 run_id=run_id,
             )
@@ -246,8 +267,10 @@ class ClientGate:
         client_id: str,
         run_id: str = "",
         resource: str = "",
+        service: str = "HostService",
     ) -> None:
-        """One audit record of a refused HostService call (never raises: a refusal stays a refusal)."""
+        """One audit record of a refused call (a HostService call; the console's sign-in is
+        `service="Console"`). Never raises: a refusal stays a refusal."""
         peer = context.peer()
         log.warning(
             "auth.refused", method=method, client=client_id, reason=err.reason, peer=peer, resource=resource
@@ -258,7 +281,7 @@ class ClientGate:
             await self.audit.record_proxy_call(
                 run_id=run_id,
                 runner_id="",
-                method=f"HostService.{method}",
+                method=f"{service}.{method}",
                 resource=resource or (f"client:{client_id}" if client_id else "client:?"),
                 outcome=err.reason,
                 detail={
@@ -270,23 +293,3 @@ class ClientGate:
             )
         except Exception as exc:
             log.error("auth.audit_failed", method=method, error=type(exc).__name__)
-
-
-class ApiKeyInterceptor(
-    grpc.aio.UnaryUnaryClientInterceptor,
-    grpc.aio.UnaryStreamClientInterceptor,
-):
-    """Client side: sends `authorization: Bearer <key>` with every call of a channel."""
-
-    def __init__(self, key: str) -> None:
-        self._header = (AUTHORIZATION_HEADER, f"Bearer {key}")
-
-    def _details(self, details: Any) -> Any:
-        metadata = grpc.aio.Metadata(*(details.metadata or ()), self._header)
-        return details._replace(metadata=metadata)
-
-    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        return await continuation(self._details(client_call_details), request)
-
-    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        return await continuation(self._details(client_call_details), request)

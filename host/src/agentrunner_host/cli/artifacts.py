@@ -11,6 +11,7 @@ import typer
 from agentrunner.v1 import host_service_pb2
 from agentrunner_host.cli.common import (
     DEFAULT_HOST,
+    ApiKeyFileOpt,
     CaOpt,
     CertOpt,
     HostOpt,
@@ -39,9 +40,10 @@ def register(artifacts_app: typer.Typer) -> None:
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
         tls: TlsOpt = False,
+        api_key_file: ApiKeyFileOpt = None,
     ) -> None:
         """Download an artifact (e.g. a file a runner attached to its answer); its sha256 is checked."""
-        target_host = HostTarget(host, ca_file, cert_file, key_file, tls)
+        target_host = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
 
         async def download(stub: Any) -> tuple[Any, bytes]:
             ref, parts = None, []

@@ -15,6 +15,7 @@ from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.cli.common import (
     DEFAULT_HOST,
     READ_TIMEOUT,
+    ApiKeyFileOpt,
     CaOpt,
     CertOpt,
     HostOpt,
@@ -77,7 +78,7 @@ def _stream(target: HostTarget, start: Any) -> host_service_pb2.RunFinished:
     try:
         return run_until_interrupted(go)
     except grpc.RpcError as exc:
-        fail_rpc(exc, target.address)
+        fail_rpc(exc, target)
     except KeyboardInterrupt:
         if run_id:
             err_console.print(
@@ -124,10 +125,11 @@ def register(app: typer.Typer) -> None:
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
         tls: TlsOpt = False,
+        api_key_file: ApiKeyFileOpt = None,
     ) -> None:
         """Send one message and stream the reply to the terminal (the run id is printed at once)."""
         request = run_request(text, agent, event_id, conversation, bot, stream)
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
+        target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
         print_finished(_stream(target, lambda stub: stub.Run(request, timeout=330)))
 
     @app.command()
@@ -144,6 +146,7 @@ def register(app: typer.Typer) -> None:
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
         tls: TlsOpt = False,
+        api_key_file: ApiKeyFileOpt = None,
     ) -> None:
         """Answer a structured interaction and stream the run it starts."""
         req = host_service_pb2.SubmitInteractionRequest(
@@ -157,7 +160,7 @@ def register(app: typer.Typer) -> None:
         req.delivery.surface = "cli"
         req.delivery.supports_streaming = True
         req.delivery.interactions.CopyFrom(full_interaction_support())
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
+        target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
         print_finished(_stream(target, lambda stub: stub.SubmitInteraction(req, timeout=330)))
 
     @app.command()
@@ -168,10 +171,11 @@ def register(app: typer.Typer) -> None:
         cert_file: CertOpt = None,
         key_file: KeyOpt = None,
         tls: TlsOpt = False,
+        api_key_file: ApiKeyFileOpt = None,
     ) -> None:
         """List the runner endpoints of the host's registry and the runners they serve; endpoints that
         are down are listed with their last error (exit 1 when any is down)."""
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
+        target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
         listed = call_host(target, lambda stub: stub.ListRunners(host_service_pb2.HostServiceListRunnersRequest(),
                                                              timeout=READ_TIMEOUT))  # fmt: skip
         if as_json:

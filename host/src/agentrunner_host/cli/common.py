@@ -8,6 +8,7 @@ traceback); failed calls go through `fail_rpc`, which translates transport jargo
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import pathlib
@@ -21,6 +22,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from agentrunner.client import (
+    ALLOW_PLAINTEXT_ENV,
+    API_KEY_ENV,
+    API_KEY_FILE_ENV,
+    ClientCredentials,
+    ClientCredentialsError,
+    ClientTls,
+    host_service_channel,
+    load_api_key,
+)
 from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import host_service_pb2_grpc
 from agentrunner_host.wire.transport_errors import explain_rpc_failure
@@ -46,6 +57,14 @@ KeyOpt = Annotated[
     pathlib.Path | None, typer.Option(help="Client key for mutual TLS.", envvar="AGENTRUNNER_HOST_KEY_FILE")
 ]
 TlsOpt = Annotated[bool, typer.Option("--tls", help="TLS with the system's CAs.")]
+# the API key: from this file or the environment, never from the command line (other users of the
+# machine can read a process's arguments)
+ApiKeyFileOpt = Annotated[
+    pathlib.Path | None,
+    typer.Option(
+        help="File holding the API key (else AGENTRUNNER_HOST_API_KEY_FILE, else AGENTRUNNER_HOST_API_KEY)."
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 ConfigOpt = Annotated[pathlib.Path, typer.Option("--config", "-c", help="Host config file (YAML).")]
 DEFAULT_HOST = "127.0.0.1:50051"
@@ -92,29 +111,79 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def fail_rpc(exc: grpc.RpcError, target: str, timeout: float | None = None) -> NoReturn:
-    """A failed call as one line: transport failures explained, typed errors as `REASON: message`."""
+def fail_rpc(exc: grpc.RpcError, target: HostTarget, timeout: float | None = None) -> NoReturn:
+    """A failed call as one line: transport failures explained, typed errors as `REASON: message`,
+    refused credentials with what to do about them (`credentials_hint`)."""
     code = exc.code() if hasattr(exc, "code") else None
     details = (exc.details() if hasattr(exc, "details") else "") or ""
-    explained = explain_rpc_failure(code.name if code else "UNKNOWN", details, target, timeout=timeout)
+    creds = target.credentials
+    explained = explain_rpc_failure(
+        code.name if code else "UNKNOWN",
+        details,
+        target.address,
+        timeout=timeout,
+        tls=creds.tls is not None,
+        client_cert=str(creds.tls.cert_file) if creds.tls and creds.tls.cert_file else "",
+    )
     if explained:
         fail(explained)
     err = from_rpc_error(exc)
-    fail(f"{err.reason}: {err.message}")
+    hint = credentials_hint(err.reason, creds)
+    fail(f"{err.reason}: {err.message}" + (f"; {hint}" if hint else ""))
+
+
+def credentials_hint(reason: str, creds: ClientCredentials) -> str:
+    """What to do about refused credentials: which one was sent (and from where), how to send one."""
+    if reason != "CREDENTIALS_INVALID":
+        return ""
+    cert = creds.tls.cert_file if creds.tls else None
+    if creds.api_key is not None:
+        return (
+            f"the API key came from {creds.api_key.source}: use a key whose sha256 is in one of the host's "
+            "auth.clients (`agentrunner-host auth new-key` makes one)"
+        )
+    if cert is not None:
+        return (
+            f"the client certificate sent was {cert}: use one whose CN or DNS SAN a client's tls_names list, "
+            f"or send an API key ({API_KEY_ENV}, or --api-key-file FILE)"
+        )
+    return (
+        f"no credentials were sent: set {API_KEY_ENV} to your API key, or pass --api-key-file FILE (or set "
+        f"{API_KEY_FILE_ENV}); or present a client certificate with --cert-file and --key-file"
+    )
 
 
 @dataclass(frozen=True)
 class HostTarget:
-    """Where the host is and how to reach it (`--host` and the TLS options of a client command)."""
+    """Where the host is and how to reach it (`--host`, the TLS options and `--api-key-file` of a client
+    command; the API key itself only from the environment or that file)."""
 
     address: str = DEFAULT_HOST
     ca_file: pathlib.Path | None = None
     cert_file: pathlib.Path | None = None
     key_file: pathlib.Path | None = None
     tls: bool = False
+    api_key_file: pathlib.Path | None = None
+
+    @functools.cached_property
+    def credentials(self) -> ClientCredentials:
+        """The client's credentials (exit 2 with one line when the key file cannot be read, ...)."""
+        try:
+            api_key = load_api_key(self.api_key_file)
+        except ClientCredentialsError as exc:
+            fail(str(exc), 2)
+        tls = None
+        if self.tls or self.ca_file or self.cert_file or self.key_file:
+            server_name = os.environ.get("AGENTRUNNER_HOST_SERVER_NAME") or None
+            tls = ClientTls(self.ca_file, self.cert_file, self.key_file, server_name)
+        allow = os.environ.get(ALLOW_PLAINTEXT_ENV, "") in ("1", "true", "yes")
+        return ClientCredentials(tls=tls, api_key=api_key, allow_plaintext=allow)
 
     def channel(self) -> grpc.aio.Channel:
-        return host_channel(self.address, self.ca_file, self.cert_file, self.key_file, self.tls)
+        try:
+            return host_service_channel(self.address, self.credentials)
+        except ClientCredentialsError as exc:
+            fail(str(exc), 2)
 
 
 def call_host(
@@ -129,12 +198,7 @@ def call_host(
     try:
         return asyncio.run(go())
     except grpc.RpcError as exc:
-        fail_rpc(exc, target.address, timeout)
-
-
-#: the API key the client commands send (`authorization: Bearer <key>`); never a command-line option,
-#: which other users of the machine could read
-API_KEY_ENV = "AGENTRUNNER_HOST_API_KEY"
+        fail_rpc(exc, target, timeout)
 
 
 def host_channel(
@@ -143,26 +207,12 @@ def host_channel(
     cert_file: pathlib.Path | None = None,
     key_file: pathlib.Path | None = None,
     tls: bool = False,
+    api_key_file: pathlib.Path | None = None,
 ) -> grpc.aio.Channel:
-    """A channel to the host: plaintext unless TLS is asked for (`--tls` or any of the files), with
-    the API key from `AGENTRUNNER_HOST_API_KEY` on every call when it is set."""
-    from agentrunner_host.auth.clients import ApiKeyInterceptor
-
-    api_key = os.environ.get(API_KEY_ENV, "").strip()
-    interceptors = [ApiKeyInterceptor(api_key)] if api_key else None
-    if not (tls or ca_file or cert_file or key_file):
-        return grpc.aio.insecure_channel(address, interceptors=interceptors)
-    if bool(cert_file) != bool(key_file):
-        fail("--cert-file and --key-file go together (mutual TLS)", 2)
-    try:
-        creds = grpc.ssl_channel_credentials(
-            root_certificates=ca_file.read_bytes() if ca_file else None,
-            private_key=key_file.read_bytes() if key_file else None,
-            certificate_chain=cert_file.read_bytes() if cert_file else None,
-        )
-    except OSError as exc:
-        fail(f"cannot read {exc.filename}: {exc.strerror}", 2)
-    return grpc.aio.secure_channel(address, creds, interceptors=interceptors)
+    """A channel to the host: plaintext unless TLS is asked for (`--tls` or any of the files), with the
+    API key (`--api-key-file`, else `AGENTRUNNER_HOST_API_KEY_FILE` or `AGENTRUNNER_HOST_API_KEY`) on
+    every call, streaming ones included (`agentrunner.client.host_service_channel`)."""
+    return HostTarget(address, ca_file, cert_file, key_file, tls, api_key_file).channel()
 
 
 def load(config: pathlib.Path) -> Any:

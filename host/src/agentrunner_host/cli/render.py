@@ -81,7 +81,13 @@ class MessageView:
         )
 
     def delta(self, delta: Any) -> None:
-        self.blocks.setdefault((kind_name(delta.kind), delta.message_id), []).append(delta.text)
+        """An increment; a `cumulative_text` is the message's whole text so far and replaces it (as the
+        host's timeline and the console do), so a runner's correction shows."""
+        parts = self.blocks.setdefault((kind_name(delta.kind), delta.message_id), [])
+        if delta.HasField("cumulative_text"):
+            parts[:] = [delta.cumulative_text]
+        else:
+            parts.append(delta.text)
 
     def completed(self, message: Any, *, terminal: bool = False) -> None:
         """A complete message: shown unless its deltas already showed it (an answer without a message id,

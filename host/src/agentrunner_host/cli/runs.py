@@ -15,6 +15,7 @@ from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.cli.common import (
     DEFAULT_HOST,
     READ_TIMEOUT,
+    ApiKeyFileOpt,
     CaOpt,
     CertOpt,
     HostOpt,
@@ -76,109 +77,120 @@ def _statuses(values: list[str] | None) -> list[common_pb2.RunStatus.ValueType]:
     return out
 
 
-def register(runs_app: typer.Typer) -> None:
-    @runs_app.command("list")
-    def runs_list(
-        status: Annotated[
-            list[str] | None,
-            typer.Option("--status", "-s", help=f"Only these statuses ({', '.join(STATUSES)})."),
-        ] = None,
-        agent: Annotated[str, typer.Option(help="Only runs of this agent.")] = "",
-        runner: Annotated[str, typer.Option(help="Only runs of this runner id.")] = "",
-        conversation: Annotated[str, typer.Option(help="Only runs of this conversation.")] = "",
-        binding: Annotated[str, typer.Option(help="Only runs routed by this binding.")] = "",
-        limit: Annotated[int, typer.Option(min=1, max=200, help="Runs per page.")] = 20,
-        page_token: Annotated[str, typer.Option(help="Continue a listing (printed under a full page).")] = "",
-        host: HostOpt = DEFAULT_HOST,
-        as_json: JsonOpt = False,
-        ca_file: CaOpt = None,
-        cert_file: CertOpt = None,
-        key_file: KeyOpt = None,
-        tls: TlsOpt = False,
-    ) -> None:
-        """List runs, newest first, with filters; a full page ends with the token of the next one."""
-        request = host_service_pb2.ListRunsRequest(
-            page_size=limit, page_token=page_token, statuses=_statuses(status), agent_id=agent,
-            runner_id=runner, conversation_id=conversation, binding_id=binding,
-        )  # fmt: skip
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
-        page = call_host(target, lambda stub: stub.ListRuns(request, timeout=READ_TIMEOUT))
-        if as_json:
-            print_json({"runs": [run_dict(r) for r in page.runs], "next_page_token": page.next_page_token})
-            return
-        table = Table("run id", "status", "agent", "runner", "conversation", "created (UTC)", "took")
-        table.columns[0].overflow = "fold"
+def runs_list(
+    status: Annotated[
+        list[str] | None,
+        typer.Option("--status", "-s", help=f"Only these statuses ({', '.join(STATUSES)})."),
+    ] = None,
+    agent: Annotated[str, typer.Option(help="Only runs of this agent.")] = "",
+    runner: Annotated[str, typer.Option(help="Only runs of this runner id.")] = "",
+    conversation: Annotated[str, typer.Option(help="Only runs of this conversation.")] = "",
+    binding: Annotated[str, typer.Option(help="Only runs routed by this binding.")] = "",
+    limit: Annotated[int, typer.Option(min=1, max=200, help="Runs per page.")] = 20,
+    page_token: Annotated[str, typer.Option(help="Continue a listing (printed under a full page).")] = "",
+    host: HostOpt = DEFAULT_HOST,
+    as_json: JsonOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the run ids, one a line.")] = False,
+    ca_file: CaOpt = None,
+    cert_file: CertOpt = None,
+    key_file: KeyOpt = None,
+    tls: TlsOpt = False,
+    api_key_file: ApiKeyFileOpt = None,
+) -> None:
+    """List runs, newest first, with filters; a full page ends with the token of the next one."""
+    request = host_service_pb2.ListRunsRequest(
+        page_size=limit, page_token=page_token, statuses=_statuses(status), agent_id=agent,
+        runner_id=runner, conversation_id=conversation, binding_id=binding,
+    )  # fmt: skip
+    target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
+    page = call_host(target, lambda stub: stub.ListRuns(request, timeout=READ_TIMEOUT))
+    if as_json:
+        print_json({"runs": [run_dict(r) for r in page.runs], "next_page_token": page.next_page_token})
+        return
+    if quiet:  # for scripts: RUN_ID=$(agentrunner-host runs list -q --limit 1)
         for r in page.runs:
-            style = {"completed": "green", "failed": "red", "running": "cyan"}.get(status_name(r.status), "")
-            table.add_row(r.run_id, Text(status_name(r.status), style=style), r.agent_id, r.runner_id,
-                          r.conversation_id, _when(r.create_time), _duration(r))  # fmt: skip
-        console.print(table)
-        if not page.runs:
-            err_console.print("no runs match", style="dim")
-        if page.next_page_token:
-            err_console.print(f"more: agentrunner-host runs list --page-token {page.next_page_token}",
-                              style="dim", highlight=False, soft_wrap=True)  # fmt: skip
+            print(r.run_id)
+        return
+    table = Table("run id", "status", "agent", "runner", "conversation", "created (UTC)", "took")
+    table.columns[0].overflow = "fold"
+    for r in page.runs:
+        style = {"completed": "green", "failed": "red", "running": "cyan"}.get(status_name(r.status), "")
+        table.add_row(r.run_id, Text(status_name(r.status), style=style), r.agent_id, r.runner_id,
+                      r.conversation_id, _when(r.create_time), _duration(r))  # fmt: skip
+    console.print(table)
+    if not page.runs:
+        err_console.print("no runs match", style="dim")
+    if page.next_page_token:
+        err_console.print(f"more: agentrunner-host runs list --page-token {page.next_page_token}",
+                          style="dim", highlight=False, soft_wrap=True)  # fmt: skip
 
-    @runs_app.command("show")
-    def runs_show(
-        run_id: Annotated[str, typer.Argument(help="Run id.")],
-        follow: Annotated[
-            bool | None, typer.Option("--follow/--no-follow", "-f", help="Follow a live run (default: yes).")
-        ] = None,
-        results: Annotated[bool, typer.Option(help="Print the run's timeline.")] = True,
-        host: HostOpt = DEFAULT_HOST,
-        as_json: JsonOpt = False,
-        ca_file: CaOpt = None,
-        cert_file: CertOpt = None,
-        key_file: KeyOpt = None,
-        tls: TlsOpt = False,
-    ) -> None:
-        """Show a run: its record (status, times, usage per model) and a timeline of its results, one
-        entry per message. A live run is followed until it ends (its text streams as it arrives)."""
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
+
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    follow: Annotated[
+        bool | None, typer.Option("--follow/--no-follow", "-f", help="Follow a live run (default: yes).")
+    ] = None,
+    results: Annotated[bool, typer.Option(help="Print the run's timeline.")] = True,
+    host: HostOpt = DEFAULT_HOST,
+    as_json: JsonOpt = False,
+    ca_file: CaOpt = None,
+    cert_file: CertOpt = None,
+    key_file: KeyOpt = None,
+    tls: TlsOpt = False,
+    api_key_file: ApiKeyFileOpt = None,
+) -> None:
+    """Show a run: its record (status, times, usage per model) and a timeline of its results, one
+    entry per message. A live run is followed until it ends (its text streams as it arrives)."""
+    target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
+    record = call_host(target, lambda s: s.GetRun(host_service_pb2.GetRunRequest(run_id=run_id),
+                                                  timeout=READ_TIMEOUT)).run  # fmt: skip
+    live = record.status in OPEN
+    if live and follow is None:
+        follow = True
+    timeline = Timeline()
+    if results and (follow or not live):
+        if live and not as_json:
+            _print_record(record)
+            console.rule(f"following {run_id} (Ctrl-C stops following; the run goes on)")
+        finished = _attach(target, run_id, timeline, render=live and not as_json)
         record = call_host(target, lambda s: s.GetRun(host_service_pb2.GetRunRequest(run_id=run_id),
                                                       timeout=READ_TIMEOUT)).run  # fmt: skip
-        live = record.status in OPEN
-        if live and follow is None:
-            follow = True
-        timeline = Timeline()
-        if results and (follow or not live):
-            if live and not as_json:
-                _print_record(record)
-                console.rule(f"following {run_id} (Ctrl-C stops following; the run goes on)")
-            finished = _attach(target, run_id, timeline, render=live and not as_json)
-            record = call_host(target, lambda s: s.GetRun(host_service_pb2.GetRunRequest(run_id=run_id),
-                                                          timeout=READ_TIMEOUT)).run  # fmt: skip
-            if live and not as_json:
-                err_console.print(f"[dim]run {run_id}: {status_name(finished.status)}[/dim]", highlight=False)
-                return
-        if as_json:
-            data = run_dict(record)
-            if results and (follow or not live):
-                data["timeline"] = timeline.entries
-            print_json(data)
+        if live and not as_json:
+            err_console.print(f"[dim]run {run_id}: {status_name(finished.status)}[/dim]", highlight=False)
             return
-        _print_record(record)
-        if timeline.entries:
-            _print_timeline(timeline.entries)
+    if as_json:
+        data = run_dict(record)
+        if results and (follow or not live):
+            data["timeline"] = timeline.entries
+        print_json(data)
+        return
+    _print_record(record)
+    if timeline.entries:
+        _print_timeline(timeline.entries)
 
-    @runs_app.command("cancel")
-    def runs_cancel(
-        run_id: Annotated[str, typer.Argument(help="Run id.")],
-        reason: Annotated[str, typer.Option(help="Why (shown to the runner).")] = "cancelled from the CLI",
-        host: HostOpt = DEFAULT_HOST,
-        ca_file: CaOpt = None,
-        cert_file: CertOpt = None,
-        key_file: KeyOpt = None,
-        tls: TlsOpt = False,
-    ) -> None:
-        """Cancel a live run: the runner gets a cancel signal, and the call is cancelled after the grace."""
-        target = HostTarget(host, ca_file, cert_file, key_file, tls)
-        request = host_service_pb2.CancelRunRequest(run_id=run_id, reason=reason)
-        record = call_host(target, lambda s: s.CancelRun(request, timeout=READ_TIMEOUT)).run
-        console.print(
-            f"cancel requested for run {run_id} (status {status_name(record.status)})", highlight=False
-        )
+
+def runs_cancel(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    reason: Annotated[str, typer.Option(help="Why (shown to the runner).")] = "cancelled from the CLI",
+    host: HostOpt = DEFAULT_HOST,
+    ca_file: CaOpt = None,
+    cert_file: CertOpt = None,
+    key_file: KeyOpt = None,
+    tls: TlsOpt = False,
+    api_key_file: ApiKeyFileOpt = None,
+) -> None:
+    """Cancel a live run: the runner gets a cancel signal, and the call is cancelled after the grace."""
+    target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
+    request = host_service_pb2.CancelRunRequest(run_id=run_id, reason=reason)
+    record = call_host(target, lambda s: s.CancelRun(request, timeout=READ_TIMEOUT)).run
+    console.print(f"cancel requested for run {run_id} (status {status_name(record.status)})", highlight=False)
+
+
+def register(runs_app: typer.Typer) -> None:
+    """Adds `runs list`, `runs show` and `runs cancel` to the CLI (each command is a function of this module)."""
+    runs_app.command("list")(runs_list)
+    runs_app.command("show")(runs_show)
+    runs_app.command("cancel")(runs_cancel)
 
 
 def _attach(target: HostTarget, run_id: str, timeline: Timeline, *, render: bool) -> Any:
@@ -203,7 +215,7 @@ def _attach(target: HostTarget, run_id: str, timeline: Timeline, *, render: bool
     try:
         return run_until_interrupted(go)
     except grpc.RpcError as exc:
-        fail_rpc(exc, target.address)
+        fail_rpc(exc, target)
     except KeyboardInterrupt:
         err_console.print(f"stopped following; run {run_id} goes on", highlight=False)
         raise typer.Exit(130) from None

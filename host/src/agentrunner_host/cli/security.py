@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from agentrunner_host.cli.common import console, fail, load
+from agentrunner_host.cli.common import console, err_console, fail, load
 
 
 def register(app: typer.Typer, db_app: typer.Typer) -> None:
@@ -18,18 +18,56 @@ def register(app: typer.Typer, db_app: typer.Typer) -> None:
     @auth_app.command("new-key")
     def auth_new_key(
         client: Annotated[str, typer.Option("--client", help="The client id the key is for.")] = "my-client",
+        operation: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--operation",
+                "-o",
+                help="An operation the client may call (repeat it, or a comma list; `all` for every one). "
+                "Default: run, attach, get.",
+            ),
+        ] = None,
+        key_file: Annotated[
+            pathlib.Path | None,
+            typer.Option(help="Write the key to this new file (mode 0600) instead of printing it."),
+        ] = None,
     ) -> None:
-        """Make a random API key and print it with the config lines that accept it (only its hash goes in
-        the config; give the key to the client, e.g. as AGENTRUNNER_HOST_API_KEY)."""
+        """Make a random API key for a client. stdout gets its `auth.clients` entry (indented to sit under
+        `auth:` / `clients:`, so `>> host.yaml` appends it to a config that ends with that list); the
+        config holds only the key's sha256. The key goes to --key-file, or to stderr once; give it to
+        the client as AGENTRUNNER_HOST_API_KEY or AGENTRUNNER_HOST_API_KEY_FILE."""
+        import os
         import secrets
+        import textwrap
 
         from agentrunner_host.auth.clients import key_digest
+        from agentrunner_host.config.model import CLIENT_OPERATIONS
 
+        operations = _operations(operation or ["run,attach,get"], CLIENT_OPERATIONS)
         key = "arh_" + secrets.token_urlsafe(32)
-        console.print(f"API key (shown once, store it as a secret): {key}", soft_wrap=True, highlight=False)
-        console.print("config (auth.clients):", highlight=False)
-        snippet = {"id": client, "api_key_sha256": [key_digest(key)], "operations": ["run", "attach", "get"]}
-        console.print(yaml.safe_dump([snippet], sort_keys=False), highlight=False)
+        if key_file is not None:
+            try:
+                fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                fail(
+                    f"{key_file} exists: a key file is never overwritten (remove it, or pick another name)", 2
+                )
+            except OSError as exc:
+                fail(f"cannot create {key_file}: {exc.strerror}", 2)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(key + "\n")
+        entry = {"id": client, "api_key_sha256": [key_digest(key)], "operations": operations}
+        text = yaml.safe_dump([entry], sort_keys=False, default_flow_style=None)
+        print(f"    # client {client}: made by `agentrunner-host auth new-key`")
+        print(textwrap.indent(text, "    "), end="")
+        if key_file is not None:
+            err_console.print(
+                f"the API key of client {client!r} is in {key_file} (mode 0600)", highlight=False
+            )
+        else:
+            err_console.print(
+                f"API key (shown once, store it as a secret): {key}", soft_wrap=True, highlight=False
+            )
 
     @db_app.command("check")
     def db_check(
@@ -62,3 +100,15 @@ def register(app: typer.Typer, db_app: typer.Typer) -> None:
         console.print(report.summary(), highlight=False)
         if not report.ok:
             raise typer.Exit(1)
+
+
+def _operations(values: list[str], known: tuple[str, ...]) -> list[str]:
+    """`--operation` values (repeated or comma lists; `all`) in the config's order; exit 2 naming an
+    unknown one."""
+    asked = {v.strip() for value in values for v in value.split(",") if v.strip()}
+    if "all" in asked:
+        return list(known)
+    unknown = sorted(asked - set(known))
+    if unknown:
+        fail(f"unknown operation {unknown[0]!r} (known: {', '.join(known)}, all)", 2)
+    return [op for op in known if op in asked]

@@ -83,13 +83,30 @@ class TelemetryConfig(_Strict):
 
 
 class ConsoleConfig(_Strict):
-    """The web console (debug chat, runs, runners) served by the host over HTTP."""
+    """The web console (debug chat, runs, runners) served by the host over HTTP (HTTPS with `tls`).
+
+    On a host with `auth.clients` a user signs in with an API key of one of those clients, and the
+    console calls the host as that client; elsewhere it is open on loopback and needs the bearer token
+    of `token_env` on any other address."""
 
     #: `host:port` to serve it on; unset (the default) turns it off. Bound to anything but loopback
-    #: it needs a bearer token (`token_env`).
+    #: it needs a bearer token (`token_env`), or sign-in on a host with `auth.clients`.
     address: str | None = None
     #: environment variable holding the console's bearer token (never the token itself)
     token_env: str = "AGENTRUNNER_CONSOLE_TOKEN"
+    #: serve HTTPS with this certificate and key (`cert_file`, `key_file`)
+    tls: TlsConfig | None = None
+    #: with `auth.clients`, serve sign-in over plain HTTP on a non-loopback address (only behind a proxy
+    #: that terminates TLS: API keys and session cookies would otherwise cross the network in clear)
+    allow_plaintext: bool = False
+    #: how long a sign-in lasts (the session cookie's lifetime), at most
+    session_ttl_seconds: float = Field(3600.0, gt=0, le=7 * 86400)
+
+    @model_validator(mode="after")
+    def _tls_files(self) -> ConsoleConfig:
+        if self.tls is not None and (self.tls.cert_file is None or self.tls.key_file is None):
+            raise ValueError("console.tls needs cert_file and key_file")
+        return self
 
 
 class LimitsConfig(_Strict):

@@ -11,9 +11,12 @@
     POST /api/runs/{id}/cancel     CancelRun
     POST /api/chat                 SSE: a message event's run, item by item
     POST /api/interactions/{id}    SSE: the run an interaction's answer starts
+    GET  /api/session              how this console is accessed (sign-in on a secured host: sessions.py)
 
 Streams answer `text/event-stream` with one `update` event per item (`backend.update_event`);
-errors are JSON `{"error": REASON, "message": ...}` with the HTTP status of the gRPC code.
+errors are JSON `{"error": REASON, "message": ...}` with the HTTP status of the gRPC code. Every
+HostService call carries the caller's metadata, which the access gate in front (`sessions.SessionGate`
+on a host with `auth.clients`) leaves in the request's scope.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from agentrunner_host.console.auth import TokenGate
-from agentrunner_host.console.backend import ConsoleBackend, ConsoleError
+from agentrunner_host.console.backend import ConsoleBackend, ConsoleError, Metadata
+from agentrunner_host.console.sessions import METADATA_SCOPE_KEY
 
 STATIC = pathlib.Path(__file__).parent / "static"
 #: how often a runs-list watcher re-reads the listing
@@ -65,6 +68,11 @@ async def _body(request: Request) -> dict[str, Any]:
     return data
 
 
+def _md(request: Request) -> Metadata:
+    """The caller's HostService metadata (its API key on a secured host; none elsewhere)."""
+    return request.scope.get(METADATA_SCOPE_KEY, ())  # type: ignore[no-any-return]
+
+
 def _json_route(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
@@ -76,8 +84,8 @@ def _json_route(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Reque
     return endpoint
 
 
-def build_app(backend: ConsoleBackend, token: str = "") -> Any:
-    """The console as an ASGI app (behind the token gate when `token` is set)."""
+def build_app(backend: ConsoleBackend) -> Starlette:
+    """The console as an ASGI app (the access gate, `auth.py` / `sessions.py`, wraps it)."""
 
     async def index(_: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
@@ -85,19 +93,22 @@ def build_app(backend: ConsoleBackend, token: str = "") -> Any:
     async def info(_: Request) -> Any:
         return backend.info()
 
-    async def runners(_: Request) -> Any:
-        return await backend.runners()
+    async def session(_: Request) -> Any:
+        return {"auth": "open", "csrf_token": ""}  # (a secured host's gate answers this path itself)
+
+    async def runners(request: Request) -> Any:
+        return await backend.runners(_md(request))
 
     async def runs(request: Request) -> Any:
-        return await backend.runs(dict(request.query_params))
+        return await backend.runs(dict(request.query_params), _md(request))
 
     async def watch(request: Request) -> Any:
-        filters = dict(request.query_params)
+        filters, md = dict(request.query_params), _md(request)
 
         async def pages() -> AsyncIterator[dict[str, Any]]:
             last = None
             while True:
-                page = await backend.runs(filters)
+                page = await backend.runs(filters, md)
                 if page != last:
                     last = page
                     yield {"type": "runs", **page}
@@ -106,32 +117,37 @@ def build_app(backend: ConsoleBackend, token: str = "") -> Any:
         return _sse(pages())
 
     async def run(request: Request) -> Any:
-        return await backend.run(request.path_params["run_id"])
+        return await backend.run(request.path_params["run_id"], _md(request))
 
     async def timeline(request: Request) -> Any:
-        run_id = request.path_params["run_id"]
-        await backend.run(run_id)  # a run that does not exist is a 404, not an empty stream
-        return _sse(backend.timeline(run_id))
+        run_id, md = request.path_params["run_id"], _md(request)
+        await backend.run(run_id, md)  # a run that does not exist is a 404, not an empty stream
+        return _sse(backend.timeline(run_id, md))
 
     async def audit(request: Request) -> Any:
-        return {"audit": await backend.run_audit(request.path_params["run_id"])}
+        run_id = request.path_params["run_id"]
+        await backend.run(run_id, _md(request))  # only the audit of a run the caller may see
+        return {"audit": await backend.run_audit(run_id)}
 
     async def cancel(request: Request) -> Any:
         body = await _body(request) if await request.body() else {}
-        return await backend.cancel(request.path_params["run_id"], str(body.get("reason") or ""))
+        reason = str(body.get("reason") or "")
+        return await backend.cancel(request.path_params["run_id"], reason, _md(request))
 
     async def chat(request: Request) -> Any:
         body = await _body(request)
         if not str(body.get("text") or "").strip():
             raise ConsoleError("INVALID_ARGUMENT", "text is required", 400)
-        return _sse(backend.chat(body))
+        return _sse(backend.chat(body, _md(request)))
 
     async def submit(request: Request) -> Any:
-        return _sse(backend.submit(request.path_params["interaction_id"], await _body(request)))
+        interaction_id, body = request.path_params["interaction_id"], await _body(request)
+        return _sse(backend.submit(interaction_id, body, _md(request)))
 
     routes = [
         Route("/", index),
         Route("/api/info", _json_route(info)),
+        Route("/api/session", _json_route(session)),
         Route("/api/runners", _json_route(runners)),
         Route("/api/runs", _json_route(runs)),
         Route("/api/runs/watch", _json_route(watch)),
@@ -143,5 +159,4 @@ def build_app(backend: ConsoleBackend, token: str = "") -> Any:
         Route("/api/interactions/{interaction_id}", _json_route(submit), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=routes)
-    return TokenGate(app, token) if token else app
+    return Starlette(routes=routes)

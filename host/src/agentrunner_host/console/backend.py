@@ -1,10 +1,14 @@
 """What the console shows, as JSON: HostService calls over the host's private socket, turned into the
-dicts the browser renders (`update_event` for stream items, `timeline` entries for run pages)."""
+dicts the browser renders (`update_event` for stream items, `timeline` entries for run pages).
+
+Every call carries the signed-in user's metadata (`md`: the API key of the host client they signed in
+as, on a host with `auth.clients`; nothing elsewhere), so the host's gate decides what the console may
+do exactly as it would for that client."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -17,6 +21,8 @@ from agentrunner_host.views.jsonview import message_dict, status_name, usage_dic
 from agentrunner_host.views.timeline import Timeline, kind_name
 
 READ_TIMEOUT = 10.0
+#: a call's metadata: the caller's `authorization` header, or nothing
+Metadata = Sequence[tuple[str, str]]
 RUN_TIMEOUT = 3600.0
 OPEN = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
 
@@ -100,9 +106,9 @@ class ConsoleBackend:
     async def close(self) -> None:
         await self.channel.close()
 
-    async def _unary(self, method: Any, request: Any) -> Any:
+    async def _unary(self, method: Any, request: Any, md: Metadata) -> Any:
         try:
-            return await method(request, timeout=READ_TIMEOUT)
+            return await method(request, timeout=READ_TIMEOUT, metadata=tuple(md))
         except grpc.RpcError as exc:
             raise console_error(exc) from None
 
@@ -120,11 +126,12 @@ class ConsoleBackend:
                          for b in self.config.bindings],
         }  # fmt: skip
 
-    async def runners(self) -> dict[str, Any]:
-        listed = await self._unary(self.stub.ListRunners, host_service_pb2.HostServiceListRunnersRequest())
+    async def runners(self, md: Metadata = ()) -> dict[str, Any]:
+        request = host_service_pb2.HostServiceListRunnersRequest()
+        listed = await self._unary(self.stub.ListRunners, request, md)
         return message_dict(listed)
 
-    async def runs(self, filters: dict[str, str]) -> dict[str, Any]:
+    async def runs(self, filters: dict[str, str], md: Metadata = ()) -> dict[str, Any]:
         statuses = [v for v in common_pb2.RunStatus.values() if v and status_name(v) in
                     {s for s in filters.get("status", "").split(",") if s}]  # fmt: skip
         request = host_service_pb2.ListRunsRequest(
@@ -132,23 +139,25 @@ class ConsoleBackend:
             statuses=statuses, agent_id=filters.get("agent", ""), runner_id=filters.get("runner", ""),
             conversation_id=filters.get("conversation", ""), binding_id=filters.get("binding", ""),
         )  # fmt: skip
-        page = await self._unary(self.stub.ListRuns, request)
+        page = await self._unary(self.stub.ListRuns, request, md)
         return {"runs": [run_json(r) for r in page.runs], "next_page_token": page.next_page_token}
 
-    async def run(self, run_id: str) -> dict[str, Any]:
+    async def run(self, run_id: str, md: Metadata = ()) -> dict[str, Any]:
         return run_json(
-            (await self._unary(self.stub.GetRun, host_service_pb2.GetRunRequest(run_id=run_id))).run
+            (await self._unary(self.stub.GetRun, host_service_pb2.GetRunRequest(run_id=run_id), md)).run
         )
 
     async def run_audit(self, run_id: str) -> list[dict[str, Any]]:
         return list(await self.audit(run_id)) if self.audit is not None else []
 
-    async def timeline(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
+    async def timeline(self, run_id: str, md: Metadata = ()) -> AsyncIterator[dict[str, Any]]:
         """Snapshots of a run's page: the record and its timeline so far; one per change, the last once
         the run ended."""
-        record = await self.run(run_id)
+        record = await self.run(run_id, md)
         timeline = Timeline()
-        call = self.stub.AttachRun(host_service_pb2.AttachRunRequest(run_id=run_id), timeout=RUN_TIMEOUT)
+        call = self.stub.AttachRun(
+            host_service_pb2.AttachRunRequest(run_id=run_id), timeout=RUN_TIMEOUT, metadata=tuple(md)
+        )
         try:
             async for update in call:
                 timeline.add(update)
@@ -160,10 +169,10 @@ class ConsoleBackend:
             raise console_error(exc) from None
         finally:
             call.cancel()
-        yield {"run": await self.run(run_id), "timeline": timeline.entries, "done": True}
+        yield {"run": await self.run(run_id, md), "timeline": timeline.entries, "done": True}
 
     # -- runs ------------------------------------------------------------------------------------------
-    async def chat(self, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def chat(self, body: dict[str, Any], md: Metadata = ()) -> AsyncIterator[dict[str, Any]]:
         """Sends one message event (as the console's user) and streams the run."""
         req = host_service_pb2.HostServiceRunRequest(agent_id=str(body.get("agent_id") or ""))
         ev = req.event
@@ -176,10 +185,12 @@ class ConsoleBackend:
         ev.actor.actor_id = str(body.get("user_id") or "console-user")
         ev.input.text = str(body.get("text") or "")
         self._delivery(ev.delivery)
-        async for event in self._stream(self.stub.Run(req, timeout=RUN_TIMEOUT)):
+        async for event in self._stream(self.stub.Run(req, timeout=RUN_TIMEOUT, metadata=tuple(md))):
             yield event
 
-    async def submit(self, interaction_id: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def submit(
+        self, interaction_id: str, body: dict[str, Any], md: Metadata = ()
+    ) -> AsyncIterator[dict[str, Any]]:
         """Answers an interaction and streams the run the answer starts."""
         req = host_service_pb2.SubmitInteractionRequest(
             interaction_id=interaction_id, action_id=str(body.get("action_id") or "")
@@ -190,20 +201,23 @@ class ConsoleBackend:
         req.actor.actor_type = "user"
         req.actor.actor_id = str(body.get("user_id") or "console-user")
         self._delivery(req.delivery)
-        async for event in self._stream(self.stub.SubmitInteraction(req, timeout=RUN_TIMEOUT)):
+        call = self.stub.SubmitInteraction(req, timeout=RUN_TIMEOUT, metadata=tuple(md))
+        async for event in self._stream(call):
             yield event
 
-    async def follow(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
+    async def follow(self, run_id: str, md: Metadata = ()) -> AsyncIterator[dict[str, Any]]:
         async for event in self._stream(
-            self.stub.AttachRun(host_service_pb2.AttachRunRequest(run_id=run_id), timeout=RUN_TIMEOUT)
+            self.stub.AttachRun(
+                host_service_pb2.AttachRunRequest(run_id=run_id), timeout=RUN_TIMEOUT, metadata=tuple(md)
+            )
         ):
             yield event
 
-    async def cancel(self, run_id: str, reason: str) -> dict[str, Any]:
+    async def cancel(self, run_id: str, reason: str, md: Metadata = ()) -> dict[str, Any]:
         request = host_service_pb2.CancelRunRequest(
             run_id=run_id, reason=reason or "cancelled from the console"
         )
-        return run_json((await self._unary(self.stub.CancelRun, request)).run)
+        return run_json((await self._unary(self.stub.CancelRun, request, md)).run)
 
     @staticmethod
     def _delivery(delivery: Any) -> None:

@@ -1,5 +1,7 @@
 """`make demo-claude` / `make demo-codex`: a code-agent harness runner through the host, against the real CLI when it is on
-PATH and the bundled fake otherwise (saying which).
+PATH and the bundled fake otherwise (saying which). A harness with a `real_mock` points the real CLI at a
+local mock of its model API (offline, every check strict): `make demo-codex` puts the `codex` of
+`.ci/install-real-tools codex` on PATH and drives it against the OpenAI Responses mock.
 
 The harness runner runs as its own process (SDK CLI), the host on a fresh SQLite database in a temporary
 directory, and a short conversation goes through `HostService.Run`: streamed text, commentary shown as
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib
 import shutil
 import sys
 import tempfile
@@ -57,6 +60,9 @@ class Harness:
     runner_config: tuple[tuple[str, Any], ...] = ()
     #: config keys of the fake only, as paths relative to the demo directory
     fake_config: tuple[tuple[str, str], ...] = ()
+    #: `module:function(workdir) -> (runner env, runner config, stop)` pointing the real CLI at a local
+    #: mock of its model API; its turns are then checked strictly
+    real_mock: str = ""
 
 
 _TIME_CALL = (
@@ -75,20 +81,15 @@ HARNESSES: dict[str, Harness] = {
             Turn(_TIME_CALL, expect="+09:00", expect_tool="current_time"),
             Turn("Do you still know this conversation?", expect="(turn 4)"),
         ),
+        # against `claude_demo`'s scripted Anthropic API mock
         real_turns=(
-            Turn(
-                "In one short sentence: what does LANGBOT_CONTEXT.md in your working directory say you are doing?"
-            ),
-            Turn(
-                "Call the langbot_call_tool MCP tool with tool_name current_time and arguments "
-                '{"timezone": "Asia/Tokyo"}, then tell me the time in Tokyo in one sentence.',
-                expect="Tokyo",
-                expect_tool="current_time",
-            ),
-            Turn("What was my first question? One sentence.", expect="LANGBOT_CONTEXT"),
+            Turn("Hello from the AgentRunner demo!", expect="(turn 1)"),
+            Turn("What is the time in Tokyo?", expect="+09:00", expect_tool="current_time"),
+            Turn("What does LANGBOT_CONTEXT.md in your working directory say?", expect_tool="Read"),
+            Turn("Do you still know this conversation?", expect="(turn 4)"),
         ),
         fake_env=(("FAKE_CLAUDE_HOME", "fake-claude-home"),),
-        runner_config=(("max-turns", 4),),
+        real_mock="agentrunner_runners.testing.claude_demo:claude_demo",
     ),
     "codex": Harness(
         label="Codex",
@@ -104,19 +105,19 @@ HARNESSES: dict[str, Harness] = {
             Turn("approve: may I run a command and edit two files?", expect="inside=accept, outside=decline"),
             Turn("Do you still know this conversation?", expect="(turn 5)"),
         ),
+        # the mock's rule-based model: "run `...`" runs a command, "call <tool> {...}" calls a tool
         real_turns=(
+            Turn("Hello from the AgentRunner demo!", expect="(turn 1)"),
+            Turn("run `ls`", expect="LANGBOT_CONTEXT.md", expect_tool="shell"),
             Turn(
-                "In one short sentence: what does LANGBOT_CONTEXT.md in your working directory say you are doing?"
-            ),
-            Turn(
-                "Call the langbot_call_tool tool of the langbot MCP server with tool_name current_time and "
-                'arguments {"timezone": "Asia/Tokyo"}, then tell me the time in Tokyo in one sentence.',
-                expect="Tokyo",
+                _TIME_CALL.replace("mcp langbot langbot_call_tool", "call langbot_call_tool"),
+                expect="+09:00",
                 expect_tool="current_time",
             ),
-            Turn("What was my first question? One sentence.", expect="LANGBOT_CONTEXT"),
+            Turn("Do you still know this conversation?", expect="(turn 4)"),
         ),
         fake_config=(("codex-home", "fake-codex-home"),),
+        real_mock="agentrunner_runners.testing.openai_responses_mock:codex_demo",
     ),
 }
 
@@ -199,7 +200,10 @@ async def main(name: str) -> int:
     configure_logging("WARNING")
     console = Console()
     harness = HARNESSES[name]
-    with tempfile.TemporaryDirectory(prefix=f"agentrunner-demo-{name}-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix=f"agentrunner-demo-{name}-") as tmp,
+        contextlib.ExitStack() as stack,
+    ):
         workdir = Path(tmp)
         real = shutil.which(harness.command)
         env = {"AGENTRUNNER_HARNESS_ROOTS": str(workdir / "workspaces")}
@@ -207,6 +211,13 @@ async def main(name: str) -> int:
         if real:
             command = real
             console.print(f"[bold]{harness.label}[/bold]: using the real `{harness.command}` at {real}")
+            if harness.real_mock:
+                module, _, function = harness.real_mock.partition(":")
+                mock_env, mock_config, stop = getattr(importlib.import_module(module), function)(workdir)
+                stack.callback(stop)
+                env.update(mock_env)
+                extra.update(mock_config)
+                console.print(f"   against a local mock of its model API ({module})")
         else:
             command = str(fake_shim(workdir / "bin", harness.command, harness.fake_module))
             console.print(
@@ -230,7 +241,9 @@ async def main(name: str) -> int:
                     f"[bold]host[/bold] 127.0.0.1:{port}  [bold]runner[/bold] {harness.runner_id} at {address}\n"
                 )
                 turns = harness.real_turns if real else harness.fake_turns
-                ok = await conversation(console, f"127.0.0.1:{port}", turns, strict=not real)
+                ok = await conversation(
+                    console, f"127.0.0.1:{port}", turns, strict=not real or bool(harness.real_mock)
+                )
             finally:
                 await host.stop(1.0)
         finally:

@@ -3,6 +3,8 @@
 - every agent's `runner_config` against its runner's manifest `config_schema`: unknown keys (with the
   nearest declared name), wrong types and missing required fields, named by their path
   (`agents.1.runner_config.max-round`); selector values must name configured models / knowledge bases;
+  a `{env: NAME}` value whose variable is unset is an error, a secret in plain text a warning
+  (`runner_secrets`);
 - agents whose runner no endpoint serves (the endpoint is down, or serves other runners);
 - bindings that can never route an event: shadowed by a binding that always wins before them, or
   pointing at a disabled agent or one that handles none of the events they match.
@@ -22,6 +24,7 @@ from typing import Any, Literal
 from agentrunner.config import ConfigInvalid, check_value  # the runner side's own type rules
 from agentrunner.v1 import manifest_pb2
 from agentrunner_host.config.model import AgentConfig, BindingConfig, HostConfig
+from agentrunner_host.config.runner_secrets import env_problems, env_ref
 
 T = manifest_pb2.ConfigFieldType
 #: runner_config keys the host itself reads (`server.agent_model_options`), whatever the schema says
@@ -88,6 +91,10 @@ def check_runner_config(
             continue
         if value is None:
             continue
+        secret_problems = env_problems(field, key, value)
+        problems.extend(Problem(severity, f"{where}.{key}", message) for severity, message in secret_problems)
+        if env_ref(value) is not None:
+            continue  # its value is the variable's, checked by the runner when the run starts
         try:
             check_value(field, value)
         except ConfigInvalid as exc:

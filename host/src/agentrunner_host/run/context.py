@@ -21,6 +21,7 @@ from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, manifest_p
 from agentrunner_host import __version__
 from agentrunner_host.auth.authz import project_apis
 from agentrunner_host.config.model import AgentConfig
+from agentrunner_host.config.runner_secrets import EnvRefError, resolve_env
 from agentrunner_host.ports import AuthorizationSnapshot
 from agentrunner_host.run import context_parity
 
@@ -79,8 +80,12 @@ def _type_ok(field: manifest_pb2.ConfigField, value: Any) -> bool:
 def effective_runner_config(
     manifest: manifest_pb2.RunnerManifest, runner_config: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The agent's runner config with schema defaults applied; raises RunnerConfigError naming the field."""
-    out = dict(runner_config)
+    """The agent's runner config with `{env: NAME}` values read from the environment (`runner_secrets`)
+    and schema defaults applied; raises RunnerConfigError naming the field."""
+    try:
+        out = resolve_env(manifest, runner_config)
+    except EnvRefError as exc:
+        raise RunnerConfigError(exc.message, field=exc.field) from None
     for field in manifest.config_schema:
         if field.name not in out and field.HasField("default_value"):
             out[field.name] = json_format.MessageToDict(field.default_value)

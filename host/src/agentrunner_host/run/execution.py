@@ -111,8 +111,12 @@ class RunExecution:
             self.validator.saw_message = True
 
     def steerable(self) -> bool:
-        v = self.validator
-        return not self.finished and v is not None and v.terminal is None and self.snapshot.steering
+        return (
+            not self.finished
+            and self.validator is not None
+            and self.terminal is None
+            and self.snapshot.steering
+        )
 
     # -- call ------------------------------------------------------------------------------------------
     async def _call(self) -> RunnerCall:
@@ -207,23 +211,23 @@ class RunExecution:
             terminal = self.terminal
             if terminal is not None and self.validator is not None and self.journal.withdraw(terminal):
                 # the runner's terminal was neither recorded nor shown: the host's failure takes its place
-                self.validator.retract(terminal)
+                self.validator.retract(terminal)  # (its sequence is the failure's)
                 self.terminal = None
             return outcomes.failed(self.run_id, "host.store_error")
         self._commit_start()  # (failed before the runner call went out)
         log.error("run.host_error", exc_info=exc)
         return outcomes.failed(self.run_id, "host.error") if self.terminal is None else None
 
-    async def take(self, result: result_pb2.RunResult) -> result_pb2.RunResult | None:
-        """Records a validated result other than a delta (the pump's); the result the client gets
-        (None: refused). The runner's terminal is decided here."""
+    async def take(self, result: result_pb2.RunResult, kind: str) -> bool:
+        """Records a result the validator accepted as `kind`, other than a delta (the pump's); False when
+        the run refuses it. The runner's terminal is decided here, and held here only: a completion
+        without output becomes `runner.empty_output` in place (grammar rule 7)."""
         validator = self.validator
         assert validator is not None
-        kind = validator.kind
         if kind == "interaction_requested":
             if not await record_requested(self.host.interaction_store, self, self.start.event.actor, result):
                 validator.retract(result)
-                return None
+                return False
             validator.saw_message = True  # an interaction is output (grammar rule 7)
         elif kind == "run_completed" or kind == "run_failed":
             if (
@@ -232,11 +236,10 @@ class RunExecution:
                 and result.run_completed.finish_reason != FINISH_ACKNOWLEDGED
             ):  # grammar rule 7: no output is an error, unless the service only acknowledged
                 log.warning("run.empty_output")
-                result = outcomes.empty_output(result)
-                validator.terminal = result
+                result.CopyFrom(outcomes.empty_output(result))
             self.terminal = result
         await self._record(result)
-        return result
+        return True
 
     async def _record(
         self, result: result_pb2.RunResult, finish: tuple[RunStatus, str] | None = None
@@ -253,8 +256,6 @@ class RunExecution:
         if failure is not None:
             failure.sequence = self._next_sequence()
             self.terminal = failure
-            if self.validator is not None:
-                self.validator.terminal = failure
             try:
                 await self._record(failure)
             except RecordFailed as exc:  # (what it could not write, `_finish` writes with the ending)

@@ -9,14 +9,15 @@ replica is followed by polling the shared ledger.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import contextlib
+from collections.abc import AsyncGenerator, Iterable, Iterator
 from typing import Final, Protocol
 
 from google.protobuf import json_format
 
 from agentrunner.errors import NotFoundError, RateLimitedError
-from agentrunner.v1 import host_service_pb2
-from agentrunner_host.delivery.channel import DeliveryHub
+from agentrunner.v1 import host_service_pb2, result_pb2
+from agentrunner_host.delivery.channel import DeliveryHub, Replayer
 from agentrunner_host.ports import TERMINAL_STATUSES, RunLedger, RunRecord
 from agentrunner_host.run.journal import RunJournal
 
@@ -100,6 +101,87 @@ class LiveRun(Protocol):
     def finished(self) -> bool: ...
 
 
+class _Cursor:
+    """Where a follower is in the run's stream: the last result it got and the delivered items it was
+    replayed (`delivery.channel.Replayer`)."""
+
+    __slots__ = ("last", "replay")
+
+    def __init__(self, replay: Replayer, after_sequence: int) -> None:
+        self.replay = replay
+        self.last = after_sequence
+
+    def stored(self, results: Iterable[result_pb2.RunResult]) -> Iterator[Update]:
+        """Stored results after `last` (in order), each after the delivered items that preceded it."""
+        for result in results:
+            self.last = result.sequence
+            yield from self.replay.before(result.sequence)
+            yield Update(result=result)
+
+    def caught_up(
+        self, results: Iterable[result_pb2.RunResult], unstored: Iterable[result_pb2.RunResult]
+    ) -> Iterator[Update]:
+        """A live run so far: its stored results, those handed out but not committed yet
+        (`RunJournal.unstored`, taken before the store was read), then the delivered items left."""
+        yield from self.stored(results)
+        for result in unstored:
+            if result.sequence > self.last:
+                self.last = result.sequence
+                yield Update(result=result)
+        yield from self.replay.rest()
+
+    def fresh(self, update: Update) -> bool:
+        """Whether a live update is new to this follower: not a result it has, not an item it was
+        replayed (remembered as seen from now on)."""
+        if update.HasField("result"):
+            if update.result.sequence <= self.last:
+                return False
+            self.last = update.result.sequence
+            return True
+        return update.HasField("finished") or not self.replay.seen(update)
+
+
+@contextlib.contextmanager
+def _subscribed(live: LiveRun | None, queue_max: int) -> Iterator[asyncio.Queue[Update] | None]:
+    """A live run's updates for this follower, queued while it follows (None: the run is not live)."""
+    if live is None:
+        yield None
+        return
+    queue = live.followers.subscribe(queue_max)
+    try:
+        yield queue
+    finally:
+        live.followers.unsubscribe(queue)
+
+
+def _dropped(run_id: str, queue_max: int, last: int) -> RateLimitedError:
+    return RateLimitedError(
+        f"this follower fell {queue_max} updates behind run {run_id!r} and was dropped: attach "
+        f"again with after_sequence={last}",
+        retry_delay=0.0,
+        metadata={"runId": run_id, "afterSequence": last, "queueMax": queue_max},
+    )
+
+
+async def _from_ledger(ledger: RunLedger, cursor: _Cursor, run_id: str) -> AsyncGenerator[Update, None]:
+    """A run not open in this process (it ended, or another replica runs it): its stored results, the
+    shared ledger polled until the run ends, then the delivered items left and `finished`."""
+    while True:
+        for update in cursor.stored(await ledger.list_results(run_id, cursor.last)):
+            yield update
+        record = await ledger.get_run(run_id)
+        if record is None or record.status in TERMINAL_STATUSES:
+            break
+        await asyncio.sleep(POLL_SECONDS)  # a run open on another replica: poll the shared ledger
+        await cursor.replay.refresh()
+    await cursor.replay.refresh()
+    for update in cursor.stored(await ledger.list_results(run_id, cursor.last)):
+        yield update
+    for update in cursor.replay.rest():
+        yield update
+    yield finished_of(record, run_id)
+
+
 async def follow(
     ledger: RunLedger,
     deliveries: DeliveryHub,
@@ -116,60 +198,22 @@ async def follow(
     if record is None:
         raise NotFoundError(f"run {run_id!r} does not exist", metadata={"runId": run_id})
     live = open_run if open_run is not None and not open_run.finished else None
-    queue = live.followers.subscribe(queue_max) if live is not None else None
-    try:
+    with _subscribed(live, queue_max) as queue:  # (before the store is read: no live update is missed)
         yield accepted_of(record, attached=attached)
-        last = after_sequence
-        replay = await deliveries.replayer(run_id, after_sequence)
-        while True:
-            # taken BEFORE reading the store: a write that commits meanwhile is in one of the two
-            unstored = live.journal.unstored() if live is not None else []
-            for result in await ledger.list_results(run_id, last):
-                last = result.sequence
-                for item in replay.before(result.sequence):
-                    yield item
-                yield Update(result=result)
-            if live is not None:
-                for result in unstored:
-                    if result.sequence > last:
-                        last = result.sequence
-                        yield Update(result=result)
-                for item in replay.rest():
-                    yield item
-                break
-            record = await ledger.get_run(run_id)
-            if record is None or record.status in TERMINAL_STATUSES:
-                await replay.refresh()
-                for result in await ledger.list_results(run_id, last):
-                    last = result.sequence
-                    for item in replay.before(result.sequence):
-                        yield item
-                    yield Update(result=result)
-                for item in replay.rest():
-                    yield item
-                yield finished_of(record, run_id)
-                return
-            await asyncio.sleep(POLL_SECONDS)  # a run open on another replica: poll the shared ledger
-            await replay.refresh()
-        assert queue is not None
+        cursor = _Cursor(await deliveries.replayer(run_id, after_sequence), after_sequence)
+        if live is None or queue is None:
+            async for update in _from_ledger(ledger, cursor, run_id):
+                yield update
+            return
+        # taken BEFORE reading the store: a write that commits meanwhile is in one of the two
+        unstored = live.journal.unstored()
+        for update in cursor.caught_up(await ledger.list_results(run_id, cursor.last), unstored):
+            yield update
         while True:
             update = await queue.get()
             if update is OVERFLOWED:
-                raise RateLimitedError(
-                    f"this follower fell {queue_max} updates behind run {run_id!r} and was dropped: attach "
-                    f"again with after_sequence={last}",
-                    retry_delay=0.0,
-                    metadata={"runId": run_id, "afterSequence": last, "queueMax": queue_max},
-                )
-            if update.HasField("result"):
-                if update.result.sequence <= last:
-                    continue
-                last = update.result.sequence
-            elif not update.HasField("finished") and replay.seen(update):
-                continue
-            yield update
-            if update.HasField("finished"):
-                return
-    finally:
-        if queue is not None and live is not None:
-            live.followers.unsubscribe(queue)
+                raise _dropped(run_id, queue_max, cursor.last)
+            if cursor.fresh(update):
+                yield update
+                if update.HasField("finished"):
+                    return

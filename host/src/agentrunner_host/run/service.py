@@ -349,12 +349,19 @@ class RunService:
         return record
 
     async def cancel_run(self, run_id: str, reason: str = "") -> RunRecord:
-        """Pushes a cancel signal on the control stream, then cancels the runner call after the grace."""
+        """Pushes a cancel signal on the control stream, then cancels the runner call after the grace.
+        FAILED_PRECONDITION for a run that ended, and for one open on another host replica (until
+        replicas relay cancels, it is refused rather than claimed)."""
         record = await self.get_run(run_id)
         if record.status in TERMINAL_STATUSES:
             raise FailedPreconditionError(
                 f"run {run_id!r} already ended",
                 metadata={"runId": run_id, "status": terminal_status_name(record.status)},
+            )
+        if not self.is_open(run_id):
+            raise FailedPreconditionError(
+                f"run {run_id!r} is not open on this host replica: cancel it on the replica that runs it",
+                metadata={"runId": run_id},
             )
         updated = await self.stores.ledger.request_cancel(run_id, utcnow()) or record
         execution = self._open.get(run_id)

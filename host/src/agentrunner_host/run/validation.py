@@ -1,8 +1,12 @@
 """Validation of a runner's result stream (PROTOCOL_V1 §7), transport-neutral.
 
-`ResultValidator.accept` takes each result as the runner sent it and returns the result to forward (or
-None to drop it, with a warning and a metric). Accepted results are renumbered with the host's own
-contiguous sequence, so the ledger and every client see 1, 2, 3, ... whatever the runner's numbering.
+`ResultValidator.accept` takes each result as the runner sent it and returns what it decided: the kind
+the result is accepted as (its payload field; the result is renumbered and, where the boundary rules
+require it, repaired in place), or None to drop it (with a warning and a metric). Accepted results are
+renumbered with the host's own contiguous sequence, so the ledger and every client see 1, 2, 3, ...
+whatever the runner's numbering. Which result is the run's terminal is the run's decision
+(`run/execution.py:RunExecution.take`), not the validator's: the pump drops what comes after it
+(`reject`).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Callable
 
 import structlog
 from google.protobuf import json_format
@@ -92,15 +97,12 @@ class ResultValidator:
         self.snapshot = snapshot
         self.run_id = snapshot.run_id
         self.limits = limits
-        self.terminal: result_pb2.RunResult | None = None
         self.saw_message = False
         self.host_sequence = 0
         #: the runner's highest sequence so far, and the ranges below it it skipped (`[low, high]`: still
         #: welcome, once); memory grows with the gaps, not with the results
         self._max_runner_seq = 0
         self._gaps: list[list[int]] = []
-        #: the payload kind of the result `accept` returned last
-        self.kind = ""
         #: text streamed so far per message id, as parts (joined only when a delta carries
         #: `cumulative_text`: appending to one string per delta would copy the whole text every time)
         self._buffers: dict[str, list[str]] = {}
@@ -110,7 +112,8 @@ class ResultValidator:
         #: the run's `delivery.interactions` (None: the surface renders none); set once the context is built
         self.interaction_capabilities: common_pb2.InteractionCapabilities | None = None
 
-    def _reject(self, reason: str, result: result_pb2.RunResult, **extra: object) -> None:
+    def reject(self, reason: str, result: result_pb2.RunResult, **extra: object) -> None:
+        """Drops a result (a warning and a metric with `reason`)."""
         self.dropped += 1
         RESULTS_REJECTED.labels(reason).inc()
         log.warning(
@@ -127,20 +130,16 @@ class ResultValidator:
         id already taken): its sequence is reused, so the stream stays contiguous."""
         if result.sequence == self.host_sequence:
             self.host_sequence -= 1
-        if self.terminal is result:
-            self.terminal = None
-        self._reject("refused_by_host", result)
+        self.reject("refused_by_host", result)
 
     def next_sequence(self) -> int:
         self.host_sequence += 1
         return self.host_sequence
 
-    def accept(self, result: result_pb2.RunResult) -> result_pb2.RunResult | None:
-        if self.terminal is not None:
-            self._reject("after_terminal", result)
-            return None
+    def accept(self, result: result_pb2.RunResult) -> str | None:
+        """The kind `result` is accepted as (renumbered, repaired in place), or None: dropped."""
         if result.run_id != self.run_id:
-            self._reject("wrong_run_id", result, got=result.run_id[:64])
+            self.reject("wrong_run_id", result, got=result.run_id[:64])
             return None
         seq = result.sequence
         if seq:
@@ -152,17 +151,17 @@ class ResultValidator:
                 self._gaps.append([last + 1, seq - 1])
                 self._max_runner_seq = seq
             elif not self._fill_gap(seq):
-                self._reject("duplicate_sequence", result)
+                self.reject("duplicate_sequence", result)
                 return None
         size = result.ByteSize()
         if size > self.limits.result_max_bytes:
-            self._reject("oversize", result, size=size, cap=self.limits.result_max_bytes)
+            self.reject("oversize", result, size=size, cap=self.limits.result_max_bytes)
             return None
         kind = result.WhichOneof("payload")
         if kind != "message_delta" or not _plain_delta(result):
             repaired, left = repair_message(result)  # the boundary rules (no NaN, no NUL, ...)
             if left:
-                self._reject("unstorable", result, field=left[0][0], problem=left[0][1])
+                self.reject("unstorable", result, field=left[0][0], problem=left[0][1])
                 return None
             if repaired:
                 log.warning(
@@ -189,27 +188,24 @@ class ResultValidator:
                     self.saw_message = True
             self.host_sequence += 1
             result.sequence = self.host_sequence
-            self.kind = kind
             # counted in batches (a labelled counter's lock costs more than the rest of a delta's checks)
             self._unreported_deltas += 1
             if self._unreported_deltas >= DELTA_METRIC_BATCH:
                 self.report_metrics()
-            return result
+            return kind
         if kind is None:
             # A payload from a newer protocol revision (or none at all): ignored (PROTOCOL_V1 §3).
-            self._reject("unknown_type", result)
+            self.reject("unknown_type", result)
             return None
         problem = self._check_payload(kind, result)
         if problem:
-            self._reject(problem, result)
+            self.reject(problem, result)
             return None
         result.sequence = self.next_sequence()
-        self.kind = kind
         _RESULT_COUNTERS[kind].inc()
         if kind in TERMINAL_PAYLOADS:
-            self.terminal = result
             self.report_metrics()
-        return result
+        return kind
 
     def _fill_gap(self, seq: int) -> bool:
         """A sequence below the highest one: True (and no longer missing) if it was skipped before."""
@@ -249,72 +245,93 @@ class ResultValidator:
             self.saw_message = True
 
     def _check_payload(self, kind: str, result: result_pb2.RunResult) -> str | None:
-        """Every payload but `message.delta` (checked in `accept`); the reason to drop it, or None."""
-        if kind == "message_completed":
-            msg = result.message_completed.message
-            if not result.message_completed.HasField("message"):
-                return "invalid_message_completed"
-            if (msg.content or msg.contents or msg.artifacts) and msg.kind <= _ANSWER:
-                self.saw_message = True
-            return None
-        if kind == "tool_call_started":
-            p = result.tool_call_started
-            if not p.tool_call_id or not p.tool_name:
-                return "invalid_tool_call_started"
-            self._open_tools.add(p.tool_call_id)
-            return None
-        if kind == "tool_call_completed":
-            done = result.tool_call_completed
-            if not done.tool_call_id:
-                return "invalid_tool_call_completed"
-            if done.tool_call_id not in self._open_tools:
-                log.warning("result.tool_call_unmatched", run_id=self.run_id, tool_call_id=done.tool_call_id)
-            self._open_tools.discard(done.tool_call_id)
-            return None
-        if kind == "artifact_created":
-            return _artifact_problem(result.artifact_created)
-        if kind == "state_updated":
-            s = result.state_updated
-            scope = STATE_SCOPE_NAMES.get(s.scope)
-            if scope is None or scope not in self.snapshot.state_scopes:
-                return "state_scope_denied"
-            if not state_identity(self.snapshot, scope):  # e.g. conversation state, no conversation
-                return "state_scope_no_identity"
-            if not s.key or len(s.key) > self.limits.state_key_max_chars:
-                return "state_key_invalid"
-            if not s.HasField("value"):
-                return "state_value_missing"
-            encoded = json.dumps(json_format.MessageToDict(s.value), separators=(",", ":"))
-            if len(encoded.encode()) > self.limits.state_value_max_bytes:
-                return "state_value_too_large"
-            return None
-        if kind == "action_requested":
-            action = result.action_requested
-            if not action.action:
-                return "invalid_action"
-            # Telemetry only in v1: recorded, never executed.
-            log.info(
-                "result.action_requested",
-                run_id=self.run_id,
-                action=action.action,
-                idempotency_key=action.idempotency_key,
-                executed=False,
-            )
-            return None
-        if kind == "run_failed":
-            if not result.run_failed.code:
-                result.run_failed.code = "runner.error"
-            return None
-        if kind == "run_log":
-            return _check_run_log(result, self.limits)
-        if kind == "interaction_requested":
-            return _check_interaction(result, self.interaction_capabilities, self.run_id)
-        if kind == "run_completed":
-            m = result.run_completed.message
-            if (m.content or m.contents or m.artifacts) and m.kind <= _ANSWER:
-                self.saw_message = True
-            return None
+        """Every payload but `message.delta` (checked in `accept`): its kind's check (`_CHECKS`); the
+        reason to drop it, or None."""
+        check = _CHECKS.get(kind)
+        return check(self, result) if check is not None else None
+
+    def _message_completed(self, result: result_pb2.RunResult) -> str | None:
+        msg = result.message_completed.message
+        if not result.message_completed.HasField("message"):
+            return "invalid_message_completed"
+        if (msg.content or msg.contents or msg.artifacts) and msg.kind <= _ANSWER:
+            self.saw_message = True
         return None
+
+    def _tool_call_started(self, result: result_pb2.RunResult) -> str | None:
+        p = result.tool_call_started
+        if not p.tool_call_id or not p.tool_name:
+            return "invalid_tool_call_started"
+        self._open_tools.add(p.tool_call_id)
+        return None
+
+    def _tool_call_completed(self, result: result_pb2.RunResult) -> str | None:
+        done = result.tool_call_completed
+        if not done.tool_call_id:
+            return "invalid_tool_call_completed"
+        if done.tool_call_id not in self._open_tools:
+            log.warning("result.tool_call_unmatched", run_id=self.run_id, tool_call_id=done.tool_call_id)
+        self._open_tools.discard(done.tool_call_id)
+        return None
+
+    def _state_updated(self, result: result_pb2.RunResult) -> str | None:
+        s = result.state_updated
+        scope = STATE_SCOPE_NAMES.get(s.scope)
+        if scope is None or scope not in self.snapshot.state_scopes:
+            return "state_scope_denied"
+        if not state_identity(self.snapshot, scope):  # e.g. conversation state, no conversation
+            return "state_scope_no_identity"
+        if not s.key or len(s.key) > self.limits.state_key_max_chars:
+            return "state_key_invalid"
+        if not s.HasField("value"):
+            return "state_value_missing"
+        encoded = json.dumps(json_format.MessageToDict(s.value), separators=(",", ":"))
+        if len(encoded.encode()) > self.limits.state_value_max_bytes:
+            return "state_value_too_large"
+        return None
+
+    def _action_requested(self, result: result_pb2.RunResult) -> str | None:
+        action = result.action_requested
+        if not action.action:
+            return "invalid_action"
+        # Telemetry only in v1: recorded, never executed.
+        log.info(
+            "result.action_requested",
+            run_id=self.run_id,
+            action=action.action,
+            idempotency_key=action.idempotency_key,
+            executed=False,
+        )
+        return None
+
+    def _run_completed(self, result: result_pb2.RunResult) -> str | None:
+        m = result.run_completed.message
+        if (m.content or m.contents or m.artifacts) and m.kind <= _ANSWER:
+            self.saw_message = True
+        return None
+
+
+def _run_failed(validator: ResultValidator, result: result_pb2.RunResult) -> str | None:
+    if not result.run_failed.code:
+        result.run_failed.code = "runner.error"
+    return None
+
+
+#: the check of each payload kind but `message.delta` (a kind without one is accepted as it is)
+_CHECKS: dict[str, Callable[[ResultValidator, result_pb2.RunResult], str | None]] = {
+    "message_completed": ResultValidator._message_completed,
+    "tool_call_started": ResultValidator._tool_call_started,
+    "tool_call_completed": ResultValidator._tool_call_completed,
+    "artifact_created": lambda v, result: _artifact_problem(result.artifact_created),
+    "state_updated": ResultValidator._state_updated,
+    "action_requested": ResultValidator._action_requested,
+    "run_failed": _run_failed,
+    "run_log": lambda v, result: _check_run_log(result, v.limits),
+    "interaction_requested": lambda v, result: _check_interaction(
+        result, v.interaction_capabilities, v.run_id
+    ),
+    "run_completed": ResultValidator._run_completed,
+}
 
 
 def _check_run_log(result: result_pb2.RunResult, limits: Limits) -> str | None:

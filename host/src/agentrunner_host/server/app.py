@@ -40,6 +40,8 @@ from agentrunner_host.proxy.servicer import ProxyServicer
 from agentrunner_host.registry.check import Problem, check_against_registry, check_bindings, registry_view
 from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.run import outcomes
+from agentrunner_host.run.access import RunAccess
+from agentrunner_host.run.records import RunRecords
 from agentrunner_host.run.service import RunService
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database
@@ -203,6 +205,8 @@ class HostApp:
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.console: ConsoleServer | None = None
+        #: who may call HostService (built with the server; the console's sign-in checks keys with it)
+        self.gate: ClientGate | None = None
         self.lease = InstanceLease(db, config.instance_id)
         self.port = 0
         self._tasks: list[asyncio.Task[Any]] = []
@@ -273,7 +277,7 @@ class HostApp:
                     f"console.address is set but the console is not installed ({exc.name} is missing): "
                     "pip install 'langbot-agentrunner-host[console]'"
                 ) from exc
-            self.console = ConsoleServer(self.config)  # (a non-loopback address without a token: refused)
+            self.console = ConsoleServer(self.config)  # (refuses an exposed console: console/auth.py)
             self.console.bind()
             server.add_insecure_port(self.console.host_target)
         await self.lease.acquire()  # (another live host with this instance_id: InstanceLeaseError)
@@ -299,7 +303,7 @@ class HostApp:
         self.server = server
         await self.registry.start()
         if self.console is not None:
-            await self.console.start(audit=self.stores.events.run_audit)
+            await self.console.start(audit=self.stores.events.run_audit, gate=self.gate)
         self.report_config_problems()
         for name in ("", HOST_SERVICE_NAME, PROXY_SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -326,17 +330,17 @@ class HostApp:
 
     def _build_server(self, address: str) -> grpc.aio.Server:
         server = grpc.aio.server(options=server_options(self.config.limits))
-        gate = ClientGate(self.config, self.stores.events, listen_address=address)
+        gate = self.gate = ClientGate(self.config, self.stores.events, listen_address=address)
+        access = RunAccess(self.runs, self.runs.resolver, self.interactions.store)
+        records = RunRecords(
+            access,
+            self.runs,
+            ledger=self.stores.ledger,
+            artifacts=self.stores.artifacts,
+            page_max_bytes=self.stores.settings.page_max_bytes,
+        )
         add_host_service(
-            HostServicer(
-                self.runs,
-                self.registry,
-                self.interactions,
-                gate,
-                ledger=self.stores.ledger,
-                artifacts=self.stores.artifacts,
-                page_max_bytes=self.stores.settings.page_max_bytes,
-            ),
+            HostServicer(self.runs, self.registry, self.interactions, gate, access=access, records=records),
             server,
         )
         server.add_generic_rpc_handlers((self.proxy.generic_handler(),))

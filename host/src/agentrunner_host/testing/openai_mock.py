@@ -243,11 +243,16 @@ def _pieces(text: str) -> list[str]:
     return [text[i : i + 4] for i in range(0, len(text), 4)] if text else []
 
 
-def build_app(state: MockState) -> Starlette:
-    async def chat(request: Request) -> Response:
+class _Endpoints:
+    """The mock's HTTP handlers, over one `MockState`."""
+
+    def __init__(self, state: MockState) -> None:
+        self.state = state
+
+    async def chat(self, request: Request) -> Response:
         body = await request.json()
-        index = state.record("chat", "/v1/chat/completions", body, request)
-        reply = state.next_reply("chat")
+        index = self.state.record("chat", "/v1/chat/completions", body, request)
+        reply = self.state.next_reply("chat")
         streaming = bool(body.get("stream"))
         record = StreamRecord(request_index=index) if streaming else None
         fault = await _fault(reply, record)
@@ -282,7 +287,7 @@ def build_app(state: MockState) -> Starlette:
                     "usage": usage,
                 }
             )
-        state.streams.append(record)
+        self.state.streams.append(record)
         plan = StreamPlan(
             cid=cid,
             created=created,
@@ -297,10 +302,10 @@ def build_app(state: MockState) -> Starlette:
         )
         return StreamingResponse(_paced(plan.body(record)), media_type="text/event-stream")
 
-    async def embeddings(request: Request) -> Response:
+    async def embeddings(self, request: Request) -> Response:
         body = await request.json()
-        state.record("embeddings", "/v1/embeddings", body, request)
-        fault = await _fault(state.next_reply("embeddings"))
+        self.state.record("embeddings", "/v1/embeddings", body, request)
+        fault = await _fault(self.state.next_reply("embeddings"))
         if fault is not None:
             return fault
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
@@ -317,10 +322,10 @@ def build_app(state: MockState) -> Starlette:
             }
         )
 
-    async def rerank(request: Request) -> Response:
+    async def rerank(self, request: Request) -> Response:
         body = await request.json()
-        state.record("rerank", "/v1/rerank", body, request)
-        fault = await _fault(state.next_reply("rerank"))
+        self.state.record("rerank", "/v1/rerank", body, request)
+        fault = await _fault(self.state.next_reply("rerank"))
         if fault is not None:
             return fault
         query = set(words(body["query"]))
@@ -335,37 +340,43 @@ def build_app(state: MockState) -> Starlette:
             {"id": uuid.uuid4().hex, "model": body.get("model"), "results": scored[:top_n], "usage": {}}
         )
 
-    async def models(_: Request) -> Response:
+    async def models(self, _: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": "mock-chat", "object": "model"}]})
 
-    async def admin_script(request: Request) -> Response:
+    async def admin_script(self, request: Request) -> Response:
         body = await request.json()
         endpoint = request.query_params.get("endpoint", "chat")
         if endpoint not in ENDPOINTS:
             return JSONResponse({"error": f"unknown endpoint {endpoint}"}, status_code=400)
-        state.queue(endpoint).extend(body if isinstance(body, list) else [body])
-        return JSONResponse({"queued": len(state.queue(endpoint))})
+        self.state.queue(endpoint).extend(body if isinstance(body, list) else [body])
+        return JSONResponse({"queued": len(self.state.queue(endpoint))})
 
-    async def admin_requests(_: Request) -> Response:
-        return JSONResponse(state.requests)
+    async def admin_requests(self, _: Request) -> Response:
+        return JSONResponse(self.state.requests)
 
-    async def admin_streams(_: Request) -> Response:
-        return JSONResponse([dataclasses.asdict(s) | {"closed": s.closed.is_set()} for s in state.streams])
+    async def admin_streams(self, _: Request) -> Response:
+        return JSONResponse(
+            [dataclasses.asdict(s) | {"closed": s.closed.is_set()} for s in self.state.streams]
+        )
 
-    async def admin_reset(_: Request) -> Response:
-        state.reset()
+    async def admin_reset(self, _: Request) -> Response:
+        self.state.reset()
         return JSONResponse({})
 
+
+def build_app(state: MockState) -> Starlette:
+    """The mock's Starlette app: the OpenAI endpoints it serves and its `/_admin` scripting endpoints."""
+    e = _Endpoints(state)
     return Starlette(
         routes=[
-            Route("/v1/chat/completions", chat, methods=["POST"]),
-            Route("/v1/embeddings", embeddings, methods=["POST"]),
-            Route("/v1/rerank", rerank, methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"]),
-            Route("/_admin/script", admin_script, methods=["POST"]),
-            Route("/_admin/requests", admin_requests, methods=["GET"]),
-            Route("/_admin/streams", admin_streams, methods=["GET"]),
-            Route("/_admin/reset", admin_reset, methods=["POST"]),
+            Route("/v1/chat/completions", e.chat, methods=["POST"]),
+            Route("/v1/embeddings", e.embeddings, methods=["POST"]),
+            Route("/v1/rerank", e.rerank, methods=["POST"]),
+            Route("/v1/models", e.models, methods=["GET"]),
+            Route("/_admin/script", e.admin_script, methods=["POST"]),
+            Route("/_admin/requests", e.admin_requests, methods=["GET"]),
+            Route("/_admin/streams", e.admin_streams, methods=["GET"]),
+            Route("/_admin/reset", e.admin_reset, methods=["POST"]),
         ]
     )
 

@@ -27,21 +27,44 @@ def _host_of(target: str) -> str:
     return host.strip("[]")
 
 
-def explain_rpc_failure(code: str, details: str, target: str, *, timeout: float | None = None) -> str | None:
+def explain_rpc_failure(
+    code: str,
+    details: str,
+    target: str,
+    *,
+    timeout: float | None = None,
+    tls: bool = False,
+    client_cert: str = "",
+) -> str | None:
     """A sentence for a call that failed in transport (`code` is the status code's name); None when the
-    call reached a server (its own error then says what happened)."""
+    call reached a server (its own error then says what happened). `tls`: the call went over TLS;
+    `client_cert`: the client certificate it presented ('' for none)."""
     text = details or ""
     if code == "DEADLINE_EXCEEDED" and text in ("Deadline Exceeded", ""):
         within = f" within {timeout:g} s" if timeout else " in time"
         return f"{target} did not answer{within} (is it the right address, and is the server healthy?)"
     if code != "UNAVAILABLE":
         return None
+    return (
+        _address_failure(text, target)
+        or _tls_failure(text, target, tls=tls, client_cert=client_cert)
+        or _connection_failure(text, target)
+    )
+
+
+def _address_failure(text: str, target: str) -> str | None:
+    """A name that does not resolve, or an address where nothing listens."""
     if "errors resolving" in text or "DNS resolution failed" in text:
         if "Misformatted domain name" in text:
             return f"{target!r} is not a valid host:port address"
         return f"cannot resolve the host name {_host_of(target)!r} of {target} (DNS lookup failed)"
     if "Connection refused" in text:
         return f"cannot reach {target}: connection refused (nothing listens there: is the server running?)"
+    return None
+
+
+def _tls_failure(text: str, target: str, *, tls: bool, client_cert: str) -> str | None:
+    """A TLS handshake that failed, and which side's credentials to look at."""
     if "WRONG_VERSION_NUMBER" in text:
         return (
             f"TLS handshake with {target} failed: the server does not speak TLS "
@@ -60,6 +83,25 @@ def explain_rpc_failure(code: str, details: str, target: str, *, timeout: float 
         )
     if "Tls handshake failed" in text or "SSL_ERROR" in text or "handshake" in text.lower():
         return f"TLS handshake with {target} failed (check the CA, the client certificate and the key)"
+    if not (tls and ("Socket closed" in text or "Connection reset" in text)):
+        return None
+    # a server that requires mutual TLS closes the connection after a handshake without a client
+    # certificate it accepts (TLS 1.3 reports nothing else to the client)
+    if client_cert:
+        return (
+            f"{target} closed the connection during the TLS handshake: it did not accept the client "
+            f"certificate {client_cert} (is it signed by the CA of the host's listen.tls.client_ca_file, "
+            "and still valid?)"
+        )
+    return (
+        f"{target} closed the connection during the TLS handshake: it requires a client certificate "
+        "(mutual TLS): pass --cert-file and --key-file (or set AGENTRUNNER_HOST_CERT_FILE and "
+        "AGENTRUNNER_HOST_KEY_FILE)"
+    )
+
+
+def _connection_failure(text: str, target: str) -> str | None:
+    """A connection that closed, found no route or timed out; else gRPC's own last error."""
     if "Socket closed" in text or "Connection reset" in text:
         return (
             f"{target} closed the connection during setup: it may expect TLS (pass --ca-file or --tls), "

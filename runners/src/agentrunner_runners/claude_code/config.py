@@ -15,6 +15,10 @@ from agentrunner.config import JsonConfig
 from agentrunner.harness.turns import env_names, mcp_servers
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")
+#: what the model may do without asking by default (Claude Code permission rules): write into the
+#: workspace's `outbox/` (the files it sends back). The LangBot MCP tools are added by the runner.
+DEFAULT_ALLOWED_TOOLS = ("Edit(./outbox/**)",)
+_RULE = re.compile(r"[^,\s(]+(?:\([^)]*\))?")
 
 
 def _names(value: Any) -> list[str]:
@@ -26,6 +30,21 @@ def _names(value: Any) -> list[str]:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return [v for v in value if v]
     raise ValueError("expected tool names, comma separated or as a list")
+
+
+def _rules(value: Any) -> list[str]:
+    """Permission rules from `"A, Bash(git log *) C"` or a list: separated by commas or spaces outside
+    parentheses (a rule's content, e.g. `Bash(npm run test *)`, keeps its spaces)."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        raise ValueError("expected permission rules, comma separated or as a list")
+    rules = _RULE.findall(value)
+    if _RULE.sub("", value).strip(", \t\n"):
+        raise ValueError(f"cannot read permission rules from {value!r} (unbalanced parentheses?)")
+    return rules
 
 
 class ClaudeCodeConfig(BaseModel):
@@ -40,8 +59,11 @@ class ClaudeCodeConfig(BaseModel):
     timeout: float = Field(300, gt=0, le=86400)
     streaming: bool = True
     reuse_session: bool = Field(True, alias="reuse-session")
-    permission_mode: str = Field("plan", alias="permission-mode")
-    max_turns: int = Field(1, alias="max-turns", ge=1, le=1000)
+    permission_mode: str = Field("dontAsk", alias="permission-mode")
+    max_turns: int = Field(10, alias="max-turns", ge=1, le=1000)
+    allowed_tools: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ALLOWED_TOOLS), alias="allowed-tools"
+    )
     disallowed_tools: list[str] = Field(default_factory=lambda: ["AskUserQuestion"], alias="disallowed-tools")
     mcp_servers: JsonConfig[dict[str, dict[str, Any]]] = Field(default_factory=dict, alias="mcp-servers-json")
     enable_langbot_mcp: bool = Field(True, alias="enable-langbot-mcp")
@@ -56,6 +78,11 @@ class ClaudeCodeConfig(BaseModel):
     @classmethod
     def _tools(cls, value: Any) -> list[str]:
         return _names(value)
+
+    @field_validator("allowed_tools", mode="before")
+    @classmethod
+    def _allowed(cls, value: Any) -> list[str]:
+        return _rules(value)
 
     @field_validator("mcp_servers", mode="before")
     @classmethod

@@ -1,8 +1,8 @@
 """How the claude-code runner starts Claude Code: argv, environment, MCP config, and the ssh form.
 
     <command> <args-json...> -p --verbose --output-format stream-json [--include-partial-messages]
-      [--mcp-config FILE --strict-mcp-config] (--session-id UUID | --resume ID)
-      --permission-mode MODE --max-turns N [--disallowedTools A,B] [--allowedTools mcp__langbot]
+      [--mcp-config FILE --strict-mcp-config] [--settings FILE] (--session-id UUID | --resume ID)
+      --permission-mode MODE --max-turns N [--disallowedTools A,B] [--allowedTools RULE...]
 
 The prompt goes on stdin. `remote-ssh` runs the same command on another machine through
 `ssh -T -p PORT TARGET bash -lc SCRIPT`: the first stdin line carries (base64) a shell snippet that
@@ -21,16 +21,6 @@ from typing import Any
 
 from agentrunner_runners.claude_code.config import ClaudeCodeConfig
 
-#: variables of the runner's environment Claude Code gets besides the SDK's base allowlist
-CLAUDE_ENV_ALLOW = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "ANTHROPIC_BASE_URL",
-    "ANTHROPIC_MODEL",
-    "CLAUDE_CONFIG_DIR",
-    "CLAUDE_CODE_USE_BEDROCK",
-    "CLAUDE_CODE_USE_VERTEX",
-)
 MCP_CONFIG_NAME = "mcp-config.json"
 REMOTE_ROOT = "$HOME/.langbot/workspaces"
 
@@ -43,21 +33,35 @@ class Session:
     resume: bool
 
 
+def langbot_rules(tool_names: Sequence[str]) -> list[str]:
+    """Permission rules allowing exactly the LangBot bridge's tools (`mcp__langbot__<tool>`): the host
+    authorizes every call against the run's grants, so Claude Code need not ask."""
+    return [f"mcp__langbot__{name}" for name in tool_names]
+
+
 def claude_args(
-    config: ClaudeCodeConfig, session: Session, *, mcp_config_path: str | None, langbot_mcp: bool
+    config: ClaudeCodeConfig,
+    session: Session,
+    *,
+    mcp_config_path: str | None,
+    allowed: Sequence[str] = (),
+    settings_path: str | None = None,
 ) -> list[str]:
-    """Claude Code's argv (the command first)."""
+    """Claude Code's argv (the command first); `allowed` are permission rules added to the config's."""
     argv = [config.command, *config.args, "-p", "--verbose", "--output-format", "stream-json"]
     if config.streaming and config.include_partial_messages:
         argv.append("--include-partial-messages")
     if mcp_config_path:
         argv += ["--mcp-config", mcp_config_path, "--strict-mcp-config"]
+    if settings_path:
+        argv += ["--settings", settings_path]
     argv += ["--resume", session.session_id] if session.resume else ["--session-id", session.session_id]
     argv += ["--permission-mode", config.permission_mode, "--max-turns", str(config.max_turns)]
     if config.disallowed_tools:
         argv += ["--disallowedTools", ",".join(config.disallowed_tools)]
-    if langbot_mcp:
-        argv += ["--allowedTools", "mcp__langbot"]
+    rules = [*config.allowed_tools, *(r for r in allowed if r not in config.allowed_tools)]
+    if rules:
+        argv += ["--allowedTools", *rules]
     return argv
 
 

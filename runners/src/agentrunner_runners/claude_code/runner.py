@@ -11,9 +11,7 @@ the run ends, however it ends.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -37,25 +35,19 @@ from agentrunner.harness import (
 )
 from agentrunner.harness.projection import CONTEXT_JSON, CONTEXT_MD, context_markdown
 from agentrunner.harness.run import prepare_workspace, turn_deadline
-from agentrunner.harness.turns import HarnessRun, HarnessRunner, harness_failure, json_records, wait_exit
+from agentrunner.harness.turns import HarnessRun, HarnessRunner, json_records, wait_exit
 from agentrunner.harness.workspace import WORKING_DIRECTORY_KEY
 from agentrunner.v1 import result_pb2
-from agentrunner_runners.claude_code import invocation
+from agentrunner_runners.claude_code import invocation, outcome
 from agentrunner_runners.claude_code.config import ClaudeCodeConfig
+from agentrunner_runners.claude_code.environment import PREFIXES, KeyHelper, api_key, claude_env
+from agentrunner_runners.claude_code.outcome import TOTALS_KEY, Totals, failed
 from agentrunner_runners.claude_code.stream import ClaudeStream
 
 log = structlog.get_logger("agentrunner_runners.claude_code")
 
 SESSION_KEY = "external.claude_code_session_id"
 SKILLS_DIR = ".claude/skills"
-_RESUME_REJECTED = re.compile(
-    r"no conversation found|session .*not found|invalid session|unknown session", re.I
-)
-_RATE = re.compile(r"\b(429|529)\b|overloaded|rate.?limit", re.I)
-_AUTH = re.compile(r"\b(401|403)\b|invalid api key|authentication|not logged in|/login|unauthorized", re.I)
-
-
-_failed = functools.partial(harness_failure, "claude_code")
 
 
 class ClaudeCodeRun(HarnessRun):
@@ -75,6 +67,15 @@ class ClaudeCodeRun(HarnessRun):
         self.session_id = (
             str(ctx.state.conversation.get(SESSION_KEY) or "") if self.config.reuse_session else ""
         )
+        self.totals = (
+            Totals.stored(ctx.state.conversation.get(TOTALS_KEY)) if self.config.reuse_session else None
+        )
+        # Claude Code's environment without its key (see environment.py); the key reaches it through
+        # an apiKeyHelper settings file (local runs)
+        self.env, self.credentials = claude_env(self.config.env)
+        self.redactor.add_env(self.env)
+        self.redactor.add(*self.credentials.values())
+        self.key_helper: KeyHelper | None = None
         self.fallback_used = False
         self.started = time.monotonic()
 
@@ -97,6 +98,8 @@ class ClaudeCodeRun(HarnessRun):
                 skills_dir=SKILLS_DIR,
             )
             self.workspace, self.bridge = prepared.workspace, prepared.bridge
+            if key := api_key(self.credentials):
+                self.key_helper = stack.enter_context(KeyHelper(key))
             return prepared.results
         # remote-ssh: the workspace is on the other machine; its files travel in the stdin bundle
         stored = str(ctx.state.conversation.get(WORKING_DIRECTORY_KEY) or "")
@@ -115,34 +118,59 @@ class ClaudeCodeRun(HarnessRun):
     # -- one turn -------------------------------------------------------------------------------------
 
     async def run_turn(self, prompt: str, index: int) -> AsyncIterator[result_pb2.RunResult]:
-        """One Claude Code turn (a `RunnerFailure` ends it with its `run.failed`)."""
-        resume = bool(self.session_id)
-        if not resume:
+        """One Claude Code turn (a `RunnerFailure` ends it with its `run.failed`, after any streamed
+        message that will not be completed is closed)."""
+        fresh = not self.session_id
+        if fresh:
             self.session_id = str(uuid.uuid4())
             if self.config.reuse_session:
                 yield results.state("conversation", SESSION_KEY, self.session_id)
-        stream = ClaudeStream(streaming=self.config.streaming)
+        stream = self._stream()
         try:
-            async for result in self.attempt(prompt, invocation.Session(self.session_id, resume), stream):
+            try:
+                async for result in self.attempt(
+                    prompt, invocation.Session(self.session_id, not fresh), stream
+                ):
+                    yield result
+            except _ResumeRejected:
+                async for result in self._fresh_session():
+                    yield result
+                fresh, stream = True, self._stream()
+                async for result in self.attempt(prompt, invocation.Session(self.session_id, False), stream):
+                    yield result
+            reported = stream.session_id
+            if reported and reported != self.session_id:
+                self.session_id = reported
+                if self.config.reuse_session:
+                    yield results.state("conversation", SESSION_KEY, reported)
+            cost = self._account(stream, fresh)
+            if self.config.reuse_session and self.totals is not None and self.totals.values:
+                yield results.state("conversation", TOTALS_KEY, self.totals.to_state())
+            for result in await self.conclude(stream, cost):
                 yield result
-        except _ResumeRejected:
-            log.warning("claude_code.resume_rejected", session_id=self.session_id)
-            await self.ctx.log(
-                f"Claude Code could not resume session {self.session_id}; starting a new one", "warning"
-            )
-            self.session_id = str(uuid.uuid4())
-            if self.config.reuse_session:
-                yield results.state("conversation", SESSION_KEY, self.session_id)
-            stream = ClaudeStream(streaming=self.config.streaming)
-            async for result in self.attempt(prompt, invocation.Session(self.session_id, False), stream):
+        except RunnerFailure:
+            for result in stream.close_unfinished():
                 yield result
-        reported = stream.session_id
-        if reported and reported != self.session_id:
-            self.session_id = reported
-            if self.config.reuse_session:
-                yield results.state("conversation", SESSION_KEY, reported)
-        for result in await self.conclude(stream):
-            yield result
+            raise
+
+    async def _fresh_session(self) -> AsyncIterator[result_pb2.RunResult]:
+        log.warning("claude_code.resume_rejected", session_id=self.session_id)
+        await self.ctx.log(
+            f"Claude Code could not resume session {self.session_id}; starting a new one", "warning"
+        )
+        self.session_id = str(uuid.uuid4())
+        if self.config.reuse_session:
+            yield results.state("conversation", SESSION_KEY, self.session_id)
+
+    def _stream(self) -> ClaudeStream:
+        return ClaudeStream(streaming=self.config.streaming, redactor=self.redactor)
+
+    def _account(self, stream: ClaudeStream, fresh: bool) -> dict[str, float]:
+        """The run's cost out of the session's totals (`outcome.run_cost`); keeps the new totals."""
+        if stream.result is None:
+            return {}
+        cost, self.totals = outcome.run_cost(stream.result, self.totals, self.session_id, fresh=fresh)
+        return cost
 
     def _deadline(self) -> float:
         return turn_deadline(self.ctx, self.started + self.config.timeout)
@@ -165,25 +193,28 @@ class ClaudeCodeRun(HarnessRun):
             async for line in lines:
                 for result in stream.feed(line):
                     yield result
+                if stream.auth_failure is not None:
+                    raise outcome.auth_failure(stream.auth_failure)  # stops Claude Code's retries now
             code = await wait_exit(proc, deadline=deadline, prefix="claude_code", label="Claude Code")
             stderr = proc.stderr_excerpt()
+        if (
+            session.resume
+            and code != 0
+            and not self.fallback_used
+            and not stream.saw_output
+            and outcome.resume_rejected(stream.result, stderr)
+        ):
+            self.fallback_used = True
+            raise _ResumeRejected()
         if stream.result is None and code != 0:
-            if (
-                session.resume
-                and not self.fallback_used
-                and not stream.saw_output
-                and _RESUME_REJECTED.search(stderr)
-            ):
-                self.fallback_used = True
-                raise _ResumeRejected()
-            raise _failed(
+            raise failed(
                 "process_failed",
                 f"Claude Code exited with status {code}" + (f": {stderr}" if stderr else ""),
                 FailureKind.PROCESS_FAILED,
                 exit_code=code,
             )
         if stream.result is None:
-            raise _failed(
+            raise failed(
                 "no_result",
                 "Claude Code ended without its result line",
                 FailureKind.NO_RESULT,
@@ -195,22 +226,22 @@ class ClaudeCodeRun(HarnessRun):
         langbot = self._langbot_server()
         document = invocation.mcp_config(config.mcp_servers, langbot)
         mcp_name = f".langbot/mcp-{self.ctx.run_id}.json"
+        allowed = (
+            invocation.langbot_rules(self.bridge.tool_names) if langbot is not None and self.bridge else []
+        )
         if self.remote:
             files = dict(self.files)
             if document is not None:
                 files[mcp_name] = invocation.dumps(document)
             argv = invocation.claude_args(
-                config,
-                session,
-                mcp_config_path=mcp_name if document else None,
-                langbot_mcp=langbot is not None,
+                config, session, mcp_config_path=mcp_name if document else None, allowed=allowed
             )
             script = invocation.remote_script(self.remote_dir, argv, cleanup=[mcp_name] if document else [])
-            env_extra = harness_env(config.env, allow=invocation.CLAUDE_ENV_ALLOW)
+            # the remote machine's own PATH, HOME, ... stay; Claude's variables and the key travel
             remote_env = {
-                k: v for k, v in env_extra.items() if k in config.env or k in invocation.CLAUDE_ENV_ALLOW
+                **{k: v for k, v in self.env.items() if k in config.env or k.startswith(PREFIXES)},
+                **self.credentials,
             }
-            self.redactor.add_env(remote_env)
             bundle = invocation.remote_bundle(files, remote_env, private=[mcp_name])
             return ProcessSpec(
                 argv=invocation.ssh_args(config, script),
@@ -222,10 +253,14 @@ class ClaudeCodeRun(HarnessRun):
         path = None
         if document is not None:
             path = str(self.workspace.write_text(mcp_name, json.dumps(document), mode=0o600))
-        argv = invocation.claude_args(config, session, mcp_config_path=path, langbot_mcp=langbot is not None)
-        env = harness_env(config.env, allow=invocation.CLAUDE_ENV_ALLOW)
-        self.redactor.add_env(env)
-        return ProcessSpec(argv=argv, cwd=self.workspace.directory, env=env, stdin=prompt.encode())
+        argv = invocation.claude_args(
+            config,
+            session,
+            mcp_config_path=path,
+            allowed=allowed,
+            settings_path=self.key_helper.settings if self.key_helper else None,
+        )
+        return ProcessSpec(argv=argv, cwd=self.workspace.directory, env=dict(self.env), stdin=prompt.encode())
 
     def _langbot_server(self) -> dict[str, Any] | None:
         if self.bridge is None or self.remote:
@@ -240,10 +275,10 @@ class ClaudeCodeRun(HarnessRun):
 
     # -- the outcome ----------------------------------------------------------------------------------
 
-    async def conclude(self, stream: ClaudeStream) -> list[result_pb2.RunResult]:
+    async def conclude(self, stream: ClaudeStream, cost: dict[str, float]) -> list[result_pb2.RunResult]:
         """The answer (once, with the outbox files) and the turn's `run.completed`, or its failure."""
         result = stream.result or {}
-        usage = stream.usage()
+        usage = stream.usage(cost)
         metadata = (
             {"session_id": self.session_id, "model": stream.model}
             if stream.model
@@ -254,7 +289,7 @@ class ClaudeCodeRun(HarnessRun):
         subtype = str(result.get("subtype") or "")
         if subtype == "error_max_turns":
             raise self._with_usage(
-                _failed(
+                failed(
                     "max_turns",
                     f"Claude Code stopped at its turn limit ({self.config.max_turns})",
                     FailureKind.MAX_TURNS,
@@ -265,41 +300,24 @@ class ClaudeCodeRun(HarnessRun):
             message = self.redactor(
                 text or "; ".join(str(e) for e in result.get("errors") or []) or subtype or "error"
             )
-            raise self._with_usage(_classify(message, subtype), usage)
+            raise self._with_usage(outcome.classify(result, message), usage)
         if not text.strip():
             raise self._with_usage(
-                _failed(
+                failed(
                     "empty_response", "Claude Code finished without an answer", FailureKind.EMPTY_RESPONSE
                 ),
                 usage,
             )
         artifacts = await export_outbox(self.ctx, self.workspace) if self.workspace is not None else []
-        answer = results.message(text, message_id=stream.answer_message_id(text), artifacts=artifacts)
-        done = results.completed(usage=usage, metadata=metadata)
-        return [answer, done]
+        answer_id = stream.answer_message_id(text)
+        closed = stream.close_unfinished(keep=answer_id)
+        answer = results.message(text, message_id=answer_id, artifacts=artifacts)
+        return [*closed, answer, results.completed(usage=usage, metadata=metadata)]
 
     @staticmethod
     def _with_usage(failure: RunnerFailure, usage: Any) -> RunnerFailure:
         failure.usage = usage
         return failure
-
-
-def _classify(message: str, subtype: str) -> RunnerFailure:
-    excerpt = message[:1000]
-    if _AUTH.search(message):
-        return _failed("auth_error", f"Claude Code could not authenticate: {excerpt}", FailureKind.AUTH_ERROR)
-    if _RATE.search(message):
-        return _failed(
-            "api_error",
-            f"the model API is overloaded or rate limiting: {excerpt}",
-            FailureKind.RATE_LIMITED,
-            retryable=True,
-        )
-    if subtype == "error_during_execution":
-        return _failed(
-            "execution_error", f"Claude Code failed during execution: {excerpt}", FailureKind.TURN_FAILED
-        )
-    return _failed("api_error", f"Claude Code reported an error: {excerpt}", FailureKind.API_ERROR)
 
 
 class _ResumeRejected(Exception):

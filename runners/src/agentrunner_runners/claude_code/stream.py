@@ -14,7 +14,16 @@ What becomes what:
   delivered once as `message.completed` (by the runner, with the outbox artifacts), under the id of the
   last assistant message when that is the same text;
 - thinking is reasoning (`kind=reasoning`), never answer text; sub-agent text is never the answer;
-- `tool_use` / `tool_result` become `tool.call.started` / `tool.call.completed`;
+- `tool_use` / `tool_result` become `tool.call.started` / `tool.call.completed`, their parameters and
+  previews redacted;
+- text Claude Code writes itself (`model: "<synthetic>"`, e.g. "API Error: 500 ...") is not model
+  output: never streamed, kept in `synthetic`;
+- a streamed answer message that never completes (the CLI abandons its blocks after a broken stream,
+  or the turn fails) is closed as a `progress` message (`abandoned` in its metadata) by `close_unfinished`,
+  so no unfinished answer stays behind;
+- `system` lines: `init` (model, MCP servers), `api_retry` (each retry of a failed API request, with
+  `error_status`; a 401/403 sets `auth_failure` at once) and `permission_denied` become warnings in
+  the run log;
 - usage and cost come from the `result` line; a count it does not report stays unset.
 Unknown line types are counted and skipped, never a failure.
 """
@@ -28,12 +37,15 @@ from typing import Any
 import structlog
 
 from agentrunner import results
+from agentrunner.harness import Redactor
 from agentrunner.v1 import common_pb2, result_pb2
 
 log = structlog.get_logger("agentrunner_runners.claude_code")
 
 _PREVIEW = 2000
 _IGNORED_TYPES = frozenset({"rate_limit_event", "keep_alive"})
+SYNTHETIC_MODEL = "<synthetic>"
+AUTH_STATUSES = frozenset({401, 403})
 
 
 @dataclasses.dataclass(slots=True)
@@ -47,8 +59,12 @@ class _Block:
 @dataclasses.dataclass(slots=True)
 class _Message:
     text: list[str] = dataclasses.field(default_factory=list)
+    #: the streamed text deltas (the text of a message abandoned before its `assistant` line)
+    partial: list[str] = dataclasses.field(default_factory=list)
     has_tool: bool = False
     streamed: bool = False
+    #: answer deltas went out for it (it must be completed or closed)
+    delta_sent: bool = False
     thinking_streamed: bool = False
     progress_sent: bool = False
 
@@ -56,8 +72,14 @@ class _Message:
 class ClaudeStream:
     """Feeds on parsed stream-json lines; `feed` returns the results to emit now."""
 
-    def __init__(self, *, streaming: bool) -> None:
+    def __init__(self, *, streaming: bool, redactor: Redactor | None = None) -> None:
         self.streaming = streaming
+        self.redact = redactor or Redactor()
+        #: text Claude Code wrote itself (API error notices), never streamed as the answer
+        self.synthetic: list[str] = []
+        #: the `api_retry` line of a 401/403: the credentials were refused
+        self.auth_failure: dict[str, Any] | None = None
+        self.retries = 0
         self.session_id = ""
         self.model = ""
         self.result: dict[str, Any] | None = None
@@ -95,12 +117,28 @@ class ClaudeStream:
         return []
 
     def _system(self, line: dict[str, Any]) -> list[result_pb2.RunResult]:
-        if line.get("subtype") == "init":
+        subtype = line.get("subtype")
+        if subtype == "init":
             self.model = str(line.get("model") or "")
             servers = line.get("mcp_servers")
             self.mcp_servers = (
                 [s for s in servers if isinstance(s, dict)] if isinstance(servers, list) else []
             )
+        elif subtype == "api_retry":
+            self.retries += 1
+            status = line.get("error_status")
+            if isinstance(status, int) and status in AUTH_STATUSES and self.auth_failure is None:
+                self.auth_failure = line
+            text = (
+                f"Claude Code is retrying the model API after HTTP {status} {line.get('error') or ''}".rstrip()
+                + f" (attempt {line.get('attempt')} of {line.get('max_retries')})"
+            )
+            return [results.log(self.redact(text), "warning")]
+        elif subtype == "permission_denied":
+            reason = self.redact(str(line.get("message") or "not allowed"))
+            return [
+                results.log(f"Claude Code refused {line.get('tool_name') or 'a tool'}: {reason}", "warning")
+            ]
         return []
 
     # -- partial messages ---------------------------------------------------------------------------
@@ -126,6 +164,8 @@ class ClaudeStream:
             return []
         if etype == "content_block_delta":
             return self._delta(index, event.get("delta") or {})
+        if etype == "message_stop" and line.get("abandoned_blocks"):
+            return self._close(self._current)  # the CLI dropped this message's blocks (a broken stream)
         if etype == "content_block_stop":
             block = self._blocks.pop(index, None)
             if block is not None and block.kind == "tool_use" and block.tool_id:
@@ -149,7 +189,8 @@ class ClaudeStream:
             self.saw_output = True
             if not self.streaming:
                 return []
-            message.streamed = True
+            message.streamed = message.delta_sent = True
+            message.partial.append(text)
             return [results.delta(text, message_id=self._current)]
         if dtype == "thinking_delta":
             text = str(delta.get("thinking") or "")
@@ -177,6 +218,11 @@ class ClaudeStream:
         blocks = body.get("content")
         if not isinstance(blocks, list):
             return []
+        if body.get("model") == SYNTHETIC_MODEL:
+            self.synthetic += [
+                str(b.get("text") or "") for b in blocks if isinstance(b, dict) and b.get("text")
+            ]
+            return []  # Claude Code's own notice (an API error), not the model's answer
         sub = bool(line.get("parent_tool_use_id"))
         message_id = str(body.get("id") or f"msg-{len(self._order) + 1}")
         message = self._message(f"sub:{message_id}" if sub else message_id)
@@ -199,6 +245,7 @@ class ClaudeStream:
                 text = str(block["text"])
                 message.text.append(text)
                 if self.streaming and not message.streamed:
+                    message.delta_sent = True
                     out.append(results.delta(text, message_id=message_id))
                 if message.has_tool:
                     out += self._progress(message_id)
@@ -218,6 +265,30 @@ class ClaudeStream:
         message.progress_sent = True
         return [results.message("".join(message.text), kind="progress", message_id=message_id)]
 
+    def _close(self, message_id: str) -> list[result_pb2.RunResult]:
+        """A streamed message that will never be completed is closed as `progress` (abandoned)."""
+        message = self._messages.get(message_id)
+        if message is None or message.progress_sent or not message.delta_sent:
+            return []
+        message.progress_sent = True
+        text = "".join(message.text) or "".join(message.partial)
+        return [
+            results.message(
+                text or "(abandoned)",
+                kind="progress",
+                message_id=message_id,
+                message_metadata={"abandoned": True},
+            )
+        ]
+
+    def close_unfinished(self, keep: str = "") -> list[result_pb2.RunResult]:
+        """Closes every streamed message except `keep` (the answer's) that was not completed."""
+        out: list[result_pb2.RunResult] = []
+        for message_id in self._order:
+            if message_id != keep and not message_id.startswith("sub:"):
+                out += self._close(message_id)
+        return out
+
     def _tool_started(
         self, tool_id: str, name: str, params: Any, metadata: dict[str, Any] | None = None
     ) -> list[result_pb2.RunResult]:
@@ -225,7 +296,17 @@ class ClaudeStream:
             return []
         self._tools[tool_id] = name or "tool"
         parameters = params if isinstance(params, dict) else ({"input": params} if params is not None else {})
-        return [results.tool_started(tool_id, name or "tool", parameters, metadata=metadata)]
+        return [results.tool_started(tool_id, name or "tool", self._redacted(parameters), metadata=metadata)]
+
+    def _redacted(self, value: Any) -> Any:
+        """`value` with every string redacted (tool parameters can carry what a command printed)."""
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, list):
+            return [self._redacted(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self._redacted(v) for k, v in value.items()}
+        return value
 
     def _user(self, line: dict[str, Any]) -> list[result_pb2.RunResult]:
         content = (line.get("message") or {}).get("content")
@@ -239,7 +320,7 @@ class ClaudeStream:
             if tool_id not in self._tools or tool_id in self._done_tools:
                 continue
             self._done_tools.add(tool_id)
-            text = _result_text(block.get("content"))
+            text = self.redact(_result_text(block.get("content")))
             name = self._tools[tool_id]
             preview = {"text": text[:_PREVIEW]} if text else {}
             if block.get("is_error"):
@@ -270,8 +351,9 @@ class ClaudeStream:
             break
         return results.new_id("msg")
 
-    def usage(self) -> common_pb2.Usage | None:
-        """Usage and cost from the `result` line; unknown counts stay unset."""
+    def usage(self, cost: dict[str, Any] | None = None) -> common_pb2.Usage | None:
+        """Usage from the `result` line (tokens are the run's own), with `cost` (this run's share of the
+        session's cumulative cost and API time, from `accounting`) in `extra`; unknown counts stay unset."""
         if self.result is None:
             return None
         raw = self.result.get("usage")
@@ -287,10 +369,11 @@ class ClaudeStream:
         for key in ("cache_creation_input_tokens", "cache_read_input_tokens"):
             if isinstance(raw.get(key), int | float):
                 extra[key] = raw[key]
-        for key in ("total_cost_usd", "num_turns", "duration_ms", "duration_api_ms"):
+        for key in ("num_turns", "duration_ms"):
             value = self.result.get(key)
             if isinstance(value, int | float) and not isinstance(value, bool):
                 extra[key] = value
+        extra.update(cost or {})
         if prompt is None and completion is None and not extra:
             return None
         return results.usage(prompt, completion, **extra)

@@ -1,7 +1,12 @@
 """One Codex turn over `codex app-server --listen stdio://` (JSON-RPC 2.0, `jsonrpc.py`).
 
     initialize → initialized → thread/resume (stored id; on an error: thread/start) | thread/start
+      → (the LangBot MCP server's `mcpServer/startupStatus/updated` leaves `starting`)
       → turn/start → notifications until turn/completed
+
+Codex answers the model's tool search from the MCP tools it knows when the turn starts, so the turn
+starts only once the LangBot bridge is up (at most `MCP_READY_TIMEOUT`; the HTTP bridge takes well
+under a second).
 
 One app-server process per turn, started in the conversation's workspace with the run's private
 `CODEX_HOME`, stopped (its process group) when the turn ends however it ends. The thread id is stored
@@ -28,7 +33,7 @@ from agentrunner import results
 from agentrunner.failures import FailureKind, RunnerFailure
 from agentrunner.harness import HarnessProcess, ProcessSpec
 from agentrunner.harness.asking import confirm
-from agentrunner.harness.turns import harness_failure, wait_exit
+from agentrunner.harness.turns import LANGBOT_SERVER, harness_failure, wait_exit
 from agentrunner.v1 import result_pb2
 from agentrunner_runners.codex import invocation
 from agentrunner_runners.codex.app_stream import CodexAppStream
@@ -50,6 +55,8 @@ INTERRUPT_GRACE = 3.0
 #: how long the app-server gets to exit after its stdin is closed
 CLOSE_GRACE = 1.0
 _OVERLOADED = -32001
+#: how long the turn waits for the LangBot MCP server to leave `starting` (Codex's own limit is 10 s)
+MCP_READY_TIMEOUT = 12.0
 
 _failed = functools.partial(harness_failure, "codex")
 
@@ -127,7 +134,7 @@ class AppServerTurn:
             )
         run, config = self.run, self.config
         spec = ProcessSpec(
-            argv=invocation.app_server_args(config), cwd=self.workspace, env=run.codex_env(), stdin=None
+            argv=invocation.app_server_args(config), cwd=self.workspace, env=run.env, stdin=None
         )
         deadline = run.deadline()
         async with HarnessProcess(spec, redactor=run.redactor, prefix="codex") as proc:
@@ -141,6 +148,8 @@ class AppServerTurn:
                     run.thread_id = thread_id
                     if config.reuse_session:
                         yield results.state("conversation", run.session_key, thread_id)
+                async for result in self._await_bridge(conn):
+                    yield result
                 turn = await conn.request("turn/start", {"threadId": thread_id, "input": self._input()})
                 started = turn.get("turn")
                 if isinstance(started, dict) and started.get("id"):
@@ -199,6 +208,43 @@ class AppServerTurn:
             )
         return thread_id
 
+    async def _await_bridge(self, conn: RpcConnection) -> AsyncIterator[result_pb2.RunResult]:
+        """Handles notifications until the LangBot MCP server is no longer `starting` (module
+        docstring); a Codex that reports no startup status is not waited for."""
+        stream, ctx = self.stream, self.run.ctx
+        while not conn.inbox.empty():  # what arrived while the thread opened (the status comes first)
+            for result in self._handle(conn, conn.inbox.get_nowait()):
+                yield result
+        if self.run.bridge is None or stream.mcp_status.get(LANGBOT_SERVER) != "starting":
+            return
+        started = time.monotonic()
+        end = min(started + MCP_READY_TIMEOUT, self.run.deadline())
+        try:
+            while stream.mcp_status.get(LANGBOT_SERVER) == "starting":
+                for result in self._handle(conn, await _next(conn, end, ctx.cancelled)):
+                    yield result
+        except _Stop as stop:
+            if stop.cancelled:
+                raise self._cancelled() from None
+        waited = time.monotonic() - started
+        log.info(
+            "codex.mcp_bridge_wait", status=stream.mcp_status.get(LANGBOT_SERVER), seconds=round(waited, 3)
+        )
+        if stream.mcp_status.get(LANGBOT_SERVER) == "starting":
+            yield results.log(
+                f"the LangBot MCP server was not ready after {waited:.1f} s; the turn starts without it",
+                "warning",
+            )
+
+    def _cancelled(self) -> RunnerFailure:
+        reason = self.run.ctx.cancel_reason or "the run was cancelled"
+        return RunnerFailure(
+            "cancelled",
+            f"cancelled: {reason}",
+            kind=FailureKind.CANCELLED,
+            details={"interrupted": self.stream.interrupted, "turn_id": self.stream.turn_id},
+        )
+
     async def _drive(self, conn: RpcConnection, deadline: float) -> AsyncIterator[result_pb2.RunResult]:
         ctx, stream = self.run.ctx, self.stream
         while not stream.finished:
@@ -207,13 +253,7 @@ class AppServerTurn:
             except _Stop as stop:
                 await self._interrupt(conn)
                 if stop.cancelled:
-                    reason = ctx.cancel_reason or "the run was cancelled"
-                    raise RunnerFailure(
-                        "cancelled",
-                        f"cancelled: {reason}",
-                        kind=FailureKind.CANCELLED,
-                        details={"interrupted": stream.interrupted, "turn_id": stream.turn_id},
-                    ) from None
+                    raise self._cancelled() from None
                 raise _failed(
                     "timeout",
                     f"Codex did not finish within {self.config.timeout:g} s",
@@ -223,6 +263,9 @@ class AppServerTurn:
                 ) from None
             for result in self._handle(conn, incoming):
                 yield result
+            if stream.fatal is not None:  # no retry can help: stop now, not after Codex's reconnects
+                run = self.run
+                raise run.classify(stream.fatal, run.turn_failed(stream.fatal), stream.failure_info)
 
     def _handle(self, conn: RpcConnection, incoming: Incoming) -> list[result_pb2.RunResult]:
         if incoming is CLOSED:
@@ -236,17 +279,8 @@ class AppServerTurn:
             item = incoming.params.get("item")
             if isinstance(item, dict):
                 self.approvals.saw_item(item)
-        out = self.stream.notify(incoming.method, incoming.params)
-        redact = self.run.redactor
-        for result in out:  # what Codex ran and saw can carry a secret (a command with a token)
-            if result.HasField("run_log"):
-                result.run_log.text = redact(result.run_log.text)
-            elif result.HasField("tool_call_started"):
-                redact.struct(result.tool_call_started.parameters)
-            elif result.HasField("tool_call_completed"):
-                redact.struct(result.tool_call_completed.result_preview)
-                result.tool_call_completed.error_message = redact(result.tool_call_completed.error_message)
-        return out
+        # what Codex ran and saw can carry a secret (a command with a token, the output of `env`)
+        return [self.run.redactor.result(r) for r in self.stream.notify(incoming.method, incoming.params)]
 
     async def _interrupt(self, conn: RpcConnection) -> None:
         """`turn/interrupt`, then the notifications until Codex confirms (at most `INTERRUPT_GRACE`)."""

@@ -18,18 +18,25 @@ items as `tool.call.started` / `completed`. On top of that:
   the message `phase: commentary`), and a message marked `commentary` is progress at once;
 - `thread/tokenUsage/updated` carries the thread's running total, like exec's `turn.completed`;
 - an `error` with `willRetry: true` is a warning, not a failure.
-Notifications the runner has no use for are skipped; unknown ones are counted and skipped.
+- `mcpServer/startupStatus/updated` is kept per server (the runner waits for its LangBot bridge before
+  the turn starts); a server that failed to start is a warning;
+- `warning` / `guardianWarning` notifications are `run.log` warnings;
+- an `error` with `willRetry: true` that no retry can fix (HTTP 401 / 403) is kept as `fatal`.
+Every other notification of the v2 protocol is skipped quietly; unknown ones are counted and skipped
+(logged once per method).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import structlog
 
 from agentrunner import results
 from agentrunner.v1 import result_pb2
 from agentrunner_runners.codex.exec_stream import CodexExecStream, Usage
+from agentrunner_runners.codex.failures import fatal_retry
 
 log = structlog.get_logger("agentrunner_runners.codex")
 
@@ -46,29 +53,56 @@ _ITEM_TYPES = {
 _SILENT_ITEMS = frozenset(
     {"userMessage", "contextCompaction", "imageView", "enteredReviewMode", "exitedReviewMode", "plan"}
 )
-#: notifications of no interest to the result stream
+#: notifications of no interest to the result stream: every other method of the v2 protocol's
+#: `ServerNotification` (`codex app-server generate-json-schema`, 0.169), so none is reported as unknown
 _SILENT = frozenset(
     {
-        "thread/status/changed",
-        "thread/name/updated",
-        "turn/diff/updated",
+        "account/gatewayOAuth/changed",
+        "account/login/completed",
+        "account/rateLimits/updated",
+        "account/updated",
+        "app/list/updated",
+        "autoApprovalReview/strictReviewRequired",
+        "command/exec/outputDelta",
+        "configWarning",
+        "deprecationNotice",
+        "externalAgentConfig/import/completed",
+        "externalAgentConfig/import/progress",
+        "fs/changed",
+        "hook/completed",
+        "hook/started",
+        "item/autoApprovalReview/completed",
+        "item/autoApprovalReview/started",
         "item/commandExecution/outputDelta",
         "item/commandExecution/terminalInteraction",
         "item/fileChange/outputDelta",
+        "item/fileChange/patchUpdated",
         "item/mcpToolCall/progress",
-        "item/reasoning/summaryPartAdded",
         "item/plan/delta",
-        "serverRequest/resolved",
-        "mcpServer/startupStatus/updated",
-        "account/updated",
-        "account/rateLimits/updated",
+        "item/reasoning/summaryPartAdded",
+        "mcpServer/event/stream/notification",
+        "mcpServer/oauthLogin/completed",
         "model/rerouted",
+        "model/safetyBuffering/updated",
+        "model/verification",
+        "modelProvider/authRecoveryCompleted",
+        "modelProvider/authRecoveryStarted",
+        "process/exited",
+        "process/outputDelta",
+        "project/changed",
+        "remoteControl/status/changed",
+        "serverRequest/resolved",
         "skills/changed",
-        "thread/compacted",
-        "deprecationNotice",
-        "configWarning",
+        "turn/diff/updated",
+        "turn/moderationMetadata",
+        "windows/worldWritableWarning",
+        "windowsSandbox/setupCompleted",
     }
 )
+#: notification prefixes of no interest (thread bookkeeping, realtime audio, file search sessions)
+_SILENT_PREFIXES = ("codex/event", "thread/", "fuzzyFileSearch/")
+#: notifications whose `message` is worth a `run.log` warning
+_WARNINGS = ("warning", "guardianWarning")
 _COMMENTARY = ("commentary",)
 
 
@@ -114,11 +148,16 @@ def _change(change: dict[str, Any]) -> dict[str, Any]:
 class CodexAppStream(CodexExecStream):
     """Feeds on app-server notifications; `notify` returns the results to emit now."""
 
+    #: the notifications with a handler of their own (filled in below the class)
+    _HANDLERS: ClassVar[dict[str, Callable[[CodexAppStream, dict[str, Any]], list[result_pb2.RunResult]]]]
+
     def __init__(self) -> None:
         super().__init__()
         self.turn_id = ""
         self.interrupted = False
         self.failure_info: Any = None
+        #: `mcpServer/startupStatus/updated`: server name -> starting | ready | failed | cancelled
+        self.mcp_status: dict[str, str] = {}
         self._phase: dict[str, str] = {}
         self._streamed: set[str] = set()
 
@@ -127,56 +166,61 @@ class CodexAppStream(CodexExecStream):
         return self.completed or self.failed is not None or self.interrupted
 
     def notify(self, method: str, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        """The results one app-server notification makes (none for the many that only report state)."""
         self.saw_event = True
-        if method == "thread/started":
-            thread = params.get("thread")
-            if isinstance(thread, dict) and thread.get("id") and not self.thread_id:
-                self.thread_id = str(thread["id"])
-            return []
-        if method == "turn/started":
-            turn = params.get("turn")
-            if isinstance(turn, dict) and turn.get("id"):
-                self.turn_id = str(turn["id"])
-            return []
+        handler = self._HANDLERS.get(method)
+        if handler is not None:
+            return handler(self, params)
         if method in ("item/started", "item/completed"):
             item = params.get("item")
             return self._app_item(method.removeprefix("item/"), item) if isinstance(item, dict) else []
-        if method == "item/agentMessage/delta":
-            return self._delta(params)
-        if method in ("item/reasoning/summaryTextDelta", "item/reasoning/textDelta"):
-            delta = str(params.get("delta") or "")
-            item_id = str(params.get("itemId") or "")
-            if not delta or not item_id:
-                return []
-            return [results.delta(delta, message_id=f"{item_id}.reasoning", kind="reasoning")]
-        if method == "turn/plan/updated":
-            steps = params.get("plan")
-            plan = [
-                {"text": s.get("step", ""), "completed": s.get("status") == "completed"}
-                for s in steps or []
-                if isinstance(s, dict)
-            ]
-            return self._commentary() + self._plan(f"{self.turn_id or 'turn'}.plan", {"items": plan})
-        if method == "thread/tokenUsage/updated":
-            usage = params.get("tokenUsage")
-            total = usage.get("total") if isinstance(usage, dict) else None
-            if isinstance(total, dict):
-                self.usage = Usage.parse(
-                    {
-                        "input_tokens": total.get("inputTokens"),
-                        "cached_input_tokens": total.get("cachedInputTokens"),
-                        "output_tokens": total.get("outputTokens"),
-                    }
-                )
+        if method in _WARNINGS:
+            message = str(params.get("message") or "").strip()
+            return [results.log(f"Codex: {message}", "warning")] if message else []
+        if method in _SILENT or method.startswith(_SILENT_PREFIXES):
             return []
-        if method == "turn/completed":
-            return self._turn_completed(params)
-        if method == "error":
-            return self._error(params)
-        if method in _SILENT or method.startswith(("codex/event", "thread/realtime/", "fuzzyFileSearch/")):
+        self.skipped("notification", method)
+        return []
+
+    def _thread_started(self, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        thread = params.get("thread")
+        if isinstance(thread, dict) and thread.get("id") and not self.thread_id:
+            self.thread_id = str(thread["id"])
+        return []
+
+    def _turn_started(self, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        turn = params.get("turn")
+        if isinstance(turn, dict) and turn.get("id"):
+            self.turn_id = str(turn["id"])
+        return []
+
+    def _reasoning_delta(self, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        delta = str(params.get("delta") or "")
+        item_id = str(params.get("itemId") or "")
+        if not delta or not item_id:
             return []
-        self.unknown += 1
-        log.warning("codex.unknown_notification", method=method[:64])
+        return [results.delta(delta, message_id=f"{item_id}.reasoning", kind="reasoning")]
+
+    def _plan_updated(self, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        steps = params.get("plan")
+        plan = [
+            {"text": s.get("step", ""), "completed": s.get("status") == "completed"}
+            for s in steps or []
+            if isinstance(s, dict)
+        ]
+        return self._commentary() + self._plan(f"{self.turn_id or 'turn'}.plan", {"items": plan})
+
+    def _token_usage(self, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        usage = params.get("tokenUsage")
+        total = usage.get("total") if isinstance(usage, dict) else None
+        if isinstance(total, dict):
+            self.usage = Usage.parse(
+                {
+                    "input_tokens": total.get("inputTokens"),
+                    "cached_input_tokens": total.get("cachedInputTokens"),
+                    "output_tokens": total.get("outputTokens"),
+                }
+            )
         return []
 
     # -- pieces ---------------------------------------------------------------------------------------
@@ -185,8 +229,7 @@ class CodexAppStream(CodexExecStream):
         mapped = exec_item(item)
         if mapped is None:
             if str(item.get("type")) not in _SILENT_ITEMS:
-                self.unknown += 1
-                log.warning("codex.unknown_item", item_type=str(item.get("type"))[:64])
+                self.skipped("item", str(item.get("type")))
             return []
         item_id = mapped["id"]
         if mapped["type"] == "agent_message":
@@ -233,13 +276,42 @@ class CodexAppStream(CodexExecStream):
             self.completed = True
         return []
 
+    def _mcp_status(self, params: dict[str, Any]) -> list[result_pb2.RunResult]:
+        name, status = str(params.get("name") or ""), str(params.get("status") or "")
+        if not name or not status:
+            return []
+        self.mcp_status[name] = status
+        if status != "failed":
+            return []
+        reason = str(params.get("error") or "no reason given")[:500]
+        return [results.log(f"Codex could not start the MCP server {name}: {reason}", "warning")]
+
     def _error(self, params: dict[str, Any]) -> list[result_pb2.RunResult]:
         error = params.get("error")
         message = str(error.get("message") if isinstance(error, dict) else error or "error")
         if params.get("willRetry"):
-            log.warning("codex.transient_error", message=message[:200])
-            return [results.log(f"Codex (retrying): {message}", "warning")]
+            info = error.get("codexErrorInfo") if isinstance(error, dict) else None
+            more = str(error.get("additionalDetails") or "") if isinstance(error, dict) else ""
+            said = f"{message} ({more})" if more else message
+            log.warning("codex.transient_error", message=said[:200])
+            if fatal_retry(said, info):
+                self.fatal, self.failure_info = more or message, info
+            return [results.log(f"Codex (retrying): {said}", "warning")]
         self.error = message
         if isinstance(error, dict):
             self.failure_info = error.get("codexErrorInfo")
         return []
+
+
+CodexAppStream._HANDLERS = {
+    "thread/started": CodexAppStream._thread_started,
+    "turn/started": CodexAppStream._turn_started,
+    "item/agentMessage/delta": CodexAppStream._delta,
+    "item/reasoning/summaryTextDelta": CodexAppStream._reasoning_delta,
+    "item/reasoning/textDelta": CodexAppStream._reasoning_delta,
+    "turn/plan/updated": CodexAppStream._plan_updated,
+    "thread/tokenUsage/updated": CodexAppStream._token_usage,
+    "turn/completed": CodexAppStream._turn_completed,
+    "error": CodexAppStream._error,
+    "mcpServer/startupStatus/updated": CodexAppStream._mcp_status,
+}

@@ -18,8 +18,10 @@ What becomes what:
   `tool.call.completed` (an item completed without a start gets both);
 - a todo list is a progress message each time it changes;
 - `error` items and transient top-level errors ("Reconnecting... 1/5", "stream disconnected - retrying")
-  are warnings, not failures; another top-level error is kept as the turn's error.
-Unknown event and item types are counted and skipped.
+  are warnings, not failures; another top-level error is kept as the turn's error. A transient error
+  that cannot go away by retrying (the model API refused the credentials: 401 / 403) is kept as
+  `fatal`, so the runner stops the turn at once instead of waiting for Codex's reconnects.
+Unknown event and item types are counted and skipped (logged once per type).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import structlog
 
 from agentrunner import results
 from agentrunner.v1 import common_pb2, result_pb2
+from agentrunner_runners.codex.failures import fatal_retry
 
 log = structlog.get_logger("agentrunner_runners.codex")
 
@@ -93,7 +96,10 @@ class CodexExecStream:
         self.error: str | None = None
         self.usage: Usage | None = None
         self.saw_event = False
+        #: a transient error no retry can fix (`fatal_retry`): the turn must stop
+        self.fatal: str | None = None
         self.unknown = 0
+        self._unknown_seen: set[str] = set()
         self._pending: tuple[str, str] | None = None  # (item id, text) of the last agent message
         self._answered: set[str] = set()
         self._tools: dict[str, str] = {}  # item id -> tool name (started)
@@ -131,12 +137,20 @@ class CodexExecStream:
             message = str(event.get("message") or "error")
             if _TRANSIENT.search(message):
                 log.warning("codex.transient_error", message=message[:200])
+                if fatal_retry(message):
+                    self.fatal = message
                 return [results.log(f"Codex: {message}", "warning")]
             self.error = message
             return []
-        self.unknown += 1
-        log.warning("codex.unknown_event", event_type=str(kind)[:64])
+        self.skipped("event", str(kind))
         return []
+
+    def skipped(self, what: str, name: str) -> None:
+        """Counts something Codex sent that the runner does not know; logs each name once."""
+        self.unknown += 1
+        if name not in self._unknown_seen:
+            self._unknown_seen.add(name)
+            log.info(f"codex.unknown_{what}", name=name[:64])
 
     # -- items ----------------------------------------------------------------------------------------
 
@@ -168,8 +182,7 @@ class CodexExecStream:
                 log.warning("codex.error_item", message=str(item.get("message"))[:200])
                 return [results.log(f"Codex: {item.get('message') or 'error'}", "warning")]
             return []
-        self.unknown += 1
-        log.warning("codex.unknown_item", item_type=str(itype)[:64])
+        self.skipped("item", str(itype))
         return []
 
     def _commentary(self) -> list[result_pb2.RunResult]:
@@ -233,8 +246,10 @@ def _tool_outcome(itype: str, item: dict[str, Any]) -> tuple[dict[str, Any], str
     if itype == "command_execution":
         output = str(item.get("aggregated_output") or "")
         preview: dict[str, Any] = {"text": output[-_PREVIEW:], "exit_code": item.get("exit_code")}
-        failed = status in ("failed", "declined") or item.get("exit_code") not in (0, None)
-        return preview, (f"command {status}, exit code {item.get('exit_code')}" if failed else "")
+        code = item.get("exit_code")
+        failed = status in ("failed", "declined") or code not in (0, None)
+        said = f"command {status}" + (f", exit code {code}" if code is not None else "")
+        return preview, (said if failed else "")
     if itype == "mcp_tool_call":
         error = item.get("error")
         if isinstance(error, dict) and error.get("message"):

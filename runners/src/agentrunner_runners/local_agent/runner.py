@@ -74,6 +74,18 @@ class _Turn:
     finish_reason: str = ""
 
 
+@dataclass
+class _Past:
+    """The conversation so far as the model gets it (`_Agent._history`)."""
+
+    #: the checkpoint's summary of the older turns ('' without one)
+    summary: str = ""
+    #: the turns after it, verbatim
+    messages: list[ModelMessage] = field(default_factory=list)
+    #: a `state.updated` result asking the host to keep a new checkpoint (no state API)
+    checkpoint: RunResult | None = None
+
+
 def _failure_details(exc: AgentRunnerError) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": failure_kind(exc)}
     if exc.retry_delay is not None:
@@ -200,15 +212,14 @@ class _Agent:
             self.meta["rag"] = dict(retrieval.info, used=len(retrieval.chunks))
         user = user_message(elements, prefix=retrieval.context_text())
 
-        summary, past = "", []
-        async for r in self._history(prompt, user, tool_defs):
-            yield r
-        summary, past = self._summary, self._past
+        past = await self._history(prompt, user, tool_defs)
+        if past.checkpoint is not None:
+            yield past.checkpoint
 
         messages: list[ModelMessage] = list(prompt)
-        if summary:
-            messages.append(history.summary_message(summary))
-        messages.extend(past)
+        if past.summary:
+            messages.append(history.summary_message(past.summary))
+        messages.extend(past.messages)
         messages.append(user)
 
         async for r in self._loop(messages, tool_defs):
@@ -234,15 +245,54 @@ class _Agent:
 
     async def _history(
         self, prompt: list[ModelMessage], user: ModelMessage, tool_defs: list[common_pb2.ToolDefinition]
-    ) -> AsyncIterator[RunResult]:
-        """Sets `_summary` and `_past`; yields a `state.updated` when it compacts without the state API."""
-        ctx, cfg = self.ctx, self.cfg
-        self._summary, self._past = "", []
+    ) -> _Past:
+        """The conversation so far as the model gets it: the checkpoint's summary and the entries after
+        it, compacted when they would not fit the token budget (the older entries summarized into a new
+        checkpoint, `_summarized`; the oldest of the rest dropped). What happened is recorded
+        in `meta["history"]`."""
         info: dict[str, Any] = {}
         self.meta["history"] = info
+        fetched = await self._fetch_history(info)
+        if fetched is None:
+            return _Past()
+        checkpoint, entries = fetched
+        summary = checkpoint.summary if checkpoint else ""
+        assert self.pool is not None
+        cfg = self.cfg
+        window = cfg.context_window_tokens or self.pool.primary.context_window_tokens or DEFAULT_WINDOW
+        limit = int(max(window - cfg.reserve_output_tokens, 256) * cfg.compaction_threshold)
+        fixed = [*prompt, *([history.summary_message(summary)] if summary else []), user]
+        everything = fixed + [e.message for e in entries]
+        total, scale = await self._context_tokens(everything, tool_defs, bool(entries), info)
+        info.update(budget_tokens=limit, context_tokens=total)
+        if total <= limit:
+            info["kept"] = len(entries)
+            return _Past(summary, [e.message for e in entries])
+        fixed_tokens = int((estimate(fixed) + estimate_tools(tool_defs)) * scale)
+        history_budget = max(limit - fixed_tokens - cfg.summary_max_tokens, 0)
+        older, kept = history.split_for_compaction(entries, history_budget // 2, scale)
+        past = await self._summarized(_Past(summary), checkpoint, older, window, info)
+        # still too large (huge recent turns): drop the oldest verbatim entries
+        budget_left = limit - int(
+            (estimate([*prompt, history.summary_message(past.summary), user]) + estimate_tools(tool_defs))
+            * scale
+        )
+        while kept and int(sum(e.tokens for e in kept) * scale) > budget_left:
+            kept.pop(0)
+            info["dropped"] = info.get("dropped", 0) + 1
+        past.messages = [e.message for e in kept]
+        info["kept"] = len(kept)
+        return past
+
+    async def _fetch_history(
+        self, info: dict[str, Any]
+    ) -> tuple[history.Checkpoint | None, list[history.Entry]] | None:
+        """The conversation's checkpoint (if any) and the history entries after it, through the history
+        API; None when the run may not page history or the fetch failed."""
+        ctx, cfg = self.ctx, self.cfg
         if not (ctx.context.available_apis.history_page and ctx.api.available):
             info["source"] = "unavailable"
-            return
+            return None
         checkpoint: history.Checkpoint | None = None
         try:
             checkpoint = await self.guard(history.read_checkpoint(ctx, self.timeout))
@@ -259,67 +309,66 @@ class _Agent:
             )
         except AgentRunnerError as exc:
             info["error"] = exc.reason
-            return
+            return None
         info.update(page_info, source="history_api")
-        summary = checkpoint.summary if checkpoint else ""
+        return checkpoint, entries
 
+    async def _context_tokens(
+        self,
+        everything: list[ModelMessage],
+        tool_defs: list[common_pb2.ToolDefinition],
+        has_entries: bool,
+        info: dict[str, Any],
+    ) -> tuple[int, float]:
+        """The tokens of the whole context and the factor from the estimate to them: the host's count
+        when the primary model may count and there is history (`CountTokens`), else the estimate."""
+        estimated = estimate(everything) + estimate_tools(tool_defs)
         assert self.pool is not None
         primary = self.pool.primary
-        window = cfg.context_window_tokens or primary.context_window_tokens or DEFAULT_WINDOW
-        limit = int(max(window - cfg.reserve_output_tokens, 256) * cfg.compaction_threshold)
-        fixed = [*prompt, *([history.summary_message(summary)] if summary else []), user]
-        everything = fixed + [e.message for e in entries]
-        estimated = estimate(everything) + estimate_tools(tool_defs)
-        total, scale = estimated, 1.0
-        if granted(primary, "count_tokens") and entries:
-            try:
-                counted = await self.guard(
-                    ctx.api.count_tokens(
-                        primary.model_id, everything, tools=tool_defs, timeout=self.timeout()
-                    )
+        if not (granted(primary, "count_tokens") and has_entries):
+            return estimated, 1.0
+        try:
+            counted = await self.guard(
+                self.ctx.api.count_tokens(
+                    primary.model_id, everything, tools=tool_defs, timeout=self.timeout()
                 )
-                total = int(counted.tokens)
-                scale = total / estimated if estimated else 1.0
-                info["token_count"] = "exact" if counted.exact else (counted.method or "host_estimate")
-            except AgentRunnerError as exc:
-                info["token_count_error"] = exc.reason
-        info.update(budget_tokens=limit, context_tokens=total)
-        if total <= limit:
-            self._summary, self._past = summary, [e.message for e in entries]
-            info["kept"] = len(entries)
-            return
+            )
+        except AgentRunnerError as exc:
+            info["token_count_error"] = exc.reason
+            return estimated, 1.0
+        total = int(counted.tokens)
+        info["token_count"] = "exact" if counted.exact else (counted.method or "host_estimate")
+        return total, total / estimated if estimated else 1.0
 
-        fixed_tokens = int((estimate(fixed) + estimate_tools(tool_defs)) * scale)
-        history_budget = max(limit - fixed_tokens - cfg.summary_max_tokens, 0)
-        older, kept = history.split_for_compaction(entries, history_budget // 2, scale)
-        if older:
-            new_summary = await self._summarize(summary, older, window)
-            if new_summary:
-                value = history.Checkpoint.build(
-                    new_summary,
-                    older[-1],
-                    model_id=self._summary_model,
-                    items=len(older),
-                    previous=checkpoint,
-                )
-                async for r in self._save_checkpoint(value):
-                    yield r
-                summary = new_summary
-                info["compacted"] = len(older)
-            else:
-                info["dropped"] = len(older)
-        # still too large (huge recent turns): drop the oldest verbatim entries
-        budget_left = limit - int(
-            (estimate([*prompt, history.summary_message(summary), user]) + estimate_tools(tool_defs)) * scale
+    async def _summarized(
+        self,
+        past: _Past,
+        checkpoint: history.Checkpoint | None,
+        older: list[history.Entry],
+        window: int,
+        info: dict[str, Any],
+    ) -> _Past:
+        """`past` with the `older` entries summarized into a new checkpoint (kept through the state API, else
+        handed to the host as `state.updated`); without a summary they are dropped."""
+        if not older:
+            return past
+        summarized = await self._summarize(past.summary, older, window)
+        if summarized is None:
+            info["dropped"] = len(older)
+            return past
+        summary, model_id = summarized
+        value = history.Checkpoint.build(
+            summary, older[-1], model_id=model_id, items=len(older), previous=checkpoint
         )
-        while kept and int(sum(e.tokens for e in kept) * scale) > budget_left:
-            kept.pop(0)
-            info["dropped"] = info.get("dropped", 0) + 1
-        self._summary, self._past = summary, [e.message for e in kept]
-        info["kept"] = len(kept)
+        saved = await self._save_checkpoint(value)
+        info["compacted"] = len(older)
+        return _Past(summary, past.messages, saved)
 
-    async def _summarize(self, previous: str, older: list[history.Entry], window: int) -> str:
-        """A summary of `previous` + `older` from the first live model; empty when every attempt fails."""
+    async def _summarize(
+        self, previous: str, older: list[history.Entry], window: int
+    ) -> tuple[str, str] | None:
+        """A summary of `previous` + `older` from the first live model, with that model's id; None when
+        every attempt fails."""
         assert self.pool is not None
         source = history.transcript_text(previous, older)
         max_chars = max(window - self.cfg.summary_max_tokens, 500) * 4
@@ -349,12 +398,12 @@ class _Agent:
                 self.usage.add(resp.usage)
             text = strip_think(resp.message.content).strip()
             if text:
-                self._summary_model = model.model_id
-                return text
-        return ""
+                return text, model.model_id
+        return None
 
-    async def _save_checkpoint(self, value: dict[str, Any]) -> AsyncIterator[RunResult]:
-        """Writes the checkpoint now through the state API, else asks the host with `state.updated`."""
+    async def _save_checkpoint(self, value: dict[str, Any]) -> RunResult | None:
+        """Writes the checkpoint now through the state API (None), else the `state.updated` result that
+        asks the host to keep it."""
         if self.ctx.context.available_apis.state and self.ctx.api.available:
             try:
                 await self.guard(
@@ -363,11 +412,11 @@ class _Agent:
                     )
                 )
                 self.meta["history"]["checkpoint"] = "state_api"
-                return
+                return None
             except AgentRunnerError as exc:
                 self.meta["history"]["checkpoint_error"] = exc.reason
         self.meta["history"]["checkpoint"] = "state_updated"
-        yield results.state("conversation", history.CHECKPOINT_KEY, value)
+        return results.state("conversation", history.CHECKPOINT_KEY, value)
 
     # -- steering -----------------------------------------------------------------------------
 

@@ -6,8 +6,10 @@ stable `conversation_id` / `session_id` (minted once per conversation, kept in c
 Authentication: none, basic, JWT (HMAC, signed per request with PyJWT) or a custom header.
 
 The answer is read however the workflow responds:
-- streamed (`Respond: Streaming`): `begin` / `item` / `end` objects, newline-separated or
-  concatenated; each `item`'s `content` is an increment; an `error` item fails the run;
+- streamed (`Respond: Streaming`): `begin` / `item` / `end` / `error` chunks and n8n's
+  `{"type":"keepalive"}` (every 30 s of the execution, so often first), newline-separated or
+  concatenated; a body is a stream when its first JSON value is such a chunk; each `item`'s `content`
+  is an increment, the other chunks are protocol and never answer text; an `error` chunk fails the run;
 - a JSON body (`Respond: When last node finishes`): `body[output-key]` (default `response`; a list of
   entries uses the first), else the JSON itself;
 - a text body: the text;
@@ -21,6 +23,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import httpx
@@ -28,15 +31,19 @@ import jwt
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from agentrunner import RunContext
-from agentrunner.services import JsonSequence, ServiceRunner, ServiceTurn
+from agentrunner.services import JsonSequence, ServiceError, ServiceRunner, ServiceTurn
 from agentrunner.services.config import HttpUrl
+from agentrunner.services.errors import reported_failure
 from agentrunner.services.parsers import InvalidJson
 
 CONVERSATION_KEY = "external.conversation_id"
 SESSION_KEY = "external.session_id"
 _ACK = re.compile(r"^\s*workflow (was|got|has been) started", re.I)
 MAX_BODY = 16 << 20
-_STREAM_TYPES = frozenset({"begin", "item", "end", "error"})
+#: the message of n8n's HTTP 500 for a workflow that failed before answering
+_WORKFLOW_ERROR = "Error in workflow"
+_CHUNK_TYPES = frozenset({"begin", "item", "end", "error", "keepalive"})
+_CHUNK_KEYS = frozenset({"type", "content", "metadata"})
 _REQUIRED = {
     "basic-username": "basic",
     "jwt-secret": "jwt",
@@ -74,6 +81,16 @@ class N8nRunner(ServiceRunner):
     manifest_file = "manifest.yaml"
     config_model = N8nConfig
     provider = "n8n"
+
+    def json_error(self, data: Any, status: int) -> ServiceError | None:
+        """n8n's 5xx for a workflow that failed ("Error in workflow") is the workflow failing, as its
+        streamed `error` chunk is; any other status goes through the HTTP mapping."""
+        message = data.get("message") if isinstance(data, dict) else None
+        if status < 500 or not (isinstance(message, str) and message.startswith(_WORKFLOW_ERROR)):
+            return None
+        return reported_failure(
+            self.provider, "workflow_failed", f"n8n reported an error: {message}", status=status
+        )
 
     async def exchange(self, ctx: RunContext, turn: ServiceTurn) -> None:
         cfg: N8nConfig = ctx.config
@@ -115,56 +132,95 @@ def _auth(cfg: N8nConfig) -> tuple[dict[str, str], httpx.Auth | None]:
     return {}, None
 
 
+def _chunk_type(value: Any) -> str | None:
+    """The type of an n8n streaming chunk, None for any other JSON value.
+
+    n8n writes `{"type": begin|item|end|error, "content"?, "metadata"}` per chunk and
+    `{"type":"keepalive"}` every 30 s of the execution; nothing else has only those keys.
+    """
+    if isinstance(value, dict) and value.get("type") in _CHUNK_TYPES and value.keys() <= _CHUNK_KEYS:
+        return str(value["type"])
+    return None
+
+
+class _Body:
+    """One webhook response, read as it arrives: an item stream when its first JSON value is an n8n
+    chunk (a keepalive included), else one JSON answer, else text.
+
+    In a stream only `item` contents are answer text; `begin` / `end` / `keepalive` (and values that
+    are not chunks) are protocol, never an answer; an `error` chunk fails the run.
+    """
+
+    def __init__(self, turn: ServiceTurn) -> None:
+        self.turn = turn
+        self.raw = bytearray()  # kept until the body turns out to be an item stream
+        self.parser = JsonSequence()
+        self.values: list[Any] = []
+        self.streaming = False
+        self.text = False
+
+    async def feed(self, chunk: bytes) -> None:
+        if not self.streaming:
+            self.raw.extend(chunk)
+            if len(self.raw) > MAX_BODY:
+                raise self.turn.upstream.error(
+                    "response_invalid", f"the response is larger than {MAX_BODY} bytes"
+                )
+        if not self.text:
+            await self._parsed(lambda: self.parser.feed(chunk))
+
+    async def close(self) -> None:
+        if not self.text:
+            await self._parsed(self.parser.close)
+
+    async def _parsed(self, parse: Callable[[], list[Any]]) -> None:
+        try:
+            for value in parse():
+                await self._value(value)
+        except InvalidJson as exc:
+            if self.streaming:
+                raise self.turn.upstream.error("response_invalid", f"broken item stream: {exc}") from None
+            self.text = True
+
+    async def _value(self, value: Any) -> None:
+        kind = _chunk_type(value)
+        if not self.values and not self.streaming and kind is not None:
+            self.streaming = True
+        if not self.streaming:
+            self.values.append(value)
+        elif kind == "item":
+            content = value.get("content")
+            if content is not None:
+                await self.turn.answer.add(
+                    content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+                )
+        elif kind == "error":
+            # an error the workflow reports is a failed run, a rate limit it names a retryable one
+            raise reported_failure(
+                self.turn.upstream.provider,
+                "workflow_failed",
+                self.turn.upstream.redact(f"n8n reported an error: {_error_detail(value)}"),
+            )
+
+
+def _error_detail(chunk: dict[str, Any]) -> str:
+    """An `error` chunk's message (n8n sends `content: null` for most node errors) and failed node."""
+    detail = chunk.get("content") or "the workflow failed"
+    metadata = chunk.get("metadata")
+    node = metadata.get("nodeName") if isinstance(metadata, dict) else None
+    return f"{detail} (node {node!r})" if isinstance(node, str) and node else str(detail)
+
+
 async def _read(turn: ServiceTurn, cfg: N8nConfig, resp: httpx.Response) -> None:
     """Reads the body as a stream of items, a JSON answer, or text (decided by its first value)."""
-    raw = bytearray()  # kept until the body turns out to be an item stream
-    parser = JsonSequence()
-    values: list[Any] = []
-    streaming, text = False, False
+    body = _Body(turn)
     async for chunk in turn.upstream.chunks(resp):
-        if not streaming:
-            raw.extend(chunk)
-            if len(raw) > MAX_BODY:
-                raise turn.upstream.error("response_invalid", f"the response is larger than {MAX_BODY} bytes")
-        if not text:
-            try:
-                for value in parser.feed(chunk):
-                    streaming = await _value(turn, value, streaming, values)
-            except InvalidJson as exc:
-                if streaming:
-                    raise turn.upstream.error("response_invalid", f"broken item stream: {exc}") from None
-                text = True
-    if not text:
-        try:
-            for value in parser.close():
-                streaming = await _value(turn, value, streaming, values)
-        except InvalidJson as exc:
-            if streaming:
-                raise turn.upstream.error("response_invalid", f"broken item stream: {exc}") from None
-            text = True
-    if text:
-        await turn.answer.final(raw.decode("utf-8", errors="replace").strip())
-    elif not streaming:
-        await _answer(turn, cfg, values, raw)
-
-
-async def _value(turn: ServiceTurn, value: Any, streaming: bool, values: list[Any]) -> bool:
-    """Handles one JSON value; True once the body turned out to be an item stream."""
-    kind = value.get("type") if isinstance(value, dict) else None
-    if not values and kind in _STREAM_TYPES:
-        streaming = True
-    if not streaming:
-        values.append(value)
-        return False
-    if kind == "item":
-        content = value.get("content")
-        await turn.answer.add(
-            content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-        )
-    elif kind == "error":
-        detail = value.get("content") or value.get("message") or "the workflow failed"
-        raise turn.upstream.error("stream_error", f"n8n reported an error: {detail}")
-    return True
+        await body.feed(chunk)
+    await body.close()
+    if body.text:
+        await turn.answer.final(body.raw.decode("utf-8", errors="replace").strip())
+    elif not body.streaming:
+        await _answer(turn, cfg, body.values, body.raw)
 
 
 async def _answer(turn: ServiceTurn, cfg: N8nConfig, values: list[Any], raw: bytearray) -> None:

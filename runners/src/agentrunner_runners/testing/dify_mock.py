@@ -159,14 +159,14 @@ class DifyMock:
         if scenario == "unknown":
             out.append(_sse({"event": "mystery_event", **base, "payload": {"x": 1}}))
             out.append(b'event: tts_message\ndata: {"event": "tts_message", "audio": ""}\n\n')
-        if scenario == "invalid":
-            out.append(b"data: {not json at all\n\n")
         if scenario == "ratelimited":  # the model behind the app was throttled mid-answer
             out.append(_sse({"event": event, **base, "answer": "Partial "}))
             throttled = {"event": "error", **base, "status": 429, "code": "completion_request_error",
                          "message": "[openai] Rate Limit Error, Error code: 429 - Rate limit reached"}  # fmt: skip
             out.append(_sse(throttled))
             return out
+        if scenario == "invalid":
+            out.append(b"data: {not json at all\n\n")
         if scenario == "error":
             out.append(_sse({"event": event, **base, "answer": "Partial "}))
             out.append(
@@ -204,107 +204,124 @@ class DifyMock:
         early = _early(scenario)
         if early is not None:
             return early
-        run = {"task_id": "task-w", "workflow_run_id": "wr-2"}
-        out = [
-            _sse({"event": "workflow_started", **run, "data": {"id": "wr-2", "workflow_id": "wf-1"}}),
-            _sse(
-                {
-                    "event": "node_started",
-                    **run,
-                    "data": {
-                        "id": "n0",
-                        "node_id": "start",
-                        "node_type": "start",
-                        "title": "Start",
-                        "index": 1,
-                    },
-                }
-            ),
-            _sse(
-                {
-                    "event": "node_started",
-                    **run,
-                    "data": {"id": "n1", "node_id": "llm", "node_type": "llm", "title": "LLM", "index": 2},
-                }
-            ),
-        ]
-        if scenario in ("fail", "ratelimited"):
-            error = (
-                "Node LLM run failed: LLM timeout"
-                if scenario == "fail"
-                else "[openai] Rate Limit Error, Error code: 429 - Rate limit reached for requests"
-            )
-            out.append(
-                _sse(
-                    {
-                        "event": "node_finished",
-                        **run,
-                        "data": {"id": "n1", "node_type": "llm", "status": "failed", "error": "LLM timeout"},
-                    }
-                )
-            )
-            out.append(
-                _sse(
-                    {
-                        "event": "workflow_finished",
-                        **run,
-                        "data": {
-                            "id": "wr-2",
-                            "status": "failed",
-                            "outputs": None,
-                            "error": error,
-                        },
-                    }
-                )
-            )
-            return self._stream(scenario, out, record)
         answer = f"Workflow heard: {text} (conversation {inputs.get('langbot_conversation_id', '-')})"
-        for piece in words(answer):
-            out.append(
-                _sse(
-                    {
-                        "event": "text_chunk",
-                        **run,
-                        "data": {"text": piece, "from_variable_selector": ["llm", "text"]},
-                    }
-                )
-            )
-        out.append(
-            _sse(
-                {
-                    "event": "node_finished",
-                    **run,
-                    "data": {
-                        "id": "n1",
-                        "node_type": "llm",
-                        "status": "succeeded",
-                        "outputs": {"text": answer},
-                        "execution_metadata": {"total_tokens": 21},
-                    },
-                }
-            )
-        )
-        out.append(
-            _sse(
-                {
-                    "event": "workflow_finished",
-                    **run,
-                    "data": {
-                        "id": "wr-2",
-                        "status": "succeeded",
-                        "outputs": {"answer": answer},
-                        "error": None,
-                        "total_tokens": 21,
-                        "total_steps": 3,
-                    },
-                }
-            )
-        )
-        return self._stream(scenario, out, record)
+        return self._stream(scenario, _workflow_events(scenario, answer), record)
 
     def _stream(self, scenario: str, events: list[bytes], record: Any) -> Response:
         body = scripted(scenario, events, slow_after=2, drop_after=max(2, len(events) // 2))
         return StreamedBody(body, record, media_type="text/event-stream")
+
+
+def _workflow_events(scenario: str, answer: str) -> list[bytes]:
+    """The events of a workflow run: started, its nodes, then failed (`fail`) or the answer in chunks."""
+    run = {"task_id": "task-w", "workflow_run_id": "wr-2"}
+    out = [
+        _sse({"event": "workflow_started", **run, "data": {"id": "wr-2", "workflow_id": "wf-1"}}),
+        _sse(
+            {
+                "event": "node_started",
+                **run,
+                "data": {
+                    "id": "n0",
+                    "node_id": "start",
+                    "node_type": "start",
+                    "title": "Start",
+                    "index": 1,
+                },
+            }
+        ),
+        _sse(
+            {
+                "event": "node_started",
+                **run,
+                "data": {"id": "n1", "node_id": "llm", "node_type": "llm", "title": "LLM", "index": 2},
+            }
+        ),
+    ]
+    if scenario in ("fail", "ratelimited"):
+        error = (
+            "Node LLM run failed: LLM timeout"
+            if scenario == "fail"
+            else "[openai] Rate Limit Error, Error code: 429 - Rate limit reached for requests"
+        )
+        return out + _workflow_failed(run, error)
+    return out + _workflow_answered(run, answer)
+
+
+def _workflow_failed(run: dict[str, str], error: str) -> list[bytes]:
+    """The LLM node fails, and with it the workflow."""
+    out: list[bytes] = []
+    out.append(
+        _sse(
+            {
+                "event": "node_finished",
+                **run,
+                "data": {"id": "n1", "node_type": "llm", "status": "failed", "error": "LLM timeout"},
+            }
+        )
+    )
+    out.append(
+        _sse(
+            {
+                "event": "workflow_finished",
+                **run,
+                "data": {
+                    "id": "wr-2",
+                    "status": "failed",
+                    "outputs": None,
+                    "error": error,
+                },
+            }
+        )
+    )
+    return out
+
+
+def _workflow_answered(run: dict[str, str], answer: str) -> list[bytes]:
+    """The answer in text chunks, then the LLM node and the workflow succeed."""
+    out: list[bytes] = []
+    for piece in words(answer):
+        out.append(
+            _sse(
+                {
+                    "event": "text_chunk",
+                    **run,
+                    "data": {"text": piece, "from_variable_selector": ["llm", "text"]},
+                }
+            )
+        )
+    out.append(
+        _sse(
+            {
+                "event": "node_finished",
+                **run,
+                "data": {
+                    "id": "n1",
+                    "node_type": "llm",
+                    "status": "succeeded",
+                    "outputs": {"text": answer},
+                    "execution_metadata": {"total_tokens": 21},
+                },
+            }
+        )
+    )
+    out.append(
+        _sse(
+            {
+                "event": "workflow_finished",
+                **run,
+                "data": {
+                    "id": "wr-2",
+                    "status": "succeeded",
+                    "outputs": {"answer": answer},
+                    "error": None,
+                    "total_tokens": 21,
+                    "total_steps": 3,
+                },
+            }
+        )
+    )
+    return out
 
 
 def _early(scenario: str) -> Response | None:

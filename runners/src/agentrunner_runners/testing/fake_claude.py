@@ -22,6 +22,9 @@ The behaviour is chosen by the prompt's first word (the rest is the message):
 | `crash` | stderr with secrets, exit 3, no result |
 | `maxturns` | `result` subtype `error_max_turns` |
 | `overloaded` | `result` with `is_error` and `API Error: 529 overloaded` |
+| `apierror` | two `api_retry` lines (HTTP 500), Claude Code's synthetic "API Error: 500" text, an error result |
+| `badkey` | an `api_retry` line with HTTP 401, then retries (sleeps) for 60 s like the real CLI |
+| `leak` | a `Bash` tool call whose result prints the API key the fake got |
 | `empty` | `result` success with an empty answer |
 | `hang` | starts a grandchild and both sleep until killed |
 | `outbox` | writes `outbox/report.txt` (+ a symlink escaping the workspace), then answers |
@@ -29,8 +32,11 @@ The behaviour is chosen by the prompt's first word (the rest is the message):
 | `mcp <server> <tool> [<json args>]` | calls `tool` on the configured MCP server (http or stdio); answers `MCP_PREFIX` + JSON |
 
 Sessions live in `$FAKE_CLAUDE_HOME` (default `~/.fake-claude`): `--resume` of an unknown id fails like
-the real CLI ("No conversation found with session ID"). With `FAKE_CLAUDE_LOG` set, every invocation
-appends `{argv, cwd, stdin, env keys, pid}` as a JSON line there.
+the real CLI (an `is_error` result line with "No conversation found with session ID", exit 1), and like
+the real CLI `total_cost_usd` / `duration_api_ms` are the session's totals (0.0123 / 30 per turn). The
+API key is `ANTHROPIC_API_KEY` or what the `--settings` file's `apiKeyHelper` prints. With
+`FAKE_CLAUDE_LOG` set, every invocation appends `{argv, cwd, stdin, env keys, env values of
+ANTHROPIC_*/CLAUDE_*, api_key, pid}` as a JSON line there.
 """
 
 from __future__ import annotations
@@ -44,216 +50,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from agentrunner_runners.testing.fake_claude_lines import Transcript, _emit, _flag
+from agentrunner_runners.testing.fake_claude_lines import write_line as write_line  # fake_codex uses it
+
 _SESSION_FLAGS = ("--session-id", "--resume")
 #: the `mcp` scenario answers `MCP_PREFIX` + JSON `{tools, is_error, text}`
 MCP_PREFIX = "The MCP tool answered: "
 
 
-def _cuts(data: bytes) -> list[int]:
-    """Two cut points, moved inside a multi-byte UTF-8 sequence when there is one nearby."""
-    cuts = []
-    for at in (len(data) // 3, 2 * len(data) // 3):
-        for probe in range(at, min(at + 8, len(data) - 1)):
-            if data[probe] & 0xC0 == 0x80:  # a continuation byte: cutting here splits a character
-                at = probe
-                break
-        cuts.append(at)
-    return cuts
-
-
-def write_line(text: str) -> None:
-    """Writes one line to stdout in three flushed pieces (cut inside UTF-8 sequences where possible),
-    the way a pipe delivers a long write in several reads."""
-    data = (text + "\n").encode()
-    out = sys.stdout.buffer
-    start = 0
-    for cut in [*_cuts(data), len(data)]:
-        if cut > start:
-            out.write(data[start:cut])
-            out.flush()
-            time.sleep(0.001)
-            start = cut
-
-
-def _emit(line: dict[str, Any] | str) -> None:
-    write_line(line if isinstance(line, str) else json.dumps(line, ensure_ascii=False))
-
-
 def _violation(message: str) -> None:
     print(f"fake claude: protocol violation: {message}", file=sys.stderr)
     sys.exit(2)
-
-
-def _flag(argv: list[str], name: str) -> str | None:
-    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else None
-
-
-class Transcript:
-    def __init__(self, argv: list[str], session: str, partial: bool) -> None:
-        self.argv = argv
-        self.session = session
-        self.partial = partial
-        self.count = 0
-
-    def base(self, kind: str, **fields: Any) -> dict[str, Any]:
-        return {"type": kind, **fields, "session_id": self.session, "uuid": str(uuid.uuid4())}
-
-    def init(self) -> None:
-        mcp = []
-        path = _flag(self.argv, "--mcp-config")
-        if path:
-            servers = json.loads(Path(path).read_text())["mcpServers"]
-            mcp = [{"name": name, "status": "connected"} for name in servers]
-        _emit(
-            self.base(
-                "system",
-                subtype="init",
-                cwd=os.getcwd(),
-                model="claude-fake-1",
-                tools=["Bash", "Read"],
-                mcp_servers=mcp,
-                permissionMode=_flag(self.argv, "--permission-mode"),
-            )
-        )
-
-    def text(
-        self,
-        text: str,
-        *,
-        pieces: list[str] | None = None,
-        parent: str | None = None,
-        message_id: str | None = None,
-    ) -> str:
-        self.count += 1
-        mid = message_id or f"msg_{self.count:03d}_{uuid.uuid4().hex[:6]}"
-        if self.partial and parent is None:
-            self._stream(
-                {"type": "message_start", "message": {"id": mid, "role": "assistant", "content": []}}
-            )
-            self._stream(
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-            )
-            for piece in pieces or [text]:
-                self._stream(
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {"type": "text_delta", "text": piece},
-                    }
-                )
-            self._stream({"type": "content_block_stop", "index": 0})
-        _emit(
-            self.base(
-                "assistant",
-                message={"id": mid, "role": "assistant", "content": [{"type": "text", "text": text}]},
-                parent_tool_use_id=parent,
-            )
-        )
-        return mid
-
-    def tool(
-        self,
-        message_id: str,
-        tool_id: str,
-        name: str,
-        params: dict[str, Any],
-        json_pieces: list[str] | None = None,
-    ) -> None:
-        if self.partial:
-            self._stream(
-                {
-                    "type": "content_block_start",
-                    "index": 1,
-                    "content_block": {"type": "tool_use", "id": tool_id, "name": name, "input": {}},
-                }
-            )
-            for piece in json_pieces or [json.dumps(params)]:
-                self._stream(
-                    {
-                        "type": "content_block_delta",
-                        "index": 1,
-                        "delta": {"type": "input_json_delta", "partial_json": piece},
-                    }
-                )
-            self._stream({"type": "content_block_stop", "index": 1})
-        _emit(
-            self.base(
-                "assistant",
-                message={
-                    "id": message_id,
-                    "role": "assistant",
-                    "content": [{"type": "tool_use", "id": tool_id, "name": name, "input": params}],
-                },
-                parent_tool_use_id=None,
-            )
-        )
-
-    def tool_result(self, tool_id: str, text: str, is_error: bool = False) -> None:
-        _emit(
-            self.base(
-                "user",
-                message={
-                    "role": "user",
-                    "content": [
-                        {"type": "tool_result", "tool_use_id": tool_id, "content": text, "is_error": is_error}
-                    ],
-                },
-                parent_tool_use_id=None,
-            )
-        )
-
-    def thinking(self, text: str) -> None:
-        self.count += 1
-        mid = f"msg_{self.count:03d}_think"
-        if self.partial:
-            self._stream(
-                {"type": "message_start", "message": {"id": mid, "role": "assistant", "content": []}}
-            )
-            self._stream(
-                {
-                    "type": "content_block_start",
-                    "index": 0,
-                    "content_block": {"type": "thinking", "thinking": ""},
-                }
-            )
-            for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
-                self._stream(
-                    {
-                        "type": "content_block_delta",
-                        "index": 0,
-                        "delta": {"type": "thinking_delta", "thinking": piece},
-                    }
-                )
-            self._stream({"type": "content_block_stop", "index": 0})
-        _emit(
-            self.base(
-                "assistant",
-                message={
-                    "id": mid,
-                    "role": "assistant",
-                    "content": [{"type": "thinking", "thinking": text, "signature": "sig"}],
-                },
-                parent_tool_use_id=None,
-            )
-        )
-
-    def _stream(self, event: dict[str, Any]) -> None:
-        _emit(self.base("stream_event", event=event, parent_tool_use_id=None))
-
-    def result(self, text: str, *, subtype: str = "success", is_error: bool = False, turns: int = 1) -> None:
-        _emit(
-            self.base(
-                "result",
-                subtype=subtype,
-                is_error=is_error,
-                result=text,
-                num_turns=turns,
-                duration_ms=42,
-                duration_api_ms=30,
-                total_cost_usd=0.0123,
-                usage={"input_tokens": 11, "cache_read_input_tokens": 5, "output_tokens": 7},
-            )
-        )
 
 
 def _sessions_dir() -> Path:
@@ -268,7 +75,12 @@ def _session_turn(argv: list[str]) -> tuple[str, int]:
     if resume is not None:
         file = directory / f"{resume}.json"
         if not file.exists():
-            print(f"No conversation found with session ID: {resume}", file=sys.stderr)
+            message = f"No conversation found with session ID: {resume}"
+            _emit(
+                {"type": "result", "subtype": "error_during_execution", "is_error": True, "num_turns": 0}
+                | {"session_id": resume, "total_cost_usd": 0, "duration_api_ms": 0, "errors": [message]}
+            )
+            print(message, file=sys.stderr)
             sys.exit(1)
         data = json.loads(file.read_text())
         data["turns"] += 1
@@ -311,10 +123,23 @@ def _log(argv: list[str], prompt: str) -> None:
             "cwd": os.getcwd(),
             "stdin": prompt,
             "env": sorted(os.environ),
+            "claude_env": {k: v for k, v in os.environ.items() if k.startswith(("ANTHROPIC_", "CLAUDE_"))},
+            "api_key": _api_key(argv),
             "pid": os.getpid(),
         }
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(entry) + "\n")
+
+
+def _api_key(argv: list[str]) -> str:
+    """The key the real CLI would send: `ANTHROPIC_API_KEY`, else the `apiKeyHelper`'s output."""
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return os.environ["ANTHROPIC_API_KEY"]
+    settings = _flag(argv, "--settings")
+    helper = json.loads(Path(settings).read_text()).get("apiKeyHelper") if settings else None
+    if not helper:
+        return ""
+    return subprocess.run(helper, shell=True, capture_output=True, text=True, check=False).stdout.strip()
 
 
 def _mcp_call(argv: list[str], words: list[str]) -> str:
@@ -367,7 +192,7 @@ def main() -> None:
     session, turn = _session_turn(argv)
     words = prompt.split()
     word = words[0].lower().rstrip(":,.!?") if words else ""
-    t = Transcript(argv, session, "--include-partial-messages" in argv)
+    t = Transcript(argv, session, "--include-partial-messages" in argv, turn)
     t.init()
     if word == "hang":
         subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
@@ -446,6 +271,23 @@ def main() -> None:
         )
     elif word == "empty":
         t.result("")
+    elif word == "apierror":
+        t.retry(500, "server_error", 1)
+        t.retry(500, "server_error", 2)
+        notice = "API Error: 500 Internal server error. This is a server-side issue, usually temporary."
+        t.synthetic(notice)
+        t.result(notice, is_error=True, api_error_status=500, api_error_type="api_error")
+        sys.exit(1)
+    elif word == "badkey":
+        t.retry(401, "authentication_failed", 1, most=10)
+        time.sleep(60)  # the real CLI keeps retrying a refused key for minutes
+    elif word == "leak":
+        mid = t.text("Let me look at the environment.")
+        t.tool(mid, "toolu_env", "Bash", {"command": "env"})
+        t.tool_result("toolu_env", f"HOME=/home/x\nKEY_SEEN={_api_key(argv)}\n")
+        answer = "Done looking."
+        t.text(answer)
+        t.result(answer, turns=2)
     elif word == "outbox":
         Path("outbox").mkdir(exist_ok=True)
         Path("outbox/report.txt").write_text("report body\n" * 30000)

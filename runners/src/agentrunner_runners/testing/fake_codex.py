@@ -4,7 +4,7 @@
 Install it as an executable named `codex` with `install_fake(directory, "codex")`. It checks its
 invocation the way the runner must use the real CLI (`exec --json`, a valid `--sandbox`, `--cd` = its
 working directory, `-c approval_policy=...`, `resume <id>` last, the prompt on stdin and never in argv,
-a private `CODEX_HOME` (0700) whose `config.toml` (0600) is valid TOML) and exits 2 with
+a private `CODEX_HOME` (0700) with a `config.toml` (0600) that is valid TOML) and exits 2 with
 `fake codex: protocol violation: ...` otherwise.
 
 The behaviour is chosen by the prompt's first word (the rest is the message):
@@ -43,6 +43,7 @@ import sys
 import time
 import tomllib
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +101,8 @@ def _check(argv: list[str], prompt: str) -> dict[str, Any]:
     if home.stat().st_mode & 0o777 != 0o700:
         _violation("CODEX_HOME is not private (0700)")
     config = home / "config.toml"
-    if not config.exists():
-        return {}
+    if not config.exists():  # the runner writes one for every turn (the user's plus its defaults)
+        _violation("no config.toml in CODEX_HOME")
     if config.stat().st_mode & 0o777 != 0o600:
         _violation("config.toml is not 0600")
     try:
@@ -173,8 +174,10 @@ def _mcp_call(config: dict[str, Any], words: list[str]) -> tuple[str, str, dict[
                 return await _use(session, tool, arguments)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
-        # like Codex: the server gets a small base environment plus its `env` table, nothing else
-        base = {k: os.environ[k] for k in ("PATH", "HOME", "LANG") if k in os.environ}
+        # like Codex: the server gets a small base environment, the variables its `env_vars` names (from
+        # Codex's own environment) and its `env` table, nothing else
+        names = ("PATH", "HOME", "LANG", *(server.get("env_vars") or []))
+        base = {k: os.environ[k] for k in names if k in os.environ}
         params = StdioServerParameters(
             command=server["command"],
             args=server.get("args") or [],
@@ -276,61 +279,10 @@ def main() -> None:
     t = Turn()
     _emit({"type": "thread.started", "thread_id": thread})
     _emit({"type": "turn.started"})
-    answer: str | None = f"Codex heard: {prompt.strip()} (turn {data['turns']})"
-    usage = data["usage"]
-    if word == "hang":
-        subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
-        while True:
-            time.sleep(1)
-    if word == "slow":
-        time.sleep(1.5)
-    if word == "transient":
-        for n in (1, 2):
-            _emit({"type": "error", "message": f"Reconnecting... {n}/5"})
-    if word == "tools":
-        answer = _tools(t)
-    elif word == "multibyte":
-        answer = "héllo 👋🏽 世界 ✓"
-    elif word == "big":
-        answer = "C" * 250_000
-    elif word == "ratelimit":
-        message = "exceeded retry limit, last status: 429 Too Many Requests"
-        _emit({"type": "error", "message": message})
-        _emit({"type": "turn.failed", "error": {"message": message}})
-        answer = None
-    elif word == "turnfail":
-        _emit({"type": "turn.failed", "error": {"message": "the model produced an invalid patch"}})
-        answer = None
-    elif word == "noanswer":
-        answer = ""
-    elif word == "outbox":
-        Path("outbox").mkdir(exist_ok=True)
-        Path("outbox/report.txt").write_text("codex report\n" * 1000)
-        answer = "I wrote outbox/report.txt."
-    elif word == "context":
-        document = json.loads(Path("agent-context.json").read_text())
-        home = _home()
-        answer = json.dumps(
-            {
-                "schema": document["schema"],
-                "skills": sorted(p.parent.name for p in (home / "skills").glob("*/SKILL.md")),
-                "links": sorted(p.name for p in home.iterdir() if p.is_symlink()),
-                "servers": sorted(config.get("mcp_servers") or {}),
-                "md": Path("LANGBOT_CONTEXT.md").exists(),
-            }
-        )
-    elif word == "mcp":
-        server, tool, arguments, answer, failed = _mcp_call(config, words)
-        t.item(
-            "completed",
-            "mcp_tool_call",
-            server=server,
-            tool=tool,
-            arguments=arguments,
-            result=None if failed else {"content": [{"type": "text", "text": answer}]},
-            error={"message": answer} if failed else None,
-            status="failed" if failed else "completed",
-        )
+    _misbehave(word)
+    scenario = ANSWERS.get(word)
+    default = f"Codex heard: {prompt.strip()} (turn {data['turns']})"
+    answer = scenario(t, config, words) if scenario is not None else default
     if answer is not None:
         if word not in ("tools", "noanswer"):
             t.item("completed", "reasoning", text="**Answering** the user directly.")
@@ -341,8 +293,83 @@ def main() -> None:
                     {"type": "item.completed", "item": {"id": item, "type": "agent_message", "text": answer}}
                 )
         if word != "noturn":
-            _emit({"type": "turn.completed", "usage": usage})
+            _emit({"type": "turn.completed", "usage": data["usage"]})
     _log(argv, prompt, started)
+
+
+def _misbehave(word: str) -> None:
+    """Before the answer: hang (with a grandchild), be slow, or reconnect twice."""
+    if word == "hang":
+        subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
+        while True:
+            time.sleep(1)
+    if word == "slow":
+        time.sleep(1.5)
+    if word == "transient":
+        for n in (1, 2):
+            _emit({"type": "error", "message": f"Reconnecting... {n}/5"})
+
+
+def _ratelimit(t: Turn, config: dict[str, Any], words: list[str]) -> str | None:
+    message = "exceeded retry limit, last status: 429 Too Many Requests"
+    _emit({"type": "error", "message": message})
+    _emit({"type": "turn.failed", "error": {"message": message}})
+    return None
+
+
+def _turnfail(t: Turn, config: dict[str, Any], words: list[str]) -> str | None:
+    _emit({"type": "turn.failed", "error": {"message": "the model produced an invalid patch"}})
+    return None
+
+
+def _outbox(t: Turn, config: dict[str, Any], words: list[str]) -> str | None:
+    Path("outbox").mkdir(exist_ok=True)
+    Path("outbox/report.txt").write_text("codex report\n" * 1000)
+    return "I wrote outbox/report.txt."
+
+
+def _context(t: Turn, config: dict[str, Any], words: list[str]) -> str | None:
+    document = json.loads(Path("agent-context.json").read_text())
+    home = _home()
+    return json.dumps(
+        {
+            "schema": document["schema"],
+            "skills": sorted(p.parent.name for p in (home / "skills").glob("*/SKILL.md")),
+            "links": sorted(p.name for p in home.iterdir() if p.is_symlink()),
+            "servers": sorted(config.get("mcp_servers") or {}),
+            "md": Path("LANGBOT_CONTEXT.md").exists(),
+        }
+    )
+
+
+def _mcp(t: Turn, config: dict[str, Any], words: list[str]) -> str | None:
+    server, tool, arguments, answer, failed = _mcp_call(config, words)
+    t.item(
+        "completed",
+        "mcp_tool_call",
+        server=server,
+        tool=tool,
+        arguments=arguments,
+        result=None if failed else {"content": [{"type": "text", "text": answer}]},
+        error={"message": answer} if failed else None,
+        status="failed" if failed else "completed",
+    )
+    return answer
+
+
+#: the prompt's first word -> the turn's answer (None: the turn failed; '': no answer); anything
+#: else: an echo of the prompt
+ANSWERS: dict[str, Callable[[Turn, dict[str, Any], list[str]], str | None]] = {
+    "tools": lambda t, config, words: _tools(t),
+    "multibyte": lambda t, config, words: "héllo 👋🏽 世界 ✓",
+    "big": lambda t, config, words: "C" * 250_000,
+    "ratelimit": _ratelimit,
+    "turnfail": _turnfail,
+    "noanswer": lambda t, config, words: "",
+    "outbox": _outbox,
+    "context": _context,
+    "mcp": _mcp,
+}
 
 
 def _log(argv: list[str], prompt: str, started: float) -> None:

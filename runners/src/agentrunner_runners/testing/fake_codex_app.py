@@ -273,7 +273,9 @@ def main(argv: list[str]) -> None:
     if home.stat().st_mode & 0o777 != 0o700:
         _violation("CODEX_HOME is not private (0700)")
     config_file = home / "config.toml"
-    if config_file.exists() and config_file.stat().st_mode & 0o777 != 0o600:
+    if not config_file.exists():  # the runner writes one for every turn (the user's plus its defaults)
+        _violation("no config.toml in CODEX_HOME")
+    if config_file.stat().st_mode & 0o777 != 0o600:
         _violation("config.toml is not 0600")
     wire = Wire()
     wire.log_entry = {  # type: ignore[attr-defined]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,7 @@ def _elicit(t: Turn) -> str:
 
 
 def run_turn(wire: Wire, prompt: str) -> None:
+    """One turn of the fake app server; the prompt's first word picks how it behaves."""
     t = Turn(wire)
     words = prompt.split()
     word = words[0].lower().rstrip(":,.!?") if words else ""
@@ -218,7 +220,36 @@ def run_turn(wire: Wire, prompt: str) -> None:
         turn={"id": wire.turn, "status": "inProgress", "items": [], "error": None},
     )
     t.item("completed", {"type": "userMessage", "content": [{"type": "text", "text": prompt}]})
-    answer: str | None = None
+    _misbehave(wire, t, word)
+    t.usage()
+    if _ends_without_answer(wire, t, word):
+        return
+    scenario = ANSWERS.get(word)
+    answer = scenario(t, words) if scenario is not None else None
+    if answer is None:
+        answer = f"Codex heard: {prompt.strip()} (turn {t.turns})"
+    if word not in ("tools",):
+        t.reasoning("**Answering** the user directly.")
+    item = t.message(answer, pieces=7 if word == "multibyte" else 3)
+    if word == "dup":
+        wire.notify(
+            "item/completed",
+            **t._ids(),
+            item={"id": item, "type": "agentMessage", "text": answer, "phase": "final_answer"},
+        )
+        wire.notify(
+            "thread/somethingNew/updated",
+            threadId=wire.thread,
+            detail="a notification the client does not know",
+        )
+    if word == "noturn":
+        _finish(wire, 0)
+    t.completed()
+
+
+def _misbehave(wire: Wire, t: Turn, word: str) -> None:
+    """What happens before the answer: the process dies, hangs (with a grandchild), is slow, or the
+    stream reconnects twice."""
     if word == "nothing":
         print(
             "fatal: upstream said: invalid key sk-proj-SECRETSECRETSECRET1234 (Authorization: Bearer abc123abc123abc123)",
@@ -241,85 +272,78 @@ def run_turn(wire: Wire, prompt: str) -> None:
                 error={"message": f"Reconnecting... {n}/5", "codexErrorInfo": "responseStreamDisconnected"},
                 willRetry=True,
             )
-    t.usage()
-    if word == "tools":
-        answer = _tools(t)
-    elif word == "approve":
-        answer = _approve(t)
-    elif word == "elicit":
-        answer = _elicit(t)
-    elif word == "multibyte":
-        answer = "héllo 👋🏽 世界 ✓"
-    elif word == "big":
-        answer = "C" * 250_000
-    elif word == "ratelimit":
+
+
+def _ends_without_answer(wire: Wire, t: Turn, word: str) -> bool:
+    """The turns that end without an answer: rate limited, failed, interrupted, completed empty."""
+    if word == "ratelimit":
         error = {
             "message": "exceeded retry limit, last status: 429 Too Many Requests",
             "codexErrorInfo": "usageLimitExceeded",
         }
         wire.notify("error", **t._ids(), error=error, willRetry=False)
         t.completed("failed", error)
-        return
     elif word == "turnfail":
         t.completed("failed", {"message": "the model produced an invalid patch", "codexErrorInfo": "other"})
-        return
     elif word == "interrupted":
         t.completed("interrupted")
-        return
     elif word == "noanswer":
         t.completed()
-        return
-    elif word == "outbox":
-        Path("outbox").mkdir(exist_ok=True)
-        Path("outbox/report.txt").write_text("codex report\n" * 1000)
-        answer = "I wrote outbox/report.txt."
-    elif word == "context":
-        document = json.loads(Path("agent-context.json").read_text())
-        home = base._home()
-        config = _config()
-        answer = json.dumps(
-            {
-                "schema": document["schema"],
-                "skills": sorted(p.parent.name for p in (home / "skills").glob("*/SKILL.md")),
-                "links": sorted(p.name for p in home.iterdir() if p.is_symlink()),
-                "servers": sorted(config.get("mcp_servers") or {}),
-                "md": Path("LANGBOT_CONTEXT.md").exists(),
-            }
-        )
-    elif word == "mcp":
-        server, tool, arguments, answer, failed = base._mcp_call(_config(), words)
-        call = {"type": "mcpToolCall", "server": server, "tool": tool, "arguments": arguments}
-        item = t.item("started", {**call, "status": "inProgress"})
-        result = None if failed else {"content": [{"type": "text", "text": answer}]}
-        t.item(
-            "completed",
-            {
-                "id": item,
-                **call,
-                "status": "failed" if failed else "completed",
-                "result": result,
-                "error": {"message": answer} if failed else None,
-            },
-        )
-    if answer is None:
-        answer = f"Codex heard: {prompt.strip()} (turn {t.turns})"
-    if word not in ("tools",):
-        t.reasoning("**Answering** the user directly.")
-    item = t.message(answer, pieces=7 if word == "multibyte" else 3)
-    if word == "dup":
-        wire.notify(
-            "item/completed",
-            **t._ids(),
-            item={"id": item, "type": "agentMessage", "text": answer, "phase": "final_answer"},
-        )
-        wire.notify(
-            "thread/somethingNew/updated",
-            threadId=wire.thread,
-            detail="a notification the client does not know",
-        )
-    if word == "noturn":
-        _finish(wire, 0)
-    t.completed()
+    else:
+        return False
+    return True
+
+
+def _outbox(t: Turn, words: list[str]) -> str:
+    Path("outbox").mkdir(exist_ok=True)
+    Path("outbox/report.txt").write_text("codex report\n" * 1000)
+    return "I wrote outbox/report.txt."
+
+
+def _context(t: Turn, words: list[str]) -> str:
+    document = json.loads(Path("agent-context.json").read_text())
+    home = base._home()
+    config = _config()
+    return json.dumps(
+        {
+            "schema": document["schema"],
+            "skills": sorted(p.parent.name for p in (home / "skills").glob("*/SKILL.md")),
+            "links": sorted(p.name for p in home.iterdir() if p.is_symlink()),
+            "servers": sorted(config.get("mcp_servers") or {}),
+            "md": Path("LANGBOT_CONTEXT.md").exists(),
+        }
+    )
+
+
+def _mcp(t: Turn, words: list[str]) -> str:
+    server, tool, arguments, answer, failed = base._mcp_call(_config(), words)
+    call = {"type": "mcpToolCall", "server": server, "tool": tool, "arguments": arguments}
+    item = t.item("started", {**call, "status": "inProgress"})
+    result = None if failed else {"content": [{"type": "text", "text": answer}]}
+    t.item(
+        "completed",
+        {
+            "id": item,
+            **call,
+            "status": "failed" if failed else "completed",
+            "result": result,
+            "error": {"message": answer} if failed else None,
+        },
+    )
+    return answer
+
+
+#: the prompt's first word -> the turn's answer (anything else: an echo of the prompt)
+ANSWERS: dict[str, Callable[[Turn, list[str]], str]] = {
+    "tools": lambda t, words: _tools(t),
+    "approve": lambda t, words: _approve(t),
+    "elicit": lambda t, words: _elicit(t),
+    "multibyte": lambda t, words: "héllo 👋🏽 世界 ✓",
+    "big": lambda t, words: "C" * 250_000,
+    "outbox": _outbox,
+    "context": _context,
+    "mcp": _mcp,
+}
 
 
 def _config() -> dict[str, Any]:

@@ -10,7 +10,10 @@ Scenarios (`mock:<name>` in `chatInput`): `echo` (streamed, newline-separated; d
 (streamed, concatenated objects), `json` (`{"response": ...}`), `output` (`{"output": ...}`), `entries`
 (`[{"response": ...}]`), `text` (text/plain body), `pretty` (pretty-printed JSON), `ack` (async
 acknowledgement), `empty` (empty body), `error` (a streamed `error` item), `401`, `429`, `500`, `slow`,
-`drop`.
+`drop`; `keepalive` (n8n's `{"type":"keepalive"}` line, written every 30 s of a streaming execution,
+before the first item and between items), `keepalive-error` (keep-alives, then the `error` chunk n8n
+2.41 writes when a Code node throws: `content` null, the node in `metadata`, no `end`), `typed-json`
+(a plain JSON answer that happens to have a `type` key: `{"type": "error", "response": ...}`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from agentrunner_runners.testing.mockkit import (
 BASIC = ("alice", "s3cret-pass")
 JWT_SECRET = "jwt-signing-secret-" + "0123456789abcdef" * 3
 HEADER = ("x-webhook-token", "header-token-value")
+#: what n8n writes into a streaming response every 30 s from the execution's start
+KEEPALIVE = b'{"type":"keepalive"}\n'
 
 
 def _check_auth(request: Request, path: str) -> bool:
@@ -79,8 +84,12 @@ class N8nMock:
             return json_error(429, {"message": "Too many requests"}, {"retry-after": "3"})
         if scenario == "500":
             return json_error(500, {"code": 0, "message": "Error in workflow"})
+        if scenario == "502":  # a proxy in front of n8n, not the workflow
+            return json_error(502, {"message": "Bad Gateway"})
         if scenario == "json":
             return JSONResponse({"response": answer})
+        if scenario == "typed-json":
+            return JSONResponse({"type": "error", "response": answer})
         if scenario == "output":
             return JSONResponse({"output": answer, "other": 1})
         if scenario == "entries":
@@ -102,18 +111,28 @@ class N8nMock:
     def _items(self, scenario: str, answer: str) -> list[bytes]:
         sep = b"" if scenario == "concat" else b"\n"
         meta: dict[str, Any] = {"nodeId": "agent-1", "nodeName": "AI Agent", "itemIndex": 0, "runIndex": 0}
-        out = [json.dumps({"type": "begin", "metadata": meta}).encode() + sep]
-        for piece in words(answer):
+        if scenario == "keepalive-error":
+            failed = {"nodeId": "code-1", "nodeName": "Call the tool", "runIndex": 0, "itemIndex": 0}
+            return [
+                KEEPALIVE,
+                KEEPALIVE,
+                json.dumps({"type": "error", "content": None, "metadata": failed}).encode(),
+            ]
+        out = [KEEPALIVE, KEEPALIVE] if scenario == "keepalive" else []
+        out.append(json.dumps({"type": "begin", "metadata": meta}).encode() + sep)
+        for index, piece in enumerate(words(answer)):
             out.append(
                 json.dumps({"type": "item", "content": piece, "metadata": meta}, ensure_ascii=False).encode()
                 + sep
             )
-        if scenario == "error":
-            out.append(
-                json.dumps(
-                    {"type": "error", "content": "Node 'AI Agent' failed: quota", "metadata": meta}
-                ).encode()
-                + sep
-            )
+            if scenario == "keepalive" and index == 1:
+                out.append(KEEPALIVE)
+        if scenario in ("error", "stream-429"):
+            content = {
+                "error": "Node 'AI Agent' failed: quota",
+                # what an OpenAI node in the workflow reports for its provider's 429
+                "stream-429": "The service is receiving too many requests from you (429 Too Many Requests)",
+            }[scenario]
+            out.append(json.dumps({"type": "error", "content": content, "metadata": meta}).encode() + sep)
         out.append(json.dumps({"type": "end", "metadata": meta}).encode() + sep)
         return out

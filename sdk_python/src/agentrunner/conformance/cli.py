@@ -94,15 +94,28 @@ def host_command(
     timeout: Annotated[float, typer.Option(help="Seconds one event's run may take.")] = 30.0,
     junit: Junit = None,
 ) -> None:
-    """Play runners against a host: a misbehaving runner per scenario, every answer of the host checked."""
+    """Play runners against a host: a misbehaving runner per scenario, every answer of the host checked.
+    The kit calls the host as a client: its API key from AGENTRUNNER_HOST_API_KEY or
+    AGENTRUNNER_HOST_API_KEY_FILE, TLS from AGENTRUNNER_HOST_CA_FILE / _CERT_FILE / _KEY_FILE."""
+    from agentrunner.client import ClientCredentials, ClientCredentialsError
     from agentrunner.conformance.host_kit import check_host
 
     _check_target(target)
     _check_target(runner_listen)
+    try:
+        credentials = ClientCredentials.from_env()
+    except ClientCredentialsError as exc:
+        Console(stderr=True).print(f"[red]error[/red]: {exc}", highlight=False)
+        raise typer.Exit(2) from None
     _quiet()
     report = asyncio.run(
         check_host(
-            target, runner_listen=runner_listen, agent=agent, deadline_agent=deadline_agent, timeout=timeout
+            target,
+            runner_listen=runner_listen,
+            agent=agent,
+            deadline_agent=deadline_agent,
+            timeout=timeout,
+            credentials=credentials,
         )
     )
     if len(report.results) == 1 and not report.ok:

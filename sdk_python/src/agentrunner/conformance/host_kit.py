@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from agentrunner.client import ClientCredentials, host_service_channel
 from agentrunner.conformance import checks
 from agentrunner.conformance.host_runner import RUNNER_ID, KitRunner, Seen
 from agentrunner.conformance.report import Report
@@ -80,8 +81,11 @@ class HostKit:
         agent: str = "conformance",
         deadline_agent: str = "",
         timeout: float = 30.0,
+        credentials: ClientCredentials | None = None,
     ) -> None:
         self.target = target
+        #: how the kit reaches the host (default: the AGENTRUNNER_HOST_* variables, as for any client)
+        self.credentials = credentials if credentials is not None else ClientCredentials.from_env()
         self.runner_listen = runner_listen
         self.agent = agent
         self.deadline_agent = deadline_agent
@@ -97,7 +101,7 @@ class HostKit:
         return host_service_pb2_grpc.HostServiceStub(self._channel)
 
     async def run(self) -> Report:
-        self._channel = grpc.aio.insecure_channel(self.target)
+        self._channel = host_service_channel(self.target, self.credentials)
         try:
             await self.runner.start(self.runner_listen)
             if await self._registered():
@@ -200,7 +204,8 @@ class HostKit:
     async def replay(self, seen: Seen) -> grpc.RpcError | None:
         """Calls the host with a run's token after the run ended."""
         request = seen.request
-        async with grpc.aio.insecure_channel(request.host_api_endpoint) as channel:
+        proxy = ClientCredentials(tls=self.credentials.tls)  # the run token authorizes: no client key
+        async with host_service_channel(request.host_api_endpoint, proxy) as channel:
             stub = proxy_service_pb2_grpc.ProxyServiceStub(channel)
             md = [(RUN_TOKEN_HEADER, request.run_token), (RUN_ID_HEADER, request.context.run_id)]
             try:
@@ -296,10 +301,17 @@ async def check_host(
     agent: str = "conformance",
     deadline_agent: str = "",
     timeout: float = 30.0,
+    credentials: ClientCredentials | None = None,
 ) -> Report:
-    """Runs the host kit against `target` (the host's HostService) and returns its report."""
+    """Runs the host kit against `target` (the host's HostService) and returns its report; the kit calls
+    the host as a client with `credentials` (default: `ClientCredentials.from_env()`)."""
     kit = HostKit(
-        target, runner_listen=runner_listen, agent=agent, deadline_agent=deadline_agent, timeout=timeout
+        target,
+        runner_listen=runner_listen,
+        agent=agent,
+        deadline_agent=deadline_agent,
+        timeout=timeout,
+        credentials=credentials,
     )
     return await kit.run()
 

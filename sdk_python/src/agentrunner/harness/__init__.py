@@ -1,8 +1,12 @@
 """`agentrunner.harness`: what every runner that drives an external code-agent harness needs once.
 
-- `workspace`: a confined working directory per conversation under an allowed root, with retention;
+- `workspace`: a confined working directory per conversation under an allowed root (by default in the
+  user's state directory; `refuse_shared_root` for a root inside a directory a sandbox shares), with
+  retention;
 - `process`: the harness as a child process the run owns (process group, explicit environment, prompt
-  on stdin, `\\n`-only records up to 16 MiB, bounded redacted stderr, SIGTERM → SIGKILL, no orphans);
+  on stdin, `\\n`-only records up to 16 MiB, bounded redacted stderr, SIGTERM → SIGKILL, no orphans,
+  also of helpers that left the group: `procfs`), and `secret_names` for a CLI's own "keep these from
+  the model's commands" setting;
 - `redact`: secrets masked before anything reaches a result or a log;
 - `projection`: `agent-context.json`, `LANGBOT_CONTEXT.md` and read-only skills in the workspace;
 - `files`: input attachments into `inputs/`, `outbox/` files out as artifacts (`UploadArtifact`);
@@ -26,6 +30,7 @@ from agentrunner.harness.process import (
     Records,
     harness_env,
     kill_all,
+    secret_names,
 )
 from agentrunner.harness.projection import context_document, write_context, write_skills
 from agentrunner.harness.redact import Redactor
@@ -40,6 +45,7 @@ from agentrunner.harness.workspace import (
     directory_name,
     open_beneath,
     open_workspace,
+    refuse_shared_root,
     sweep,
 )
 
@@ -70,7 +76,9 @@ __all__ = [
     "open_beneath",
     "open_workspace",
     "prepare_workspace",
+    "refuse_shared_root",
     "safe_name",
+    "secret_names",
     "session_lock",
     "steered_turns",
     "sweep",

@@ -8,9 +8,14 @@
 - stdout read as records split on `\\n` only (`Records`): U+2028 / U+2029 or `\\r` inside a JSON string
   are not line breaks; records up to 16 MiB, a longer one is skipped with a warning.
 - stderr kept bounded (the last 64 KiB) and redacted when read (`stderr_text`, `stderr_excerpt`).
-- `stop()` (also on leaving `async with`, on cancellation and on timeout): SIGTERM to the group, SIGKILL
-  after a grace period to whatever is left; the processes of every open harness are also killed when
+- `stop()` (also on leaving `async with`, on cancellation and on timeout): SIGTERM to the group and to
+  the processes that left it (a CLI that starts helpers in sessions of their own): its descendants, and
+  any process carrying the harness's `AGENTRUNNER_HARNESS_PROCESS` marker in its environment (found even
+  after the CLI exited and they were re-parented), SIGKILL after a grace period to whatever is left; the processes of every open harness are also killed when
   the runner process exits (`kill_all`, registered with `atexit`).
+- `secret_names(env)`: the variables of an environment whose names look secret, for a CLI's own
+  "keep these from the commands the model runs" setting (the harness needs its API key; the shell
+  commands its model runs do not).
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ import asyncio
 import atexit
 import contextlib
 import dataclasses
-import errno
 import os
+import secrets
 import signal
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -30,7 +35,17 @@ from typing import Any
 import structlog
 
 from agentrunner.failures import FailureKind, RunnerFailure
+from agentrunner.harness.procfs import (
+    any_alive,
+    descendants,
+    group_alive,
+    pgid_of,
+    signal_all,
+    signal_group,
+    with_env,
+)
 from agentrunner.harness.redact import Redactor
+from agentrunner.protocol import is_sensitive_variable
 
 log = structlog.get_logger("agentrunner.harness.process")
 
@@ -51,6 +66,8 @@ BASE_ENV_ALLOWLIST: tuple[str, ...] = (
 )
 #: an admin can let more variables through, comma separated (e.g. `ANTHROPIC_API_KEY`)
 PASSTHROUGH_ENV = "AGENTRUNNER_HARNESS_ENV_PASSTHROUGH"
+#: a random id per harness process in its environment: what it starts inherits it (not a secret)
+MARKER_ENV = "AGENTRUNNER_HARNESS_PROCESS"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
 STDERR_LIMIT = 64 * 1024
 _READ_CHUNK = 256 * 1024
@@ -73,6 +90,11 @@ def harness_env(
     for key, value in (extra or {}).items():
         env[str(key)] = str(value)
     return env
+
+
+def secret_names(env: Mapping[str, str]) -> list[str]:
+    """The names in `env` that look secret (`*_API_KEY`, `*TOKEN*`, `*SECRET*`, `*PASSWORD*`, ...), sorted."""
+    return sorted(name for name in env if is_sensitive_variable(name))
 
 
 @dataclasses.dataclass(slots=True)
@@ -164,6 +186,7 @@ class HarnessProcess:
         self._pump: asyncio.Task[None] | None = None
         self._queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(64)
         self.records_skipped = 0
+        self.marker = secrets.token_hex(8)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -174,7 +197,7 @@ class HarnessProcess:
             self.proc = await asyncio.create_subprocess_exec(
                 *spec.argv,
                 cwd=str(spec.cwd),
-                env=dict(spec.env),
+                env={**spec.env, MARKER_ENV: self.marker},
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -334,17 +357,23 @@ class HarnessProcess:
         if self.proc is None or self.pgid is None:
             return
         pgid = self.pgid
+        # descendants that left the group (setsid) are found before the group goes: once their parent
+        # is gone they are re-parented and nothing links them to this harness any more
+        found = {*descendants(self.proc.pid), *with_env(MARKER_ENV, self.marker)} - {self.proc.pid}
+        strays = [pid for pid in found if pgid_of(pid) != pgid]
         try:
-            if _group_alive(pgid):
-                _signal_group(pgid, signal.SIGTERM)
+            if group_alive(pgid) or any_alive(strays):
+                signal_group(pgid, signal.SIGTERM)
+                signal_all(strays, signal.SIGTERM)
                 deadline = time.monotonic() + self.spec.grace
                 # polled: descendants of the group are not our children, nothing signals their exit
-                while _group_alive(pgid) and time.monotonic() < deadline:  # noqa: ASYNC110
+                while (group_alive(pgid) or any_alive(strays)) and time.monotonic() < deadline:  # noqa: ASYNC110
                     await asyncio.sleep(0.05)
         finally:
-            if _group_alive(pgid):
+            if group_alive(pgid) or any_alive(strays):
                 log.info("harness ignored SIGTERM; killing its process group", pgid=pgid)
-                _signal_group(pgid, signal.SIGKILL)
+                signal_group(pgid, signal.SIGKILL)
+                signal_all(strays, signal.SIGKILL)
             for task in (self._stdin_task, self._stderr_task, self._pump):
                 if task is not None and not task.done():
                     task.cancel()
@@ -357,38 +386,11 @@ class HarnessProcess:
             self.pgid = None
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any non-zombie process is still in the group (Linux `/proc`; else `killpg(…, 0)`)."""
-    proc = Path("/proc")
-    if proc.is_dir():
-        for entry in proc.iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2 :].split()
-            if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-                return True
-        return False
-    try:
-        os.killpg(pgid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM
-    return True
-
-
 def kill_all() -> None:
     """SIGKILL to the groups of every harness still open in this process (runner shutdown)."""
     for process in list(_LIVE.values()):
         if process.pgid is not None:
-            _signal_group(process.pgid, signal.SIGKILL)
+            signal_group(process.pgid, signal.SIGKILL)
     _LIVE.clear()
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from agentrunner.protocol import is_sensitive_variable
+from agentrunner.v1 import result_pb2
 
 MASK = "[REDACTED]"
 #: values shorter than this are not redacted by value (too many false positives); patterns still apply
@@ -89,6 +90,18 @@ class Redactor:
         """Masks every string inside a `Struct` in place (tool-call parameters, result previews)."""
         for item in value.fields.values():
             self._value(item)
+
+    def result(self, result: result_pb2.RunResult) -> result_pb2.RunResult:
+        """Masks, in place, what a harness's tool calls and logs carry (a command with a token in it, the
+        output of `env`): `run.log` text, tool-call parameters, result previews and error messages."""
+        if result.HasField("run_log"):
+            result.run_log.text = self(result.run_log.text)
+        elif result.HasField("tool_call_started"):
+            self.struct(result.tool_call_started.parameters)
+        elif result.HasField("tool_call_completed"):
+            self.struct(result.tool_call_completed.result_preview)
+            result.tool_call_completed.error_message = self(result.tool_call_completed.error_message)
+        return result
 
     def _value(self, value: struct_pb2.Value) -> None:
         kind = value.WhichOneof("kind")

@@ -49,8 +49,19 @@ class PathEscape(ValueError):
 
 
 def default_root() -> Path:
-    """Where workspaces go when the config names no root: a per-user directory in the temp dir."""
-    return Path(tempfile.gettempdir()) / f"agentrunner-workspaces-{os.getuid()}"
+    """Where workspaces go when the config names no root: the user's state directory
+    (`$XDG_STATE_HOME/agentrunner/workspaces`, else `~/.local/state/agentrunner/workspaces`), never a
+    directory every user may write to (a CLI sandbox that lets commands write all of `/tmp` would let one
+    conversation write into another's workspace). Without a home directory: a per-user directory in the
+    temp dir."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if state and os.path.isabs(state):
+        return Path(state) / "agentrunner" / "workspaces"
+    try:
+        home = Path.home()
+    except RuntimeError:
+        return Path(tempfile.gettempdir()) / f"agentrunner-workspaces-{os.getuid()}"
+    return home / ".local" / "state" / "agentrunner" / "workspaces"
 
 
 def allowed_roots(environ: os._Environ[str] | dict[str, str] | None = None) -> list[Path]:
@@ -253,6 +264,21 @@ def check_root(root: str | os.PathLike[str] | None, roots: Sequence[Path] | None
             details={"field": "workspace"},
         )
     return chosen
+
+
+def refuse_shared_root(root: Path, shared: Path, reason: str) -> None:
+    """`RunnerFailure(runner.config_invalid)` when the workspace root lies inside `shared`, a directory
+    a harness's sandbox lets every command write (`reason` says which and why): there, one
+    conversation's commands could write into another conversation's workspace (its `outbox/`)."""
+    resolved, shared = _resolved(root), _resolved(shared)
+    if resolved == shared or shared in resolved.parents:
+        raise RunnerFailure(
+            "runner.config_invalid",
+            f"workspace root {str(resolved)!r} is inside {str(shared)!r}, which {reason}; "
+            "choose a workspace root outside it",
+            kind=FailureKind.CONFIG_INVALID,
+            details={"field": "workspace", "shared_directory": str(shared)},
+        )
 
 
 def open_workspace(root: Path, *, conversation_id: str, run_id: str, stored: str | None = None) -> Workspace:

@@ -252,13 +252,17 @@ class _Cancelled(Exception):
 
 @contextlib.asynccontextmanager
 async def _guard(ctx: RunContext, provider: str) -> AsyncIterator[None]:
-    """Bounds the body by the run's remaining time and ends it at once when the host cancels."""
+    """Bounds the body by the run's remaining time and ends it at once when the host cancels.
+
+    The scope is set at an absolute loop time (`timeout_at`): `DEADLINE_MARGIN` before the deadline, so
+    it fires before the engine's own watchdog and the run ends as `<provider>.timeout`.
+    """
     loop = asyncio.get_running_loop()
     left = ctx.remaining()
     when = None if left is None else loop.time() + max(left - DEADLINE_MARGIN, 0.0)
     cancelled = False
     try:
-        async with asyncio.timeout(when) as scope:
+        async with asyncio.timeout_at(when) as scope:
 
             async def watch() -> None:
                 nonlocal cancelled

@@ -20,18 +20,34 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// The session (GET /api/session): {auth: "open"} on an open console; on a secured host the signed-in
+// client and the CSRF token every request carries (state-changing ones need it; console/sessions.py).
+let session = null;
+class SignInNeeded extends Error {}
+const headers = () => ({ "content-type": "application/json", "x-csrf-token": (session && session.csrf_token) || "" });
+
+// A 401 means the session is gone (or never was): back to the sign-in form.
+function signedOut(data) {
+  session = null;
+  info = null;
+  renderSignIn(data.message || "");
+  return new SignInNeeded(data.message || "sign in");
+}
+
 async function api(path, options = {}) {
-  const response = await fetch(path, { headers: { "content-type": "application/json" }, ...options });
+  const response = await fetch(path, { ...options, headers: headers() });
   const data = await response.json().catch(() => ({}));
+  if (response.status === 401) throw signedOut(data);
   if (!response.ok) throw new Error(`${data.error || response.status}: ${data.message || response.statusText}`);
   return data;
 }
 
 // An SSE stream read with fetch (works for POST, unlike EventSource). Calls onEvent(data) per event.
 async function stream(path, options, onEvent, signal) {
-  const response = await fetch(path, { ...options, signal, headers: { "content-type": "application/json" } });
+  const response = await fetch(path, { ...options, signal, headers: headers() });
   if (!response.ok) {
     const data = await response.json().catch(() => ({}));
+    if (response.status === 401) throw signedOut(data);
     onEvent({ type: "error", reason: data.error || String(response.status), message: data.message || "" });
     return;
   }
@@ -337,7 +353,7 @@ function renderRun(runId) {
     const r = snap.run;
     const modelUsage = (r.metadata && r.metadata.model_usage) || {};
     const cancel = r.live && !snap.done ? el("button", { class: "danger", id: "run-cancel", onclick: async () => {
-      await api(`/api/runs/${runId}/cancel`, { method: "POST", body: "{}" }).catch((err) => alert(err));
+      await api(`/api/runs/${runId}/cancel`, { method: "POST", body: "{}" }).catch((err) => err instanceof SignInNeeded || alert(err));
     } }, "Cancel run") : null;
     header.replaceChildren(el("h2", {}, `Run ${r.run_id} `, badge(snap.done ? r.status : r.status), " ", cancel || ""),
       el("dl", { class: "record" },
@@ -391,12 +407,60 @@ function renderRunners() {
   return () => clearInterval(timer);
 }
 
+// ------------------------------------------------------------------------------------------- sign-in
+function renderSignIn(message) {
+  leave();
+  leave = () => {};
+  document.getElementById("session").replaceChildren();
+  const key = el("input", { id: "api-key", type: "password", autocomplete: "current-password", placeholder: "API key", size: 48 });
+  const error = el("p", { class: "bad", "data-testid": "sign-in-error" }, message || "");
+  const form = el("form", { id: "sign-in", "data-testid": "sign-in" },
+    el("h2", {}, "Sign in"),
+    el("p", { class: "dim" }, "This host requires client credentials: sign in with the API key of one of its clients " +
+      "(auth.clients). The console then acts as that client; your browser keeps only a session cookie."),
+    el("div", { class: "toolbar" }, key, el("button", { class: "primary", type: "submit", id: "sign-in-button" }, "Sign in")),
+    error);
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const response = await fetch("/api/session", { method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ api_key: key.value }) });
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      error.textContent = `${data.error || response.status}: ${data.message || response.statusText}`;
+      return;
+    }
+    key.value = "";
+    session = data;
+    route().catch(showError);
+  });
+  view.replaceChildren(form);
+  key.focus();
+}
+
+async function signOut() {
+  await fetch("/api/session", { method: "DELETE", headers: headers() }).catch(() => {});
+  signedOut({ message: "signed out" });
+}
+
+function showSession() {
+  const box = document.getElementById("session");
+  if (!session || session.auth !== "api_key") return box.replaceChildren();
+  box.replaceChildren(el("span", { "data-testid": "signed-in-as" }, `signed in as ${session.client_id}`), " · ",
+    el("a", { href: "#", id: "sign-out", onclick: (ev) => { ev.preventDefault(); signOut(); } }, "sign out"));
+}
+
 // ------------------------------------------------------------------------------------------- routing
 let info = null;
 
 async function route() {
   leave();
   leave = () => {};
+  if (!session) {
+    const response = await fetch("/api/session", { headers: headers() });
+    if (response.status === 401) return renderSignIn("");
+    session = await response.json();
+  }
+  showSession();
   info = info || (await api("/api/info"));
   document.getElementById("host-info").textContent = `host ${info.instance_id} · v${info.version}`;
   const path = location.hash.replace(/^#/, "").split("?")[0] || "/chat";
@@ -408,5 +472,9 @@ async function route() {
   else leave = renderChat(info);
 }
 
-window.addEventListener("hashchange", route);
-route().catch((err) => view.replaceChildren(el("p", { class: "bad" }, String(err))));
+function showError(err) {
+  if (!(err instanceof SignInNeeded)) view.replaceChildren(el("p", { class: "bad" }, String(err)));
+}
+
+window.addEventListener("hashchange", () => route().catch(showError));
+route().catch(showError);
