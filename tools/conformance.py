@@ -5,8 +5,9 @@ The runner kit (`agentrunner-conformance runner`) checks the Python reference ru
 runner (sdk_go/examples/counter) and the TypeScript example runner (sdk_ts/examples/counter.ts), each
 started as its own process; the host kit (`agentrunner-conformance host`) checks our host, started on a
 fresh SQLite database with the kit's runner endpoint and two agents routed to it in its config. Each
-run prints the kit's table and writes JUnit XML under `.gen/conformance/`; a summary follows. Exit
-status 1 when any target is not conformant.
+run prints the kit's table and writes JUnit XML under `.gen/conformance/`; a summary follows. The kits
+run with `--strict`: our own runners and host keep every SHOULD rule too. Exit status 1 when any target
+is not conformant.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def process(argv: list[str], *, cwd: pathlib.Path, log: pathlib.Path, ready: str
 
 def kit(args: list[str], junit: pathlib.Path) -> bool:
     proc = subprocess.run(
-        [str(BIN / "agentrunner-conformance"), *args, "--junit", str(junit)],
+        [str(BIN / "agentrunner-conformance"), *args, "--strict", "--junit", str(junit)],
         cwd=ROOT,
         env={**os.environ, "COLUMNS": os.environ.get("COLUMNS", "150")},
     )

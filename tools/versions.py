@@ -2,7 +2,7 @@
 """One version number for the contract and the three kits: `VERSION` at the repository's root.
 
 Every manifest and module that has to state it again (pyproject.toml, package.json, the Go constant,
-`__version__`, the changelog's newest section, the Go README's `go get`) is listed in `PLACES`;
+`__version__`, the changelog's newest section, the READMEs' `go get`) is listed in `PLACES`;
 `python tools/versions.py check` fails when one of them differs from VERSION (tests/release runs it),
 `python tools/versions.py set X.Y.Z` rewrites VERSION and every copy.
 """
@@ -44,6 +44,7 @@ PLACES = [
     Place("runners/pyproject.toml", rf'^version = "{V}"'),
     Place("sdk_go/agentrunner/version.go", rf'^const Version = "{V}"'),
     Place("sdk_go/README.md", rf"sdk_go@v{V}", count=2),
+    Place("README.md", rf"sdk_go@v{V}"),
     Place("sdk_ts/package.json", rf'^  "version": "{V}"'),
     Place("sdk_ts/package-lock.json", rf'^  "name": "@langbot/agentrunner",\n  "version": "{V}"'),
     Place(
