@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
 TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance release-check sdk-lowest soak demo demo-services demo-claude demo-codex bench clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance release-check sdk-lowest soak demo demo-services demo-claude demo-codex demo-acp bench clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -36,13 +36,15 @@ gen-check: gen ## Fail when the committed generated code (any language) is stale
 $(TS_DEPS): sdk_ts/package-lock.json
 	cd sdk_ts && npm ci --no-audit --no-fund --loglevel=error
 
-lint: sync ## buf lint + buf format check + ruff (with a complexity ceiling) + mypy (strict) + import layers + gofmt
+lint: sync ## buf lint + buf format check + ruff (with a complexity ceiling) + mypy (strict) + import layers + function length + duplicate blocks + gofmt
 	$(RUN) buf lint
 	$(RUN) buf format -d --exit-code
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy
 	$(RUN) lint-imports
+	$(RUN) python tools/function_length.py
+	$(RUN) python tools/duplicates.py
 	@test -z "$$(gofmt -l sdk_go)" || (gofmt -l sdk_go; echo "Go code is not gofmt-formatted: run 'gofmt -w sdk_go'" >&2; exit 1)
 
 format: sync ## Rewrite protos and Python in place
@@ -92,6 +94,9 @@ demo-claude: sync ## The claude-code runner through the host (the real `claude` 
 
 demo-codex: sync ## The codex runner through the host (the real `codex` against a local model-API mock if installed, else the bundled fake)
 	PATH="$(CURDIR)/.tools/real/codex/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness codex
+
+demo-acp: sync ## The acp runner through the host (the real `claude-agent-acp` against a local API mock if installed, else the bundled scripted ACP agent)
+	PATH="$(CURDIR)/.tools/real/claude_acp/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness acp
 
 bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
 	$(RUN) python bench/run_all.py

@@ -83,7 +83,7 @@ class PostgresServer:
             autocommit=True,
             connect_timeout=10,
         ) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
+            conn.execute(sql)
 
     def create_database(self, template: str | None = None) -> str:
         name = f"t_{uuid.uuid4().hex[:16]}"

@@ -6,8 +6,11 @@ carried, and the typed error with its retry delay when retries run out.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import grpc
 import pytest
@@ -16,7 +19,7 @@ from google.rpc import error_details_pb2
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from agentrunner.errors import (
     DeadlineExceededError,
@@ -47,7 +50,7 @@ def registry(mock: MockOpenAIServer, policy: RetryConfig = POLICY, **chat: objec
     base = mock.base_url
     return ModelRegistry(
         [
-            ModelConfig(id="chat", base_url=base, model="mock-chat", retry=policy, **chat),  # type: ignore[arg-type]
+            ModelConfig(id="chat", base_url=base, model="mock-chat", retry=policy, **chat),
             ModelConfig(id="twin", base_url=base, model="mock-twin", retry=policy),
             ModelConfig(id="embed", kind="openai-embedding", base_url=base, model="e", retry=policy),
             ModelConfig(id="rerank", kind="rerank", base_url=base, model="r", retry=policy),
@@ -306,12 +309,27 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
     return exporter
 
 
-def attempt_spans(exporter: InMemorySpanExporter, call: str) -> tuple[ReadableSpan, list[ReadableSpan]]:
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """What the checks read of a finished span (`ReadableSpan` types each of these as optional)."""
+
+    name: str
+    attributes: Mapping[str, Any]
+    status: Status
+    start_time: int
+    end_time: int
+
+
+def _span(span: ReadableSpan) -> Span:
+    return Span(span.name, span.attributes or {}, span.status, span.start_time or 0, span.end_time or 0)
+
+
+def attempt_spans(exporter: InMemorySpanExporter, call: str) -> tuple[Span, list[Span]]:
     (parent,) = [s for s in exporter.get_finished_spans() if s.name == call]
     children = [
         s for s in exporter.get_finished_spans() if s.parent and s.parent.span_id == parent.context.span_id
     ]
-    return parent, sorted(children, key=lambda s: s.start_time or 0)
+    return _span(parent), [_span(s) for s in sorted(children, key=lambda s: s.start_time or 0)]
 
 
 async def test_each_attempt_is_a_child_span_with_its_reason_and_the_delay_it_honoured(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import grpc
 import httpx
@@ -43,7 +44,7 @@ def user(text: str) -> common_pb2.ModelMessage:
     return common_pb2.ModelMessage(role="user", content=text)
 
 
-def extra(**kwargs: object) -> struct_pb2.Struct:
+def extra(**kwargs: Any) -> struct_pb2.Struct:
     s = struct_pb2.Struct()
     s.update(kwargs)
     return s
@@ -240,7 +241,7 @@ async def test_closing_the_stream_iterator_also_disconnects(models, openai_mock)
     proxy = make_proxy(models, None, None)
     stream = proxy.stream("StreamModel", pb.StreamModelRequest(model_id="chat", messages=[user("x")]), GRANTS)
     await anext(stream)
-    await stream.aclose()
+    await stream.aclose()  # type: ignore[attr-defined]  # (an async generator)
     (record,) = openai_mock.state.streams
     await asyncio.wait_for(record.closed.wait(), 3)
     assert record.client_disconnected

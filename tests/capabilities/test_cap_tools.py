@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -69,7 +70,7 @@ async def tools(mcp_http_url, openai_mock, artifact_sink) -> AsyncIterator[ToolR
 BOTH = frozenset({"detail", "call"})
 
 
-def params(**kwargs: object) -> struct_pb2.Struct:
+def params(**kwargs: Any) -> struct_pb2.Struct:
     s = struct_pb2.Struct()
     s.update(kwargs)
     return s

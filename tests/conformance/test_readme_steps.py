@@ -10,14 +10,27 @@ directory the README creates).
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import sys
+from types import ModuleType
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools"))
-import release_check  # noqa: E402
+
+
+def _release_check() -> ModuleType:
+    """tools/release_check.py (a script, not a package: it finds its siblings through sys.path)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    spec = importlib.util.spec_from_file_location("release_check", ROOT / "tools" / "release_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+release_check = _release_check()
 
 VERSION = (ROOT / "VERSION").read_text().strip()
 #: kit -> what its setup step must install, as an author types it

@@ -53,12 +53,12 @@ class BrokenRunner(runner_service_pb2_grpc.RunnerServiceServicer):
     async def ListRunners(self, request: Any, context: Any) -> runner_service_pb2.ListRunnersResponse:
         return runner_service_pb2.ListRunnersResponse(runners=[MANIFEST])
 
-    async def DescribeRunner(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def DescribeRunner(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         if request.runner_id != MANIFEST.id:
             await context.abort(grpc.StatusCode.NOT_FOUND, "nope")
         return runner_service_pb2.DescribeRunnerResponse(runner=MANIFEST)
 
-    async def Run(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def Run(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         if request.runner_id != MANIFEST.id:
             await context.abort(grpc.StatusCode.NOT_FOUND, "nope")
         if "prefix" in request.context.config.fields:
@@ -88,7 +88,7 @@ class BrokenRunner(runner_service_pb2_grpc.RunnerServiceServicer):
 class LateCaller(BrokenRunner):
     """Correct grammar, but it calls the host again after its terminal result."""
 
-    async def Run(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def Run(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         result = completed("done")
         result.run_id, result.sequence = request.context.run_id, 1
         result.timestamp.GetCurrentTime()
@@ -110,7 +110,7 @@ class LingeringControl(BrokenRunner):
     def __init__(self, linger: float) -> None:
         self.linger = linger
 
-    async def Run(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    async def Run(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
         run_id = request.context.run_id
         channel = grpc.aio.insecure_channel(request.host_api_endpoint)
         call = proxy_service_pb2_grpc.ProxyServiceStub(channel).Control(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, cast
 
 from google.protobuf import descriptor, duration_pb2, struct_pb2, timestamp_pb2
 from google.protobuf.message import Message
 
 FD = descriptor.FieldDescriptor
-_SCALARS = {
+_SCALARS: dict[int, Any] = {
     FD.TYPE_STRING: "sample-ü",
     FD.TYPE_BYTES: b"\x00\xffbytes",
     FD.TYPE_BOOL: True,
@@ -54,7 +55,7 @@ def populate(msg: Message, depth: int = 0, oneof_choice: dict[str, str] | None =
             synthetic = len(oneof.fields) == 1 and oneof.name.startswith("_")
             if not synthetic and choice.get(oneof.name, oneof.fields[0].name) != field.name:
                 continue
-        _set_field(msg, field, depth)
+        _set_field(msg, cast(FD, field), depth)
     return msg
 
 

@@ -26,7 +26,7 @@ def _workspace(tmp_path: pathlib.Path) -> pathlib.Path:
 
 def _breaking(work: pathlib.Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [BUF, "breaking", "--against", str(BASELINE)],
+        [str(BUF), "breaking", "--against", str(BASELINE)],
         cwd=work,
         capture_output=True,
         text=True,

@@ -127,7 +127,7 @@ class Proc:
             self.popen.kill()
             self.popen.wait(timeout=5)
         if hasattr(self._log, "close"):
-            self._log.close()  # type: ignore[union-attr]
+            self._log.close()
         return self.popen.returncode
 
 
@@ -394,7 +394,7 @@ class OwnPostgres:
         with psycopg.connect(
             host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
         ) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
+            conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ import math
 import random
 import string
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescriptor
@@ -112,7 +112,7 @@ class RequestFuzzer:
     def fill(self, msg: Message, depth: int = 0) -> Message:
         """Sets a random subset of `msg`'s fields (all of them near the top, fewer deeper)."""
         rng = self.rng
-        descriptor: Descriptor = msg.DESCRIPTOR
+        descriptor = cast(Descriptor, msg.DESCRIPTOR)
         if descriptor.full_name == "google.protobuf.Struct":
             msg.update({f"f{i}": self.json(depth) for i in range(rng.randint(0, 3))})  # type: ignore[attr-defined]
             return msg

@@ -253,6 +253,7 @@ async def _die(c: Call) -> AsyncIterator[bytes]:
 
 async def _silent(c: Call) -> AsyncIterator[bytes]:
     await asyncio.sleep(3600)
+    item: bytes
     for item in ():  # (an async generator that sends nothing)
         yield item
 
@@ -307,7 +308,7 @@ MODES: dict[str, Callable[[Call], AsyncIterator[bytes]]] = {
 }
 
 
-async def run(request_bytes: bytes, context: grpc.aio.ServicerContext):  # type: ignore[no-untyped-def]
+async def run(request_bytes: bytes, context: grpc.aio.ServicerContext[Any, Any]):
     request = runner_service_pb2.RunRequest.FromString(request_bytes)
     ctx = request.context
     run_id = ctx.run_id
@@ -319,13 +320,13 @@ async def run(request_bytes: bytes, context: grpc.aio.ServicerContext):  # type:
         yield item
 
 
-async def list_runners(request_bytes: bytes, context: grpc.aio.ServicerContext) -> bytes:
+async def list_runners(request_bytes: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
     if os.environ.get("ROGUE_MANIFEST") == "garbage":
         return b"\xff\xff\xff\xff\x0fnot a ListRunnersResponse"
     return runner_service_pb2.ListRunnersResponse(runners=[manifest()]).SerializeToString()
 
 
-async def describe(request_bytes: bytes, context: grpc.aio.ServicerContext) -> bytes:
+async def describe(request_bytes: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
     return runner_service_pb2.DescribeRunnerResponse(runner=manifest()).SerializeToString()
 
 

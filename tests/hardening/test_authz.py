@@ -9,13 +9,14 @@ import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import grpc
 import pytest
 import pytest_asyncio
 import yaml
+from google.protobuf.message import Message
 from sqlalchemy import create_engine, text
 
 from agentrunner.errors import from_rpc_error
@@ -188,10 +189,11 @@ async def test_scopes_limit_operations_bots_agents_and_the_runs_a_client_sees(
             ]
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
     # operations not granted
-    for rpc, request in (
+    calls: tuple[tuple[Callable[..., Awaitable[Any]], Message], ...] = (
         (stub.CancelRun, host_service_pb2.CancelRunRequest(run_id=my_run)),
         (stub.ListRunners, host_service_pb2.HostServiceListRunnersRequest()),
-    ):
+    )
+    for rpc, request in calls:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await rpc(request, metadata=narrow, timeout=10)
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED

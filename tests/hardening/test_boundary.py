@@ -17,8 +17,9 @@ from agentrunner.errors import (
     NotFoundError,
     from_rpc_error,
 )
+from agentrunner.manifest import ManifestError
 from agentrunner.v1 import host_service_pb2, manifest_pb2, proxy_service_pb2
-from agentrunner_host.registry.endpoints import ManifestError, validate_manifest
+from agentrunner_host.registry.endpoints import validate_manifest
 from agentrunner_host.store.db import json_text
 from agentrunner_host.store.errors import is_transient, store_error
 from agentrunner_host.wire.boundary import Refused, check_message, request_deserializer
@@ -90,7 +91,7 @@ def test_violations_round_trip_as_a_bad_request() -> None:
         def details(self) -> str:
             return "bad"
 
-        def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+        def trailing_metadata(self) -> tuple[tuple[str, str | bytes], ...]:  # type: ignore[override]  # a plain pair, as grpc returns
             return (("grpc-status-details-bin", err.to_status().SerializeToString()),)
 
     back = from_rpc_error(Fake())

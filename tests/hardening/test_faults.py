@@ -145,7 +145,7 @@ async def test_postgresql_stopped_and_started_the_host_answers_typed_and_recover
             own_postgres.stop()
             record("faults injected", 1)
             try:
-                outcomes = []
+                outcomes: list[tuple[str, object]] = []
                 for i in range(3):  # while it is down: typed refusals, retryable
                     try:
                         updates = await run_to_end(

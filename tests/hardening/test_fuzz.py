@@ -60,8 +60,8 @@ async def call(
             async for _ in responses:
                 pass
         elif method.server_streaming:  # type: ignore[attr-defined]
-            stream = channel.unary_stream(name, request_serializer=ident, response_deserializer=ident)
-            async for _ in stream(body, metadata=metadata, timeout=3):
+            unary_stream = channel.unary_stream(name, request_serializer=ident, response_deserializer=ident)
+            async for _ in unary_stream(body, metadata=metadata, timeout=3):
                 pass
         else:
             unary = channel.unary_unary(name, request_serializer=ident, response_deserializer=ident)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import grpc
 import pytest
 import pytest_asyncio
+from google.protobuf.message import Message
 
 from agentrunner.errors import from_rpc_error
 from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
@@ -54,11 +56,12 @@ async def test_runs_without_a_conversation_cannot_reach_each_other(
     a_task, a = await matrix_sqlite.token_run(channel, 60, conversation_id="")
     b_task, b = await matrix_sqlite.token_run(channel, 60, conversation_id="")
     proxy = proxy_service_pb2_grpc.ProxyServiceStub(channel)
-    for call, request in (
+    calls: tuple[tuple[Callable[..., Awaitable[Any]], Message], ...] = (
         (proxy.GetRunRecord, pb.GetRunRecordRequest(run_id=b["run_id"])),
         (proxy.ListRunRecordEvents, pb.ListRunRecordEventsRequest(run_id=b["run_id"])),
         (proxy.CancelRunRecord, pb.CancelRunRecordRequest(run_id=b["run_id"])),
-    ):
+    )
+    for call, request in calls:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await call(request, metadata=md(a), timeout=10)
         assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -191,7 +194,7 @@ async def test_a_replica_refuses_what_only_the_replica_running_the_run_can_do(re
         )
         stub_b = host_service_pb2_grpc.HostServiceStub(cb)
         proxy_b = proxy_service_pb2_grpc.ProxyServiceStub(cb)
-        refusals = [
+        refusals: list[Awaitable[Any]] = [
             stub_b.CancelRun(host_service_pb2.CancelRunRequest(run_id=live["run_id"]), timeout=10),
             proxy_b.CancelRunRecord(
                 pb.CancelRunRecordRequest(run_id=live["run_id"]), metadata=md(other), timeout=10

@@ -32,6 +32,7 @@ from tests.hardening.conftest import (
     sqlite_database,
     start_rogue,
 )
+from tests.helpers import next_message, rest_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -131,13 +132,11 @@ async def test_a_never_ending_runner_is_cancelled_on_request(
 ) -> None:
     stub = host_service_pb2_grpc.HostServiceStub(channel)
     stream = stub.Run(run_request("endless"), timeout=30)
-    first = await stream.read()
+    first = await next_message(stream)
     run_id = first.accepted.run_id
     await stream.read()  # the first delta: it is streaming
     await stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=run_id, reason="enough"), timeout=10)
-    rest = []
-    while (item := await stream.read()) is not grpc.aio.EOF:
-        rest.append(item)
+    rest = await rest_of(stream)
     assert finished(rest).status == common_pb2.RUN_STATUS_CANCELLED
 
 

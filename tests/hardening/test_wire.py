@@ -32,7 +32,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest) -> Matrix:
-    return request.getfixturevalue(f"matrix_{request.param}")  # type: ignore[no-any-return]
+    return request.getfixturevalue(f"matrix_{request.param}")
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
@@ -169,7 +169,11 @@ async def test_refused_proxy_calls_are_typed_and_audited(backend: Matrix, channe
     proxy = proxy_service_pb2_grpc.ProxyServiceStub(channel)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await proxy.SetStorage(
-            proxy_service_pb2.SetStorageRequest(area=1, key="k\x00ey", value=b"v"), metadata=md, timeout=10
+            proxy_service_pb2.SetStorageRequest(
+                area=proxy_service_pb2.STORAGE_AREA_NAME_PLUGIN, key="k\x00ey", value=b"v"
+            ),
+            metadata=md,
+            timeout=10,
         )
     assert invalid(caught.value) == [("key", "must not contain NUL characters")]
     bad_state = proxy_service_pb2.SetStateRequest(scope=common_pb2.STATE_SCOPE_CONVERSATION, key="k")

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from google.protobuf import json_format
 
@@ -35,7 +37,7 @@ class Steered(Runner):
             yield result
 
 
-def _items(*texts: str) -> dict:
+def _items(*texts: str) -> dict[str, Any]:
     return {"items": [{"steeringId": f"s{i}-{t}", "input": {"text": t}} for i, t in enumerate(texts)]}
 
 

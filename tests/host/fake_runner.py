@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from grpc_status import rpc_status
@@ -100,7 +100,7 @@ def done(run_id: str, seq: int) -> bytes:
 
 
 def describe_error(exc: grpc.aio.AioRpcError) -> dict[str, str]:
-    status = rpc_status.from_call(exc)
+    status = rpc_status.from_call(cast(grpc.Call, exc))  # an aio error has the same accessors
     reason = ""
     if status is not None:
         from google.rpc import error_details_pb2
@@ -139,7 +139,7 @@ async def control_session(endpoint: str, run_id: str, token: str, out: asyncio.Q
         try:
             while True:
                 msg = await call.read()
-                if msg is grpc.aio.EOF:
+                if not isinstance(msg, proxy_service_pb2.ControlResponse):  # EOF
                     await out.put("closed")
                     return
                 kind = msg.WhichOneof("signal")
@@ -287,6 +287,7 @@ async def _abort(c: Call) -> AsyncIterator[bytes]:
 
 async def _hang(c: Call) -> AsyncIterator[bytes]:
     await asyncio.sleep(3600)
+    item: bytes
     for item in ():  # (an async generator that sends nothing)
         yield item
 
@@ -400,16 +401,15 @@ MODES: dict[str, Callable[[Call], AsyncIterator[bytes]]] = {
 }
 
 
-async def run(request_bytes: bytes, context: grpc.aio.ServicerContext):
+async def run(request_bytes: bytes, context: grpc.aio.ServicerContext[Any, Any]):
     request = runner_service_pb2.RunRequest.FromString(request_bytes)
     ctx = request.context
     run_id = ctx.run_id
     text = ctx.input.text
     mode, _, arg = text.partition(" ")
     TOKENS[run_id] = request.run_token
-    log_event(
-        f"started {run_id} {mode} traceparent={dict(context.invocation_metadata()).get('traceparent', '')}"
-    )
+    traceparent = dict(context.invocation_metadata() or ()).get("traceparent", "")
+    log_event(f"started {run_id} {mode} traceparent={traceparent!s}")
     call = Call(request, context, mode, arg)
     try:
         async for item in MODES.get(mode, _unrecognized)(call):
@@ -421,17 +421,16 @@ async def run(request_bytes: bytes, context: grpc.aio.ServicerContext):
         FINISHED.append((run_id, request.run_token))
 
 
-async def list_runners(request_bytes: bytes, context: grpc.aio.ServicerContext) -> bytes:
+async def list_runners(request_bytes: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
     return runner_service_pb2.ListRunnersResponse(runners=manifests()).SerializeToString()
 
 
-async def describe(request_bytes: bytes, context: grpc.aio.ServicerContext) -> bytes:
+async def describe(request_bytes: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
     req = runner_service_pb2.DescribeRunnerRequest.FromString(request_bytes)
     for m in manifests():
         if req.runner_id in (m.id, m.name):
             return runner_service_pb2.DescribeRunnerResponse(runner=m).SerializeToString()
     await context.abort(grpc.StatusCode.NOT_FOUND, "no such runner")
-    return b""
 
 
 async def main() -> None:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from agentrunner import results
-from agentrunner.v1 import host_service_pb2
+from agentrunner.v1 import common_pb2, host_service_pb2
 from agentrunner_host.cli import MessageView, render_stream
 
 
@@ -23,7 +23,7 @@ def _updates() -> list[host_service_pb2.HostServiceRunResponse]:
         results.completed("The answer is 42."),
     ]
     out = [host_service_pb2.HostServiceRunResponse(result=r) for r in items]
-    finished = host_service_pb2.RunFinished(run_id="run_1", status=3)
+    finished = host_service_pb2.RunFinished(run_id="run_1", status=common_pb2.RUN_STATUS_COMPLETED)
     return [*out, host_service_pb2.HostServiceRunResponse(finished=finished)]
 
 

@@ -8,13 +8,14 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import yaml
-from conftest import start_process, stop_process
 
 from agentrunner_host.config.legacy import LEGACY_RUNNERS, migrate_pipeline, pipeline_to_agent
 from agentrunner_host.config.model import ConfigError, load_config
+from tests.host.conftest import start_process, stop_process
 
 AGENT = {"id": "a", "runner_id": "plugin:x/y/default"}
 
@@ -88,7 +89,7 @@ def test_defaults_and_env_override(tmp_path, monkeypatch) -> None:
     assert cfg.runners[0].resolved_token(HostEnv()) == "s3cret"
 
 
-LEGACY = {
+LEGACY: dict[str, Any] = {
     "ai": {
         "runner": {"runner": "dify-service-api"},
         "dify-service-api": {"base-url": "https://dify.example", "api-key": "k"},

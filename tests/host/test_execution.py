@@ -262,7 +262,7 @@ def service(
         store,  # type: ignore[arg-type]
         ControlHub(),
         DeliveryHub(MemoryDeliveries()),  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]  (no interactions in these runs)
+        None,  # type: ignore[arg-type]  # no interactions in these runs
     )
     return runs, store, endpoint
 
@@ -278,7 +278,7 @@ async def run_once(runs: RunService) -> list[Update]:
         await stream.aclose()
 
 
-def kinds(updates: list[Update]) -> list[str]:
+def kinds(updates: list[Update]) -> list[str | None]:
     return [
         u.result.WhichOneof("payload") if u.HasField("result") else u.WhichOneof("update") or ""
         for u in updates

@@ -7,16 +7,18 @@ import asyncio
 import datetime as dt
 import json
 import time
+from collections.abc import Awaitable
 
 import grpc
 import pytest
-from conftest import Host, audited, results, run_request
 
 from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import host_service_pb2, proxy_service_pb2, proxy_service_pb2_grpc
 from agentrunner_host.auth.authz import issue_session
 from agentrunner_host.ports import AuthorizationSnapshot, utcnow
 from agentrunner_host.proxy.api import ProxyCall
+from tests.helpers import next_message, rest_of
+from tests.host.conftest import Host, audited, results, run_request
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -26,7 +28,7 @@ async def outcome(host: Host, text: str) -> tuple[dict[str, str], str]:
     return json.loads(results(updates)[0].message_completed.message.content), updates[0].accepted.run_id
 
 
-def platform_audit(host: Host, run_id: str) -> object:
+def platform_audit(host: Host, run_id: str) -> Awaitable[list[str]]:
     return audited(host, run_id, "RequestPlatformAction")
 
 
@@ -50,7 +52,7 @@ async def test_missing_token_is_unauthenticated_and_audited(host: Host) -> None:
 
 async def test_another_runs_token_is_unauthenticated_and_audited(host: Host) -> None:
     held = host.stub.Run(run_request("stall"), timeout=30)
-    held_run = (await held.read()).accepted.run_id
+    held_run = (await next_message(held)).accepted.run_id
     await held.read()
     try:
         result, run_id = await outcome(host, "proxy steal")
@@ -183,14 +185,14 @@ async def test_new_input_for_an_open_steering_run_is_queued_into_it(host: Host) 
     """A second event for the conversation of an open steering run starts no run: it is pushed on the
     control stream (and acked), and its caller is attached to the open run's live results."""
     call = host.stub.Run(run_request("control", conversation_id="steer-conv"), timeout=30)
-    run_id = (await call.read()).accepted.run_id
-    assert (await call.read()).result.message_delta.text.startswith("welcome:")
+    run_id = (await next_message(call)).accepted.run_id
+    assert (await next_message(call)).result.message_delta.text.startswith("welcome:")
     second = host.stub.Run(run_request("also this", conversation_id="steer-conv"), timeout=30)
-    accepted = (await second.read()).accepted
+    accepted = (await next_message(second)).accepted
     assert accepted.run_id == run_id and accepted.attached
-    got = (await call.read()).result.message_delta.text
+    got = (await next_message(call)).result.message_delta.text
     assert got == "steering:also this\n"
-    assert (await second.read()).result.message_delta.text == got  # the attached caller sees it live
+    assert (await next_message(second)).result.message_delta.text == got  # the attached caller sees it live
     channel = host.app.hub.get(run_id)
     assert channel is not None
     for _ in range(40):
@@ -200,9 +202,8 @@ async def test_new_input_for_an_open_steering_run_is_queued_into_it(host: Host) 
     assert [a.accepted for a in channel.acks.values()] == [True]
     await host.stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=run_id), timeout=5)
     for stream in (call, second):
-        last = None
-        while (update := await stream.read()) is not grpc.aio.EOF:
-            last = update
+        rest = await rest_of(stream)
+        last = rest[-1] if rest else None
         assert last is not None and last.finished.run_id == run_id
     # the steering input was recorded as the conversation's user message, owned by the open run
     page, _, _ = await host.app.stores.transcript.page(

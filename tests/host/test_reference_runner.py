@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-import grpc
 import pytest
 import pytest_asyncio
-from conftest import Host, results, run_request, start_process, stop_process, text_of
 
 from agentrunner.v1 import common_pb2, host_service_pb2
+from tests.helpers import next_message, rest_of
+from tests.host.conftest import Host, results, run_request, start_process, stop_process, text_of
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 REF = "plugin:langbot/reference/default"
@@ -86,12 +86,10 @@ async def test_malformed_results_are_dropped_and_the_run_completes(ref_host: Hos
 
 async def test_cancel_reaches_the_reference_runner_over_control(ref_host: Host) -> None:
     call = ref_host.stub.Run(run_request("slow:50"), timeout=30)
-    run_id = (await call.read()).accepted.run_id
+    run_id = (await next_message(call)).accepted.run_id
     await call.read()
     await ref_host.stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=run_id, reason="stop"), timeout=5)
-    rest = []
-    while (item := await call.read()) is not grpc.aio.EOF:
-        rest.append(item)
+    rest = await rest_of(call)
     failed = results(rest)[-1].run_failed
     assert failed.code == "cancelled" and "stop" in failed.message  # the runner's own terminal, not ours
     assert rest[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED

@@ -10,7 +10,11 @@ import time
 
 import grpc
 import pytest
-from conftest import (
+
+from agentrunner.errors import from_rpc_error
+from agentrunner.v1 import common_pb2, host_service_pb2
+from tests.helpers import next_message, rest_of
+from tests.host.conftest import (
     FAKE_ID,
     HERE,
     FakeRunner,
@@ -23,16 +27,11 @@ from conftest import (
     text_of,
 )
 
-from agentrunner.errors import from_rpc_error
-from agentrunner.v1 import common_pb2, host_service_pb2
-
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def drain(call):
-    out = []
-    while (item := await call.read()) is not grpc.aio.EOF:
-        out.append(item)
+    out = await rest_of(call)
     return out
 
 
@@ -228,8 +227,8 @@ async def test_client_cancel_cancels_the_runner_call_within_a_second(
     host: Host, fake_runner: FakeRunner
 ) -> None:
     call = host.stub.Run(run_request("stall"), timeout=30)
-    accepted = await call.read()
-    first = await call.read()
+    accepted = await next_message(call)
+    first = await next_message(call)
     assert first.result.message_delta.text == "working"
     run_id = accepted.accepted.run_id
     call.cancel()
@@ -246,8 +245,8 @@ async def test_client_cancel_cancels_the_runner_call_within_a_second(
 
 async def test_cancel_run_goes_over_the_control_stream(host: Host) -> None:
     call = host.stub.Run(run_request("control"), timeout=30)
-    accepted = (await call.read()).accepted
-    welcome = await call.read()
+    accepted = (await next_message(call)).accepted
+    welcome = await next_message(call)
     assert welcome.result.message_delta.text == "welcome:10000\n"
     cancel = await host.stub.CancelRun(
         host_service_pb2.CancelRunRequest(run_id=accepted.run_id, reason="user stop"), timeout=5
@@ -265,7 +264,7 @@ async def test_cancel_run_cancels_the_call_after_the_grace_period(
     host: Host, fake_runner: FakeRunner
 ) -> None:
     call = host.stub.Run(run_request("stall"), timeout=30)
-    run_id = (await call.read()).accepted.run_id
+    run_id = (await next_message(call)).accepted.run_id
     await call.read()
     started = time.monotonic()
     await host.stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=run_id), timeout=5)
@@ -292,7 +291,7 @@ async def test_duplicate_event_attaches_to_the_first_run(host: Host) -> None:
 
 async def test_duplicate_event_while_running_follows_live(host: Host) -> None:
     call = host.stub.Run(run_request("slow 10", event_id="evt-dup-live"), timeout=30)
-    accepted = (await call.read()).accepted
+    accepted = (await next_message(call)).accepted
     await call.read()
     second = await host.run("slow 10", event_id="evt-dup-live")
     first = await drain(call)
@@ -303,7 +302,7 @@ async def test_duplicate_event_while_running_follows_live(host: Host) -> None:
 
 async def test_attach_run_replays_then_follows(host: Host) -> None:
     call = host.stub.Run(run_request("slow 8"), timeout=30)
-    run_id = (await call.read()).accepted.run_id
+    run_id = (await next_message(call)).accepted.run_id
     await call.read()
     await call.read()
     attached = [
@@ -415,18 +414,16 @@ async def test_attach_while_a_delta_batch_is_being_written_misses_nothing(host: 
     stores.record_deltas = held  # type: ignore[method-assign]
     try:
         call = host.stub.Run(run_request("slow 20"), timeout=30)
-        run_id = (await call.read()).accepted.run_id
+        run_id = (await next_message(call)).accepted.run_id
         await asyncio.wait_for(writing.wait(), 5)  # the batch timer took the first deltas
         attach = host.stub.AttachRun(
             host_service_pb2.AttachRunRequest(run_id=run_id, after_sequence=0), timeout=10
         )
-        first = await attach.read()
+        first = await next_message(attach)
         assert first.accepted.run_id == run_id
-        second = await attach.read()  # the follower has read the store and subscribed
+        second = await next_message(attach)  # the follower has read the store and subscribed
         release.set()
-        attached = [first, second]
-        while (update := await attach.read()) is not grpc.aio.EOF:
-            attached.append(update)
+        attached = [first, second, *await rest_of(attach)]
         await drain(call)
     finally:
         release.set()

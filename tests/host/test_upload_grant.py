@@ -4,6 +4,7 @@ artifacts; the cap is the agent's, frozen in the snapshot (and survives the snap
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ def _snapshot(declared: list[str], **policy: object) -> AuthorizationSnapshot:
         (["read", "write"], {"artifacts": False}, False),
     ],
 )
-def test_the_upload_grant(declared: list[str], policy: dict, granted: bool) -> None:
+def test_the_upload_grant(declared: list[str], policy: dict[str, Any], granted: bool) -> None:
     snap = _snapshot(declared, **policy)
     assert project_apis(snap).artifact_write is granted
     assert ("write" in snap.artifacts) is granted

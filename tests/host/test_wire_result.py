@@ -3,11 +3,13 @@ responses must keep exactly the update's fields."""
 
 from __future__ import annotations
 
+from google.protobuf.descriptor import Descriptor
+
 from agentrunner.v1 import host_service_pb2
 from agentrunner_host.services.wire import UPDATE_STREAMS
 
 
-def _shape(descriptor: object) -> list[tuple[object, ...]]:
+def _shape(descriptor: Descriptor) -> list[tuple[object, ...]]:
     return [
         (
             f.name,
@@ -16,9 +18,9 @@ def _shape(descriptor: object) -> list[tuple[object, ...]]:
             f.message_type.full_name if f.message_type else None,
             f.containing_oneof.name,
         )
-        for f in descriptor.fields  # type: ignore[attr-defined]
+        for f in descriptor.fields
         if f.containing_oneof is not None
-    ] + [(f.name,) for f in descriptor.fields if f.containing_oneof is None]  # type: ignore[attr-defined]
+    ] + [(f.name,) for f in descriptor.fields if f.containing_oneof is None]
 
 
 def test_every_update_stream_response_is_the_update_on_the_wire() -> None:

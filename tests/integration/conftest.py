@@ -13,7 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,9 @@ async def run(address: str, text: str, **kwargs: Any) -> list[host_service_pb2.H
         return [u async for u in stub.Run(run_request(text, **kwargs), timeout=60)]
 
 
-def completed(updates: list[host_service_pb2.HostServiceRunResponse]) -> Any:
+def completed(
+    updates: Sequence[host_service_pb2.HostServiceRunResponse | host_service_pb2.SubmitInteractionResponse],
+) -> Any:
     for u in updates:
         if u.HasField("result") and u.result.HasField("run_completed"):
             return u.result.run_completed

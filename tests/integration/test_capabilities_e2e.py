@@ -7,6 +7,7 @@ import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -157,9 +158,10 @@ async def test_models_tools_and_knowledge_through_the_host(cap_host: tuple[str, 
                 host_service_pb2.GetRunRequest(run_id=run_id), timeout=5
             )
         ).run
-    usage = dict(run.metadata["model_usage"]["chat"])
+    model_usage: Any = run.metadata["model_usage"]  # a Struct inside the metadata Struct
+    usage = dict(model_usage["chat"])
     assert usage["calls"] == 2 and usage["total_tokens"] > 0
-    assert dict(run.metadata["model_usage"]["rerank"])["calls"] == 1
+    assert dict(model_usage["rerank"])["calls"] == 1
 
 
 async def test_cancelling_a_model_stream_closes_the_upstream_request(cap_host: tuple[str, Path, str]) -> None:

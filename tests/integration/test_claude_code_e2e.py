@@ -23,6 +23,7 @@ import pytest
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_runners.testing import install_fake
 from agentrunner_runners.testing.fake_claude import MCP_PREFIX
+from tests.helpers import next_message, rest_of
 from tests.integration.conftest import Proc, audit_outcomes, cli, run_request, start_host, write_config
 
 pytestmark = pytest.mark.asyncio
@@ -211,15 +212,13 @@ async def test_cancel_mid_run_leaves_no_process_behind(stack: Stack) -> None:
     async with grpc.aio.insecure_channel(stack.address) as channel:
         stub = host_service_pb2_grpc.HostServiceStub(channel)
         call = stub.Run(run_request("hang on", conversation_id="cancel-conv"), timeout=120)
-        accepted = await call.read()
+        accepted = await next_message(call)
         run_id = accepted.accepted.run_id
         await wait_for(lambda: len(harness_processes(stack.root)) >= 2)
         await stub.CancelRun(
             host_service_pb2.CancelRunRequest(run_id=run_id, reason="user pressed stop"), timeout=10
         )
-        rest = []
-        while (item := await call.read()) is not grpc.aio.EOF:
-            rest.append(item)
+        rest = await rest_of(call)
     assert rest[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED
     await wait_for(lambda: harness_processes(stack.root) == [], seconds=15)
 

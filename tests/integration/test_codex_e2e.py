@@ -21,10 +21,14 @@ from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.cli import full_interaction_support
 from agentrunner_runners.testing import install_fake
 from agentrunner_runners.testing.fake_codex import MCP_PREFIX
+from tests.helpers import next_message, rest_of
 from tests.integration.conftest import Proc, audit_outcomes, cli, run_request, start_host, write_config
 from tests.integration.test_claude_code_e2e import harness_processes, results_of, run, wait_for
 
 pytestmark = pytest.mark.asyncio
+# agent settings whose names are not Python identifiers
+STDIO: dict[str, Any] = {"mcp-bridge-transport": "stdio"}
+ASK_TIMEOUT: dict[str, Any] = {"approval-timeout": 60}
 
 CODEX = "agentrunner_runners.codex:CodexRunner"
 CODEX_ID = "plugin:langbot/codex-agent/default"
@@ -68,13 +72,13 @@ def _host_config(tmp: Path, runner_address: str, codex: Path, root: Path, home: 
         "tools": {"native": {"fetch_url_allow": ["http://127.0.0.1:9/"]}},
         "agents": [
             agent("codex"),
-            agent("codex-stdio", **{"mcp-bridge-transport": "stdio"}),
+            agent("codex-stdio", **STDIO),
             agent("codex-no-steering", steering=False),
             agent(
                 "codex-ask",
                 events=("interaction.submitted",),
                 approvals="ask",
-                **{"approval-timeout": 60},
+                **ASK_TIMEOUT,
             ),
         ],
         "bindings": [
@@ -202,15 +206,13 @@ async def test_cancel_mid_turn_leaves_no_process(stack: Stack) -> None:
             run_request("hang on", conversation_id="cancel-conv"),
             timeout=120,
         )
-        accepted = await call.read()
+        accepted = await next_message(call)
         await wait_for(lambda: len(harness_processes(stack.root)) >= 2)
         await stub.CancelRun(
             host_service_pb2.CancelRunRequest(run_id=accepted.accepted.run_id, reason="user pressed stop"),
             timeout=10,
         )
-        rest = []
-        while (item := await call.read()) is not grpc.aio.EOF:
-            rest.append(item)
+        rest = await rest_of(call)
     assert rest[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED
     await wait_for(lambda: harness_processes(stack.root) == [], seconds=15)
 

@@ -87,3 +87,27 @@ def test_demo_harness_runs_against_the_fake_cli_and_says_so(harness: str) -> Non
         assert "decisions: command=decline, inside=accept, outside=decline" in out
     last = "(turn 4)" if harness == "claude" else "(turn 5)"
     assert last in out and out.rstrip().endswith("demo finished")
+
+
+def test_demo_acp_runs_against_the_scripted_acp_agent_and_says_so() -> None:
+    """`make demo-acp` without `claude-agent-acp` on PATH: the bundled scripted ACP agent, same runner."""
+    env = {k: v for k, v in os.environ.items() if k != "AGENTRUNNER_HARNESS_ROOTS"}
+    env["COLUMNS"] = "250"
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if not shutil.which("claude-agent-acp", path=p)
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "agentrunner_host.demos.harness", "acp"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "no `claude-agent-acp` on PATH, so this demo uses the bundled fake CLI" in out
+    assert "bot > Fake heard: Hello from the AgentRunner demo! (turn 1)" in out
+    assert "tool Read(" in out and "The workspace has a README." in out
+    assert "decisions: yes,no,no,yes" in out  # permission requests answered by the workspace policy
+    assert "(turn 4)" in out and out.rstrip().endswith("demo finished")

@@ -6,6 +6,7 @@ import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -161,7 +162,7 @@ async def test_every_fact_api_through_the_host(facts_host: tuple[str, Path]) -> 
     assert audit_outcomes(db_file, run_id, "PullSteering") == ["UNAUTHORIZED"]
 
 
-def _scripted(*items: dict) -> str:
+def _scripted(*items: dict[str, Any]) -> str:
     return json.dumps({"results": list(items)})
 
 
@@ -186,7 +187,10 @@ async def test_reasoning_and_progress_reach_the_client_and_ledger_but_not_the_tr
     run_id = updates[0].accepted.run_id
     seen = [u.result for u in updates if u.HasField("result")]
     kinds = [
-        (r.WhichOneof("payload"), common_pb2.MessageKind.Name(getattr(r, r.WhichOneof("payload")).kind))
+        (
+            r.WhichOneof("payload"),
+            common_pb2.MessageKind.Name(getattr(r, cast(str, r.WhichOneof("payload"))).kind),
+        )
         for r in seen
         if r.WhichOneof("payload") == "message_delta"
     ] + [
@@ -250,7 +254,7 @@ async def test_runner_uploads_are_streamed_checked_capped_audited_and_downloadab
         "sizeBytes": str(len(body)),
         "sha256": digest,
     }
-    steps = [
+    steps: list[dict[str, Any]] = [
         {"rpc": "UploadArtifact", "header": header, "body_b64": b64, "chunk": 100_000},
         {"rpc": "UploadArtifact", "header": {**header, "sha256": "0" * 64}, "body_b64": b64},
         {"rpc": "UploadArtifact", "header": {**header, "sizeBytes": "10"}, "body_b64": b64},

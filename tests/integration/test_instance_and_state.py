@@ -17,6 +17,7 @@ import pytest
 
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.cli import full_interaction_support
+from tests.helpers import next_message, rest_of
 from tests.integration.conftest import (
     REFERENCE_ID,
     Proc,
@@ -57,7 +58,7 @@ async def test_a_second_host_with_a_live_instance_id_refuses_to_start(
     try:
         async with grpc.aio.insecure_channel(first.value) as channel:
             call = host_service_pb2_grpc.HostServiceStub(channel).Run(run_request("slow:100"), timeout=60)
-            run_id = (await call.read()).accepted.run_id
+            run_id = (await next_message(call)).accepted.run_id
             second = cli("serve", "--config", str(config))
             assert second.returncode == 3
             errors = [line for line in second.stderr.splitlines() if not line.startswith("{")]
@@ -66,9 +67,7 @@ async def test_a_second_host_with_a_live_instance_id_refuses_to_start(
             )
             assert "AGENTRUNNER_INSTANCE_ID" in errors[0]
             # the first host's run was not interrupted by the second start
-            updates = []
-            while (update := await call.read()) is not grpc.aio.EOF:
-                updates.append(update)
+            updates = await rest_of(call)
         assert updates[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED, run_id
         first.kill()  # SIGKILL: the lease is left behind, its process gone
         restarted = start_host(config)

@@ -14,6 +14,7 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from agentrunner.v1 import host_service_pb2_grpc
+from tests.helpers import next_message
 from tests.integration.conftest import (
     CLI,
     REFERENCE,
@@ -185,16 +186,16 @@ async def test_health_and_reflection_on_the_host(metrics_host: tuple[str, str]) 
     async with grpc.aio.insecure_channel(address) as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "agentrunner.v1.HostService", "agentrunner.v1.ProxyService"):
-            reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)  # type: ignore[attr-defined]  # the stubs declare no methods on HealthStub
             assert reply.status == health_pb2.HealthCheckResponse.SERVING, service
         with pytest.raises(grpc.aio.AioRpcError) as err:
-            await health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)
+            await health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=5)  # type: ignore[attr-defined]
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
-        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
-        call = reflection.ServerReflectionInfo(timeout=5)
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)  # type: ignore[arg-type]  # stubs: sync channels only
+        call = reflection.ServerReflectionInfo(timeout=5)  # type: ignore[operator]  # stubs: an untyped attribute
         await call.write(reflection_pb2.ServerReflectionRequest(list_services=""))
-        response = await call.read()
+        response = await next_message(call)
         await call.done_writing()
         names = {s.name for s in response.list_services_response.service}
         assert {"agentrunner.v1.HostService", "agentrunner.v1.ProxyService", "grpc.health.v1.Health"} <= names
@@ -210,7 +211,7 @@ async def test_health_and_reflection_on_the_host(metrics_host: tuple[str, str]) 
         await call.write(
             reflection_pb2.ServerReflectionRequest(file_containing_symbol="agentrunner.v1.HostService")
         )
-        response = await call.read()
+        response = await next_message(call)
         await call.done_writing()
         files = [
             descriptor_pb2.FileDescriptorProto.FromString(raw)

@@ -15,6 +15,7 @@ import pytest
 
 from agentrunner.errors import from_rpc_error
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
+from tests.helpers import next_message, rest_of
 from tests.integration.conftest import (
     PROBE_ID,
     REFERENCE_ID,
@@ -57,8 +58,8 @@ async def test_a_host_killed_mid_run_marks_the_run_interrupted_on_restart(
     try:
         async with grpc.aio.insecure_channel(host.value) as channel:
             call = host_service_pb2_grpc.HostServiceStub(channel).Run(run_request("slow:50"), timeout=30)
-            run_id = (await call.read()).accepted.run_id
-            assert (await call.read()).result.HasField("message_delta")
+            run_id = (await next_message(call)).accepted.run_id
+            assert (await next_message(call)).result.HasField("message_delta")
             host.kill()  # SIGKILL: no shutdown path runs
             with pytest.raises(grpc.aio.AioRpcError):
                 while await call.read() is not grpc.aio.EOF:
@@ -85,8 +86,8 @@ async def test_a_database_error_mid_run_fails_the_run_and_the_host_keeps_serving
     try:
         async with grpc.aio.insecure_channel(host.value) as channel:
             call = host_service_pb2_grpc.HostServiceStub(channel).Run(run_request("slow:30"), timeout=30)
-            run_id = (await call.read()).accepted.run_id
-            assert (await call.read()).result.HasField("message_delta")
+            run_id = (await next_message(call)).accepted.run_id
+            assert (await next_message(call)).result.HasField("message_delta")
             # the database starts refusing this run's result rows (as a full disk or a lost table would)
             with contextlib.closing(sqlite3.connect(tmp_path / "host.db", timeout=10)) as db:
                 db.execute(
@@ -94,9 +95,7 @@ async def test_a_database_error_mid_run_fails_the_run_and_the_host_keeps_serving
                     "BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
                 )
                 db.commit()
-            updates = []
-            while (update := await call.read()) is not grpc.aio.EOF:
-                updates.append(update)
+            updates = await rest_of(call)
         failed = [
             u.result.run_failed for u in updates if u.HasField("result") and u.result.HasField("run_failed")
         ]

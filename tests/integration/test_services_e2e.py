@@ -124,12 +124,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         for name, (_, runner_id) in SERVICES.items():
             runners.append({"id": name, "address": starts[name].result().value})
             bad, _ = BAD_CONFIG[name]
-            for agent_id, config in (
+            for agent_id, runner_config in (
                 (name, good_config(name, base)),
                 (f"{name}-bad", {**good_config(name, base), **bad}),
             ):
                 agents.append(
-                    {"id": agent_id, "runner_id": runner_id, "runner_config": config, "timeout_seconds": 30}
+                    {
+                        "id": agent_id,
+                        "runner_id": runner_id,
+                        "runner_config": runner_config,
+                        "timeout_seconds": 30,
+                    }
                 )
                 bindings.append(
                     {

@@ -8,12 +8,12 @@ from agentrunner_host.testing.openai_mock import (
     EMBED_DIM,
     MockOpenAIServer,
     MockState,
-    StreamRecord,
     build_app,
     hashed_embedding,
     main,
     words,
 )
+from agentrunner_host.testing.openai_stream import StreamRecord
 
 __all__ = [
     "EMBED_DIM",

@@ -7,6 +7,7 @@ import asyncio
 import datetime as dt
 import json
 import uuid
+from typing import Any
 
 import grpc
 import pytest
@@ -23,7 +24,9 @@ def new_id() -> str:
     return f"ia-{uuid.uuid4().hex[:12]}"
 
 
-async def ask(host: Host, iid: str, conversation: str = "c-ia", **args: object) -> list[object]:
+async def ask(
+    host: Host, iid: str, conversation: str = "c-ia", **args: object
+) -> list[host_service_pb2.HostServiceRunResponse]:
     return await host.run("form " + json.dumps({"id": iid, **args}), conversation_id=conversation)
 
 
@@ -95,7 +98,7 @@ async def test_unknown_and_invalid_answers_are_refused_before_any_run(host: Host
     assert (await refused(host, "no-such-interaction"))[0] == "NOT_FOUND"
     iid = new_id()
     await ask(host, iid)
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"action_id": "deploy", "values": {}}, "values.env"),  # required field missing
         ({"action_id": "deploy", "values": {"env": "dev"}}, "values.env"),  # not an option
         ({"action_id": "explode", "values": {"env": "prod"}}, "action_id"),  # unknown action

@@ -27,6 +27,7 @@ from google.protobuf import json_format
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.views.timeline import build_timeline
 from agentrunner_runners.testing.anthropic_mock import AnthropicMock, serve_in_thread
+from tests.helpers import next_message, rest_of
 from tests.integration.conftest import CLI, ROOT, Proc, audit_outcomes, cli, run_request, write_config
 from tests.integration.test_claude_code_e2e import (
     CLAUDE_ID,
@@ -53,6 +54,62 @@ class Stack:
     mock: AnthropicMock
 
 
+def _agent(claude: Path, root: Path, agent_id: str, **config: Any) -> dict[str, Any]:
+    return {
+        "id": agent_id,
+        "runner_id": CLAUDE_ID,
+        "runner_config": {"command": str(claude), "workspace": str(root), **config},
+        "resource_policy": {"tools": ["current_time"]},
+        "timeout_seconds": 120,
+    }
+
+
+def _only(conversation: str, agent_id: str) -> dict[str, Any]:
+    return {
+        "id": conversation,
+        "scope": {"type": "conversation", "id": conversation},
+        "event": "message.*",
+        "target": {"agent": agent_id},
+    }
+
+
+def _host_config(tmp: Path, claude: Path, root: Path, runner: str) -> Path:
+    """The host's config: the default agent, one that may run commands, one with a refused key."""
+    db_file = tmp / "host.db"
+    return write_config(
+        tmp / "host.yaml",
+        {
+            "instance_id": "claude-real",
+            "listen": {"address": "127.0.0.1:0"},
+            "database": {
+                "url": f"sqlite+aiosqlite:///{db_file}",
+                "artifact_dir": str(tmp / "artifacts"),
+            },
+            "limits": {"cancel_grace_seconds": 5},
+            "runners": [{"id": "claude", "address": runner}],
+            "agents": [
+                _agent(claude, root, "claude"),  # the defaults
+                # commands allowed (the user's choice): the key must still not show in `env`
+                _agent(claude, root, "claude-bash", **{"allowed-tools": "Bash, Edit(./outbox/**)"}),
+                # Claude Code's own retry count (10): only the runner's reading of the retry
+                # lines can make a refused key fail fast
+                _agent(
+                    claude,
+                    root,
+                    "claude-badkey",
+                    **{"env-json": {"ANTHROPIC_API_KEY": BAD_KEY, "CLAUDE_CODE_MAX_RETRIES": "10"}},
+                ),
+            ],
+            "bindings": [
+                _only("env-conv", "claude-bash"),
+                _only("cancel-conv", "claude-bash"),
+                _only("badkey-conv", "claude-badkey"),
+                {"id": "claude", "event": "message.*", "target": {"agent": "claude"}},
+            ],
+        },
+    )
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     claude = real_tool("claude") / "node_modules" / ".bin" / "claude"
@@ -74,55 +131,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 }
             )
             procs.append(runner)
-
-            def agent(agent_id: str, **config: Any) -> dict[str, Any]:
-                return {
-                    "id": agent_id,
-                    "runner_id": CLAUDE_ID,
-                    "runner_config": {"command": str(claude), "workspace": str(root), **config},
-                    "resource_policy": {"tools": ["current_time"]},
-                    "timeout_seconds": 120,
-                }
-
-            def only(conversation: str, agent_id: str) -> dict[str, Any]:
-                return {
-                    "id": conversation,
-                    "scope": {"type": "conversation", "id": conversation},
-                    "event": "message.*",
-                    "target": {"agent": agent_id},
-                }
-
-            db_file = tmp / "host.db"
-            config = write_config(
-                tmp / "host.yaml",
-                {
-                    "instance_id": "claude-real",
-                    "listen": {"address": "127.0.0.1:0"},
-                    "database": {
-                        "url": f"sqlite+aiosqlite:///{db_file}",
-                        "artifact_dir": str(tmp / "artifacts"),
-                    },
-                    "limits": {"cancel_grace_seconds": 5},
-                    "runners": [{"id": "claude", "address": runner.value}],
-                    "agents": [
-                        agent("claude"),  # the defaults
-                        # commands allowed (the user's choice): the key must still not show in `env`
-                        agent("claude-bash", **{"allowed-tools": "Bash, Edit(./outbox/**)"}),
-                        # Claude Code's own retry count (10): only the runner's reading of the retry
-                        # lines can make a refused key fail fast
-                        agent(
-                            "claude-badkey",
-                            **{"env-json": {"ANTHROPIC_API_KEY": BAD_KEY, "CLAUDE_CODE_MAX_RETRIES": "10"}},
-                        ),
-                    ],
-                    "bindings": [
-                        only("env-conv", "claude-bash"),
-                        only("cancel-conv", "claude-bash"),
-                        only("badkey-conv", "claude-badkey"),
-                        {"id": "claude", "event": "message.*", "target": {"agent": "claude"}},
-                    ],
-                },
-            )
+            config = _host_config(tmp, claude, root, runner.value)
             upgraded = cli("db", "upgrade", "--config", str(config))
             assert upgraded.returncode == 0, upgraded.stderr
             # generous start timeouts: these suites share 2 cores with the rest of `make test`
@@ -132,7 +141,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 timeout=90,
             )
             procs.append(host)
-            yield Stack(host.value, db_file, root, home, mock)
+            yield Stack(host.value, tmp / "host.db", root, home, mock)
         finally:
             for proc in reversed(procs):
                 proc.kill(signal.SIGTERM)
@@ -292,14 +301,12 @@ async def test_cancel_leaves_no_process_behind(stack: Stack) -> None:
     async with grpc.aio.insecure_channel(stack.address) as channel:
         stub = host_service_pb2_grpc.HostServiceStub(channel)
         call = stub.Run(run_request("run forever", conversation_id="cancel-conv"), timeout=120)
-        accepted = await call.read()
+        accepted = await next_message(call)
         await wait_for(lambda: tail_running(stack.root), 60)
         await stub.CancelRun(
             host_service_pb2.CancelRunRequest(run_id=accepted.accepted.run_id, reason="stop"), timeout=10
         )
-        rest = []
-        while (item := await call.read()) is not grpc.aio.EOF:
-            rest.append(item)
+        rest = await rest_of(call)
     assert rest[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED
     await wait_for(lambda: harness_processes(stack.root) == [], seconds=15)
 

@@ -12,6 +12,7 @@ import pytest
 from agentrunner import HostApi, RunContext, Runner, results, tool_text
 from agentrunner.api import host_channel
 from agentrunner.errors import (
+    AgentRunnerError,
     DeadlineExceededError,
     InvalidArgumentError,
     NotFoundError,
@@ -129,11 +130,11 @@ async def _call_every_family(ctx: RunContext) -> dict[str, Any]:
             await api.upload_artifact(b"x" * 3_000_000, name="big.bin", chunk_size=500_000)
         ).size_bytes,
         "state_get": await api.get_state("conversation", "k"),
-        "state_set": await api.set_state("runner", "k", [1, "x"]),
+        "state_set": await api.set_state("runner", "k", [1, "x"]),  # type: ignore[func-returns-value]  # (None, recorded)
         "state_del": await api.delete_state("conversation", "k"),
         "state_list": list((await api.list_state("conversation", prefix="a")).keys),
         "storage_get": await api.get_storage("plugin", "k"),
-        "storage_set": await api.set_storage("workspace", "k", b"v"),
+        "storage_set": await api.set_storage("workspace", "k", b"v"),  # type: ignore[func-returns-value]
         "storage_del": await api.delete_storage("binding", "k"),
         "storage_list": list((await api.list_storage("plugin")).keys),
         "steering": (await api.pull_steering()).items[0].input.text,
@@ -143,7 +144,9 @@ async def _call_every_family(ctx: RunContext) -> dict[str, Any]:
         "run_events": (await api.list_run_record_events()).results[0].sequence,
         "run_cancel": (await api.cancel_run_record("r0", reason="x")).run.run_id,
         "run_append": (await api.append_run_result(results.delta("x"))).result.sequence,
-        "run_finalize": (await api.finalize_run_record(3, run_id="r0")).run.run_id,
+        "run_finalize": (
+            await api.finalize_run_record(common_pb2.RUN_STATUS_COMPLETED, run_id="r0")
+        ).run.run_id,
         "reply": (await ctx.reply("hello")).delivered,
         "send": (await ctx.send_message("group", "g1", "hi all")).delivered,
     }
@@ -221,7 +224,9 @@ async def test_every_family_round_trips_with_metadata(host: HostDouble) -> None:
         ("RUNTIME_ERROR", RuntimeFailureError, False),
     ],
 )
-async def test_error_reasons_arrive_typed(host: HostDouble, reason: str, cls: type, retryable: bool) -> None:
+async def test_error_reasons_arrive_typed(
+    host: HostDouble, reason: str, cls: type[AgentRunnerError], retryable: bool
+) -> None:
     host.on("CallTool", error=reason, message=f"scripted {reason.lower()}")
 
     async def script(ctx: RunContext) -> Any:

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from google.protobuf import json_format
 from pydantic import BaseModel, Field
@@ -87,7 +89,7 @@ async def test_valid_config_gets_defaults_and_declared_types(host: HostDouble) -
     ],
 )
 async def test_bad_config_fails_before_run_and_names_the_field(
-    host: HostDouble, config: dict, field: str, needle: str
+    host: HostDouble, config: dict[str, Any], field: str, needle: str
 ) -> None:
     started.clear()
     out = await host.run(Configured, config=config)

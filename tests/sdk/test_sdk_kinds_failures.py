@@ -5,6 +5,8 @@ progress), the failure-kind vocabulary (`details.kind`) and JSON-typed config va
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field
@@ -140,7 +142,9 @@ JSON_MANIFEST = build_manifest(
         ({"args-json": "", "env-json": "  "}, [], {}),  # blank legacy text = absent: the default applies
     ],
 )
-def test_json_config_values_take_a_json_text_or_a_native_value(given: dict, args: list, env: dict) -> None:
+def test_json_config_values_take_a_json_text_or_a_native_value(
+    given: dict[str, Any], args: list[Any], env: dict[str, Any]
+) -> None:
     config = validate_config(JSON_MANIFEST.config_schema, given)
     assert config["args-json"] == args and config["env-json"] == env
 

@@ -26,7 +26,7 @@ async def test_echo_streams_reads_history_and_counts_turns(host: HostDouble) -> 
         5,
     )
     assert out.metadata == {"history_items": 3, "turn": 5}
-    message_meta = json_format.MessageToDict(out.terminal.run_completed.message.metadata)  # type: ignore[union-attr]
+    message_meta = json_format.MessageToDict(out.terminal.run_completed.message.metadata)
     assert message_meta == {"history_items": 3, "turn": 5}
     assert len(host.calls_to("ListHistory")) == 1
 
@@ -57,7 +57,7 @@ async def test_slow_and_empty(host: HostDouble) -> None:
     out = await host.run(ReferenceRunner, "slow:3")
     assert out.deltas == ["tick 0 ", "tick 1 ", "tick 2 "] and out.text == "tick 0 tick 1 tick 2 "
     empty = await host.run(ReferenceRunner, "empty")
-    assert empty.types == ["run.completed"] and not empty.terminal.run_completed.HasField("message")  # type: ignore[union-attr]
+    assert empty.types == ["run.completed"] and not empty.terminal.run_completed.HasField("message")
 
 
 async def test_stall_runs_into_the_deadline(host: HostDouble) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from agentrunner.v1 import host_service_pb2_grpc
 from agentrunner_host.cli.render import run_request
+from tests.helpers import next_message
 from tests.secured.conftest import FULL, NARROW, WRONG, Done, Stack
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
@@ -73,7 +74,7 @@ async def targets(stack: Stack, tag: str) -> AsyncIterator[Targets]:
         interaction = next(u.interaction.request.interaction_id for u in asked if u.HasField("interaction"))
         completed = next(u.result.run_completed for u in filed if u.result.HasField("run_completed"))
         live = stub.Run(run_request("slow:3000", "", "", f"{tag}-live", "cli", True), timeout=300)
-        live_id = (await live.read()).accepted.run_id
+        live_id = (await next_message(live)).accepted.run_id
         try:
             yield Targets(
                 done[0].accepted.run_id, interaction, completed.message.artifacts[0].artifact_id, live_id

@@ -18,6 +18,7 @@ from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.cli.render import run_request
 from agentrunner_host.config.model import CLIENT_OPERATIONS
 from tests.hardening.fuzz import service_methods
+from tests.helpers import next_message, rest_of
 from tests.pki import Pki
 from tests.secured.conftest import FULL, NARROW, WRONG, Stack
 
@@ -58,11 +59,9 @@ async def _everything(channel: grpc.aio.Channel, tag: str) -> dict[str, Any]:
     download = host_service_pb2.HostServiceDownloadArtifactRequest(artifact_id=ref.artifact_id)
     seen["DownloadArtifact"] = [c async for c in stub.DownloadArtifact(download, timeout=30)]
     live = stub.Run(run_request("slow:3000", "", "", f"{tag}-live", "sdk", True), timeout=120)
-    live_id = (await live.read()).accepted.run_id
+    live_id = (await next_message(live)).accepted.run_id
     seen["CancelRun"] = await stub.CancelRun(host_service_pb2.CancelRunRequest(run_id=live_id), timeout=10)
-    seen["cancelled"] = []
-    while (update := await live.read()) is not grpc.aio.EOF:  # (read(), not `async for`: one style per call)
-        seen["cancelled"].append(update)
+    seen["cancelled"] = await rest_of(live)  # (read(), not `async for`: one style per call)
     seen["run_id"] = run_id
     return seen
 

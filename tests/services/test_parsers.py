@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -21,7 +22,7 @@ def splits(body: bytes) -> Iterator[list[bytes]]:
         yield [body[:i], body[i:]]
 
 
-def run_parser(factory, chunks: list[bytes]) -> list:  # type: ignore[no-untyped-def]
+def run_parser(factory, chunks: list[bytes]) -> list[Any]:
     parser = factory()
     out = []
     for chunk in chunks:

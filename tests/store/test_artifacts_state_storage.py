@@ -54,7 +54,7 @@ async def test_incoming_attachments_are_registered_and_linked_to_the_user_messag
 
 async def test_oversized_or_malformed_attachments_are_refused_and_nothing_is_written(
     db_url: str, tmp_path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     db = Database(db_url)
     try:
         stores = await FactStores.open(
@@ -81,7 +81,7 @@ async def test_oversized_or_malformed_attachments_are_refused_and_nothing_is_wri
         await db.dispose()
 
 
-async def test_large_bodies_go_to_disk_reads_are_capped_and_downloads_chunked(db_url: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_large_bodies_go_to_disk_reads_are_capped_and_downloads_chunked(db_url: str, tmp_path) -> None:
     limits = ArtifactLimits(inline_max_bytes=1024, read_cap_bytes=4096, chunk_bytes=3000)
     db = Database(db_url)
     try:

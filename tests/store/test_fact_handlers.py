@@ -151,7 +151,7 @@ async def test_history_is_limited_to_the_runs_thread(stores: FactStores) -> None
         env.conversation.thread_id = thread
         await stores.record_event(env)
     h = fact_handlers(stores)
-    page = await h["ListHistory"](call(make_snapshot(thread_id="t1")), pb.ListHistoryRequest())
+    page = await h["ListHistory"](call(make_snapshot(thread_id="t1")), pb.ListHistoryRequest())  # type: ignore[misc]  # a unary handler
     assert [i.content for i in page.items] == ["msg 0", "msg 2"] and page.total_count == 2
 
 
@@ -419,7 +419,7 @@ async def test_a_revoked_token_no_longer_authorizes_calls(stores: FactStores) ->
     session = await stores.sessions.lookup("tok")
     assert session is not None
     h = fact_handlers(stores)
-    await h["SetState"](
+    await h["SetState"](  # type: ignore[misc]  # a unary handler
         ProxyCall(session=session, method="SetState"),
         pb.SetStateRequest(
             scope=common_pb2.STATE_SCOPE_RUNNER, key="k", value=struct_pb2.Value(bool_value=True)

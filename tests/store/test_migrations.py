@@ -98,7 +98,7 @@ def test_upgrade_from_the_previous_revision_keeps_existing_data(empty_url: str, 
                 rows = await conn.exec_driver_sql(
                     "SELECT seq, content FROM transcript_items WHERE conversation_id = 'c-old' ORDER BY seq"
                 )
-                found = [(int(r[0]), str(r[1])) for r in rows]
+                found = [(int(r[0]), str(r[1])) for r in rows]  # type: ignore[misc]  # untyped driver rows
             if step == "read":  # full-text search finds each row once (indexed before, not again after)
                 hits = await stores.transcript.search(conversation_id="c-old", query="upgrade")
                 assert sorted(h.content for h in hits) == [text for _, text in found]
@@ -152,7 +152,7 @@ def test_downgrade_unpacks_packed_delta_rows_without_losing_a_result(empty_url: 
                 found = await conn.exec_driver_sql(
                     f"SELECT sequence, result_type FROM run_results WHERE run_id = '{run_id}' ORDER BY sequence"
                 )
-                return [(int(r[0]), str(r[1])) for r in found]
+                return [(int(r[0]), str(r[1])) for r in found]  # type: ignore[misc]  # untyped driver rows
         finally:
             await db.dispose()
 

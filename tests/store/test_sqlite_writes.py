@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import json
 import shutil
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import aiosqlite
 import pytest
@@ -177,7 +179,7 @@ async def test_commits_never_checkpoint_and_background_checkpoints_keep_the_wal_
         n = 0
         for _ in range(400):  # 400 commits: SQLite's own checkpoint would have run at 1,000 pages
             n += 1
-            await db.run_write(lambda c, n=n: write(c, n), inline=True)
+            await db.run_write(functools.partial(write, n=n), inline=True)
         grown = _size(wal)
         assert grown > 400 * 4096  # every commit appended to the WAL, none checkpointed it
         busy, burst, done = await db.checkpoint()
@@ -185,7 +187,7 @@ async def test_commits_never_checkpoint_and_background_checkpoints_keep_the_wal_
         for _round in range(3):
             for _ in range(100):
                 n += 1
-                await db.run_write(lambda c, n=n: write(c, n))
+                await db.run_write(functools.partial(write, n=n))
             busy, frames, done = await db.checkpoint()
             assert busy == 0 and frames == done
             assert frames < burst / 3  # the WAL was restarted: only this round's 100 commits are in it
@@ -400,10 +402,13 @@ async def test_a_group_whose_transaction_fails_commits_nothing_and_tells_every_c
             await asyncio.sleep(0.05)
         outcomes = await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), timeout=5)
         assert all(isinstance(o, StoreError) for o in outcomes), outcomes
-        assert [o.retryable for o in outcomes] == [True, False, True], outcomes  # type: ignore[union-attr]
+        assert [o.retryable for o in outcomes] == [True, False, True], outcomes
         assert _keys(target) == ["a"]
         assert await db.run_write(_entries("d")) == "d"
-        assert await asyncio.gather(db.run_write(_entries("e")), db.run_write(_entries("f"))) == ["e", "f"]
+        assert list(await asyncio.gather(db.run_write(_entries("e")), db.run_write(_entries("f")))) == [
+            "e",
+            "f",
+        ]
         assert _keys(target) == ["a", "d", "e", "f"]
     finally:
         await db.dispose()
@@ -476,7 +481,7 @@ async def test_typed_fast_rows_read_as_sqlalchemy_reads_them(sqlite_template: Pa
             stmt = ledger._statements("sqlite")["by_run"]
             fast = fast_execute(conn, stmt, {"b_run": "run_typed"}, typed=True).first()
             slow = conn.execute(stmt, {"b_run": "run_typed"}).first()
-            return tuple(fast), tuple(slow)
+            return tuple(fast), tuple(slow)  # type: ignore[arg-type]  # (a missing row fails the test here)
 
         fast, slow = await db.run_write(read)
         assert fast == slow
@@ -489,5 +494,17 @@ async def test_typed_fast_rows_read_as_sqlalchemy_reads_them(sqlite_template: Pa
 
 async def test_json_columns_are_written_as_json_dumps_writes_them() -> None:
     """`json_text` (the engines' JSON serializer) skips the encoder for empty values: same text always."""
-    for value in [None, [], {}, "", 0, False, [None], {"a": []}, {"k": "ü", "n": [1, 2.5, True]}, "text"]:
+    values: list[Any] = [
+        None,
+        [],
+        {},
+        "",
+        0,
+        False,
+        [None],
+        {"a": []},
+        {"k": "ü", "n": [1, 2.5, True]},
+        "text",
+    ]
+    for value in values:
         assert json_text(value) == json.dumps(value)

@@ -3,7 +3,7 @@
 from agentrunner import Runner, RunContext, results
 """
 
-from agentrunner import interactions, results
+from agentrunner import _grpc_env, interactions, results  # noqa: F401  (_grpc_env first: before grpc loads)
 from agentrunner.api import HostApi, tool_text
 from agentrunner.config import ConfigInvalid
 from agentrunner.context import Input, ReplyStream, RunContext, RunRecords, State, Steering

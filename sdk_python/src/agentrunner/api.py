@@ -107,6 +107,9 @@ class HostTls:
         return cls(**paths, server_name=values["server_name"])
 
     def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials from the files named here (read when called, i.e. when the channel is
+        made)."""
+
         def read(path: Path | None) -> bytes | None:
             return path.read_bytes() if path else None
 
@@ -261,6 +264,8 @@ class HostApi:
 
     @property
     def stub(self) -> proxy_service_pb2_grpc.ProxyServiceAsyncStub:
+        """The ProxyService stub over the shared channel to `endpoint`, made on first use; raises
+        `UnauthorizedError` when the host gave this run no endpoint (a run without host APIs)."""
         if not self.endpoint:
             raise UnauthorizedError("the host gave this run no API endpoint")
         if self._stub is None:
@@ -406,6 +411,8 @@ class HostApi:
         remove_think: bool = False,
         timeout: float | None = None,
     ) -> P.InvokeModelResponse:
+        """One model completion through the host (`InvokeModel`): the host holds the provider credentials, so the
+        runner never sees an API key. Messages and tools may be protos or plain dicts in the proto's JSON shape."""
         self._need_resource("models", "model_id", model_id, "invoke", "InvokeModel")
         req = P.InvokeModelRequest(
             model_id=model_id,
@@ -426,6 +433,8 @@ class HostApi:
         remove_think: bool = False,
         timeout: float | None = None,
     ) -> AsyncGenerator[P.StreamModelResponse, None]:
+        """The streaming form of `invoke_model` (`StreamModel`): yields the host's chunks as the model produces
+        them, for runners that forward deltas to the user."""
         self._need_resource("models", "model_id", model_id, "stream", "StreamModel")
         req = P.StreamModelRequest(
             model_id=model_id,
@@ -446,6 +455,7 @@ class HostApi:
         top_k: int = 0,
         timeout: float | None = None,
     ) -> P.RerankDocumentsResponse:
+        """Orders `documents` by relevance to `query` with a rerank model the run was granted (`top_k` 0: all)."""
         self._need_resource("models", "model_id", model_id, "rerank", "RerankDocuments")
         req = P.RerankDocumentsRequest(model_id=model_id, query=query, documents=list(documents), top_k=top_k)
         return await self._unary("RerankDocuments", self.stub.RerankDocuments, req, timeout)
@@ -458,6 +468,7 @@ class HostApi:
         tools: Sequence[common_pb2.ToolDefinition | Mapping[str, Any]] = (),
         timeout: float | None = None,
     ) -> P.CountTokensResponse:
+        """How many tokens `messages` (and `tools`) take for `model_id`, counted by the host for that model, so a runner can trim its context before a call rather than after a refusal."""
         self._need_resource("models", "model_id", model_id, "count_tokens", "CountTokens")
         req = P.CountTokensRequest(model_id=model_id, messages=_messages(messages), tools=_tools(tools))
         return await self._unary("CountTokens", self.stub.CountTokens, req, timeout)
@@ -467,6 +478,7 @@ class HostApi:
     async def get_tool_detail(
         self, tool_name: str, *, timeout: float | None = None
     ) -> P.GetToolDetailResponse:
+        """A tool's description and JSON schema as the host knows it (for building a model's tool list)."""
         self._need_resource("tools", "tool_name", tool_name, "detail", "GetToolDetail")
         return await self._unary(
             "GetToolDetail", self.stub.GetToolDetail, P.GetToolDetailRequest(tool_name=tool_name), timeout
@@ -480,6 +492,8 @@ class HostApi:
         tool_call_id: str = "",
         timeout: float | None = None,
     ) -> P.CallToolResponse:
+        """Runs a tool the run was granted, on the host's side (`CallTool`); `tool_call_id` ties the call to the
+        model's tool call so transcripts can pair them."""
         self._need_resource("tools", "tool_name", tool_name, "call", "CallTool")
         req = P.CallToolRequest(
             tool_name=tool_name, parameters=to_struct(parameters), tool_call_id=tool_call_id
@@ -489,6 +503,7 @@ class HostApi:
     # -- knowledge ----------------------------------------------------------------------------
 
     async def list_knowledge_bases(self, *, timeout: float | None = None) -> P.ListKnowledgeBasesResponse:
+        """The knowledge bases this run may query (ids, names, descriptions)."""
         return await self._unary(
             "ListKnowledgeBases", self.stub.ListKnowledgeBases, P.ListKnowledgeBasesRequest(), timeout
         )
@@ -502,6 +517,8 @@ class HostApi:
         filters: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> P.RetrieveKnowledgeResponse:
+        """Retrieves chunks from a knowledge base for `query_text` (`top_k` 0: the host's default); `filters` are
+        passed through to the knowledge base as JSON."""
         self._need_resource("knowledge_bases", "kb_id", kb_id, "retrieve", "RetrieveKnowledge")
         req = P.RetrieveKnowledgeRequest(
             kb_id=kb_id, query_text=query_text, top_k=top_k, filters=to_struct(filters)
@@ -511,6 +528,7 @@ class HostApi:
     # -- prompt, history, events --------------------------------------------------------------
 
     async def get_prompt(self, *, timeout: float | None = None) -> P.GetPromptResponse:
+        """The bot's configured prompt (system messages) for this run, when the host grants `prompt_get`."""
         self._need_api("prompt_get", "GetPrompt")
         return await self._unary("GetPrompt", self.stub.GetPrompt, P.GetPromptRequest(), timeout)
 
@@ -525,6 +543,8 @@ class HostApi:
         include_artifacts: bool = False,
         timeout: float | None = None,
     ) -> P.ListHistoryResponse:
+        """One page of the conversation's history (this run's conversation unless `conversation_id` is given),
+        paged by the cursors of the previous page; needs `history_page`."""
         self._need_api("history_page", "ListHistory")
         req = P.ListHistoryRequest(
             conversation_id=conversation_id,
@@ -545,6 +565,7 @@ class HostApi:
         top_k: int = 0,
         timeout: float | None = None,
     ) -> P.SearchHistoryResponse:
+        """Searches the conversation's history for `query` (optionally only some roles); needs `history_search`."""
         self._need_api("history_search", "SearchHistory")
         req = P.SearchHistoryRequest(
             query=query, conversation_id=conversation_id, roles=list(roles), top_k=top_k
@@ -552,6 +573,7 @@ class HostApi:
         return await self._unary("SearchHistory", self.stub.SearchHistory, req, timeout)
 
     async def get_event(self, event_id: str, *, timeout: float | None = None) -> P.GetEventResponse:
+        """One platform event by id (the message or action that started a run, or an earlier one)."""
         self._need_api("event_get", "GetEvent")
         return await self._unary(
             "GetEvent", self.stub.GetEvent, P.GetEventRequest(event_id=event_id), timeout
@@ -566,6 +588,7 @@ class HostApi:
         limit: int = 0,
         timeout: float | None = None,
     ) -> P.ListEventsResponse:
+        """A page of the conversation's platform events, optionally of some types only; needs `event_page`."""
         self._need_api("event_page", "ListEvents")
         req = P.ListEventsRequest(
             conversation_id=conversation_id,
@@ -580,6 +603,7 @@ class HostApi:
     async def get_artifact_metadata(
         self, artifact_id: str, *, timeout: float | None = None
     ) -> P.GetArtifactMetadataResponse:
+        """An artifact's name, MIME type, size and digest without its body (to decide whether to read it)."""
         self._need_api("artifact_metadata", "GetArtifactMetadata")
         req = P.GetArtifactMetadataRequest(artifact_id=artifact_id)
         return await self._unary("GetArtifactMetadata", self.stub.GetArtifactMetadata, req, timeout)
@@ -587,6 +611,8 @@ class HostApi:
     async def read_artifact(
         self, artifact_id: str, *, offset: int = 0, length: int = 0, timeout: float | None = None
     ) -> P.ReadArtifactResponse:
+        """A byte range of an artifact's body in one call (`length` 0: up to the host's per-call limit); use
+        `download_artifact` for the whole body."""
         self._need_api("artifact_read", "ReadArtifact")
         req = P.ReadArtifactRequest(artifact_id=artifact_id, offset=offset, length=length)
         return await self._unary("ReadArtifact", self.stub.ReadArtifact, req, timeout)
@@ -668,11 +694,14 @@ class HostApi:
     async def set_state(
         self, scope: str | int, key: str, value: Any, *, timeout: float | None = None
     ) -> None:
+        """Stores a JSON value under `key` in a state scope (by name, e.g. "conversation", or enum number);
+        state outlives the run, which is what it is for."""
         self._need_api("state", "SetState")
         req = P.SetStateRequest(scope=_scope(scope), key=key, value=to_value(value))
         await self._unary("SetState", self.stub.SetState, req, timeout)
 
     async def delete_state(self, scope: str | int, key: str, *, timeout: float | None = None) -> bool:
+        """Removes a state key; True when it existed."""
         self._need_api("state", "DeleteState")
         resp = await self._unary(
             "DeleteState", self.stub.DeleteState, P.DeleteStateRequest(scope=_scope(scope), key=key), timeout
@@ -682,6 +711,7 @@ class HostApi:
     async def list_state(
         self, scope: str | int, *, prefix: str = "", limit: int = 0, timeout: float | None = None
     ) -> P.ListStateResponse:
+        """State keys (and values) in a scope, optionally under a prefix, one page at a time."""
         self._need_api("state", "ListState")
         req = P.ListStateRequest(scope=_scope(scope), prefix=prefix, limit=limit)
         return await self._unary("ListState", self.stub.ListState, req, timeout)
@@ -700,6 +730,7 @@ class HostApi:
     async def set_storage(
         self, area: str | int, key: str, value: bytes, *, timeout: float | None = None
     ) -> None:
+        """Stores bytes under `key` in a storage area the run was granted (e.g. "plugin", "workspace")."""
         a = _area(area)
         self._need_storage(a, "SetStorage")
         await self._unary(
@@ -707,6 +738,7 @@ class HostApi:
         )
 
     async def delete_storage(self, area: str | int, key: str, *, timeout: float | None = None) -> bool:
+        """Removes a storage key; True when it existed."""
         a = _area(area)
         self._need_storage(a, "DeleteStorage")
         resp = await self._unary(
@@ -717,6 +749,7 @@ class HostApi:
     async def list_storage(
         self, area: str | int, *, prefix: str = "", limit: int = 0, timeout: float | None = None
     ) -> P.ListStorageResponse:
+        """Storage keys in an area, optionally under a prefix, one page at a time."""
         a = _area(area)
         self._need_storage(a, "ListStorage")
         req = P.ListStorageRequest(area=a, prefix=prefix, limit=limit)
@@ -725,6 +758,8 @@ class HostApi:
     # -- steering, platform, run records ------------------------------------------------------
 
     async def pull_steering(self, *, limit: int = 0, timeout: float | None = None) -> P.PullSteeringResponse:
+        """Takes the steering messages queued for this run since the last pull (at most `limit`, 0: all); the
+        polling alternative to the control stream for runners that do not hold it open."""
         self._need_api("steering_pull", "PullSteering")
         return await self._unary(
             "PullSteering", self.stub.PullSteering, P.PullSteeringRequest(limit=limit), timeout
@@ -740,6 +775,8 @@ class HostApi:
         bot_id: str = "",
         timeout: float | None = None,
     ) -> P.RequestPlatformActionResponse:
+        """Asks the platform to perform an action the run was granted (e.g. a reaction, a mention);
+        `idempotency_key` lets a retry not act twice."""
         self._need_platform_action(action, "RequestPlatformAction")
         req = P.RequestPlatformActionRequest(
             action=action,
@@ -774,6 +811,8 @@ class HostApi:
         idempotency_key: str = "",
         timeout: float | None = None,
     ) -> P.SendMessageResponse:
+        """Sends a message to another chat target (not a reply to this run's message); needs the
+        `send_message` platform action. `idempotency_key` lets a retry not send twice."""
         self._need_platform_action("send_message", "SendMessage")
         req = P.SendMessageRequest(
             bot_id=bot_id,
@@ -787,6 +826,7 @@ class HostApi:
     async def get_run_record(
         self, run_id: str = "", *, timeout: float | None = None
     ) -> P.GetRunRecordResponse:
+        """A run's stored record (status, timestamps, failure); this run's own when `run_id` is empty."""
         self._need_api("run_get", "GetRunRecord")
         return await self._unary(
             "GetRunRecord", self.stub.GetRunRecord, P.GetRunRecordRequest(run_id=run_id), timeout
@@ -801,6 +841,7 @@ class HostApi:
         limit: int = 0,
         timeout: float | None = None,
     ) -> P.ListRunRecordsResponse:
+        """A page of run records, optionally filtered by conversation and status; needs `run_list`."""
         self._need_api("run_list", "ListRunRecords")
         req = P.ListRunRecordsRequest(
             conversation_id=conversation_id, statuses=list(statuses), before_cursor=before_cursor, limit=limit
@@ -810,6 +851,7 @@ class HostApi:
     async def list_run_record_events(
         self, run_id: str = "", *, after_sequence: int = 0, limit: int = 0, timeout: float | None = None
     ) -> P.ListRunRecordEventsResponse:
+        """A run's stored result events after `after_sequence`, for replaying what a run produced."""
         self._need_api("run_events_page", "ListRunRecordEvents")
         req = P.ListRunRecordEventsRequest(run_id=run_id, after_sequence=after_sequence, limit=limit)
         return await self._unary("ListRunRecordEvents", self.stub.ListRunRecordEvents, req, timeout)
@@ -817,6 +859,7 @@ class HostApi:
     async def cancel_run_record(
         self, run_id: str = "", *, reason: str = "", timeout: float | None = None
     ) -> P.CancelRunRecordResponse:
+        """Asks the host to cancel a run (this one when `run_id` is empty); the run ends as CANCELLED."""
         self._need_api("run_cancel", "CancelRunRecord")
         req = P.CancelRunRecordRequest(run_id=run_id, reason=reason)
         return await self._unary("CancelRunRecord", self.stub.CancelRunRecord, req, timeout)
@@ -824,6 +867,8 @@ class HostApi:
     async def append_run_result(
         self, result: result_pb2.RunResult, *, run_id: str = "", timeout: float | None = None
     ) -> P.AppendRunResultResponse:
+        """Appends a result to a run record the runner manages itself (a run recorded outside the host's
+        own dispatch, e.g. an externally started job); needs `run_append_result`."""
         self._need_api("run_append_result", "AppendRunResult")
         req = P.AppendRunResultRequest(run_id=run_id, result=result)
         return await self._unary("AppendRunResult", self.stub.AppendRunResult, req, timeout)
@@ -836,6 +881,7 @@ class HostApi:
         reason: str = "",
         timeout: float | None = None,
     ) -> P.FinalizeRunRecordResponse:
+        """Closes a self-managed run record with a terminal status; later appends are refused."""
         self._need_api("run_finalize", "FinalizeRunRecord")
         req = P.FinalizeRunRecordRequest(run_id=run_id, status=status, reason=reason)
         return await self._unary("FinalizeRunRecord", self.stub.FinalizeRunRecord, req, timeout)

@@ -84,4 +84,5 @@ def _root() -> None:
 
 
 def main() -> None:
+    """The `agentrunner` command's entry point (console script)."""
     app()

@@ -53,6 +53,7 @@ class ApiKey:
     source: str
 
     def metadata(self) -> tuple[tuple[str, str]]:
+        """The gRPC metadata that presents the token to the host (`authorization: Bearer ...`)."""
         return ((AUTHORIZATION_HEADER, f"Bearer {self.value}"),)
 
 
@@ -111,6 +112,8 @@ class ClientTls:
     server_name: str | None = None
 
     def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials from the TLS files; raises `ClientCredentialsError` with a one-line reason
+        when only half of a client certificate is given or a file cannot be read."""
         if bool(self.cert_file) != bool(self.key_file):
             raise ClientCredentialsError(
                 "a client certificate needs both files: the certificate (--cert-file, "

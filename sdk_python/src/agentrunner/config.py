@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from google.protobuf import json_format, struct_pb2
@@ -109,56 +109,85 @@ def _pattern(field: manifest_pb2.ConfigField) -> re.Pattern[str]:
         ) from None
 
 
+def _string(field: manifest_pb2.ConfigField, value: Any) -> Any:
+    if not isinstance(value, str):
+        raise ConfigInvalid(field.name, f"expected a string, got {type(value).__name__}")
+    if field.type == T.CONFIG_FIELD_TYPE_SELECT and field.options:
+        allowed = [o.name for o in field.options]
+        if value not in allowed:
+            raise ConfigInvalid(field.name, f"{value!r} is not one of {allowed}")
+    if field.pattern and not _pattern(field).search(value):
+        shown = "the value" if field.type == T.CONFIG_FIELD_TYPE_SECRET else repr(value)
+        raise ConfigInvalid(field.name, f"{shown} does not match the pattern {field.pattern}")
+    return value
+
+
+def _integer(field: manifest_pb2.ConfigField, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigInvalid(field.name, f"expected an integer, got {type(value).__name__}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ConfigInvalid(field.name, f"expected an integer, got {value}")
+    return int(value)
+
+
+def _number(field: manifest_pb2.ConfigField, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigInvalid(field.name, f"expected a number, got {type(value).__name__}")
+    return value
+
+
+def _boolean(field: manifest_pb2.ConfigField, value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ConfigInvalid(field.name, f"expected a boolean, got {type(value).__name__}")
+    return value
+
+
+def _string_list(field: manifest_pb2.ConfigField, value: Any) -> Any:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigInvalid(field.name, "expected a list of strings")
+    return value
+
+
+def _prompt(field: manifest_pb2.ConfigField, value: Any) -> Any:
+    if not isinstance(value, list) or not all(
+        isinstance(v, Mapping) and isinstance(v.get("role"), str) for v in value
+    ):
+        raise ConfigInvalid(field.name, "expected a list of {role, content} messages")
+    return value
+
+
+def _model_fallback(field: manifest_pb2.ConfigField, value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("primary", ""), str):
+        return value
+    raise ConfigInvalid(field.name, "expected a model id, a list of ids or {primary, fallbacks}")
+
+
+def _json(field: manifest_pb2.ConfigField, value: Any) -> Any:
+    return parse_json_value(value, field.name)
+
+
+#: the check of each declared type (a type not here takes any value)
+_CHECKS: dict[int, Callable[[manifest_pb2.ConfigField, Any], Any]] = {
+    **dict.fromkeys(_STRINGS, _string),
+    T.CONFIG_FIELD_TYPE_INTEGER: _integer,
+    T.CONFIG_FIELD_TYPE_NUMBER: _number,
+    T.CONFIG_FIELD_TYPE_BOOLEAN: _boolean,
+    **dict.fromkeys(_STRING_LISTS, _string_list),
+    T.CONFIG_FIELD_TYPE_PROMPT_EDITOR: _prompt,
+    T.CONFIG_FIELD_TYPE_MODEL_FALLBACK_SELECTOR: _model_fallback,
+    T.CONFIG_FIELD_TYPE_JSON: _json,
+}
+
+
 def check_value(field: manifest_pb2.ConfigField, value: Any) -> Any:
     """One value against its field's declared type (integers back to `int`); raises `ConfigInvalid`.
     Also what the host's `config check` applies to an agent's `runner_config`."""
-    kind = field.type
-    if kind in _STRINGS:
-        if not isinstance(value, str):
-            raise ConfigInvalid(field.name, f"expected a string, got {type(value).__name__}")
-        if kind == T.CONFIG_FIELD_TYPE_SELECT and field.options:
-            allowed = [o.name for o in field.options]
-            if value not in allowed:
-                raise ConfigInvalid(field.name, f"{value!r} is not one of {allowed}")
-        if field.pattern and not _pattern(field).search(value):
-            shown = "the value" if kind == T.CONFIG_FIELD_TYPE_SECRET else repr(value)
-            raise ConfigInvalid(field.name, f"{shown} does not match the pattern {field.pattern}")
-        return value
-    if kind == T.CONFIG_FIELD_TYPE_INTEGER:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigInvalid(field.name, f"expected an integer, got {type(value).__name__}")
-        if isinstance(value, float) and not value.is_integer():
-            raise ConfigInvalid(field.name, f"expected an integer, got {value}")
-        return int(value)
-    if kind == T.CONFIG_FIELD_TYPE_NUMBER:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigInvalid(field.name, f"expected a number, got {type(value).__name__}")
-        return value
-    if kind == T.CONFIG_FIELD_TYPE_BOOLEAN:
-        if not isinstance(value, bool):
-            raise ConfigInvalid(field.name, f"expected a boolean, got {type(value).__name__}")
-        return value
-    if kind in _STRING_LISTS:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigInvalid(field.name, "expected a list of strings")
-        return value
-    if kind == T.CONFIG_FIELD_TYPE_PROMPT_EDITOR:
-        if not isinstance(value, list) or not all(
-            isinstance(v, Mapping) and isinstance(v.get("role"), str) for v in value
-        ):
-            raise ConfigInvalid(field.name, "expected a list of {role, content} messages")
-        return value
-    if kind == T.CONFIG_FIELD_TYPE_MODEL_FALLBACK_SELECTOR:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return value
-        if isinstance(value, Mapping) and isinstance(value.get("primary", ""), str):
-            return value
-        raise ConfigInvalid(field.name, "expected a model id, a list of ids or {primary, fallbacks}")
-    if kind == T.CONFIG_FIELD_TYPE_JSON:
-        return parse_json_value(value, field.name)
-    return value
+    check = _CHECKS.get(field.type)
+    return value if check is None else check(field, value)
 
 
 def validate_config(

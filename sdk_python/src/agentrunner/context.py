@@ -39,6 +39,7 @@ _POLL_INTERVAL = 0.25
 
 
 def struct_to_dict(value: struct_pb2.Struct) -> dict[str, Any]:
+    """A protobuf `Struct` as a plain dict (numbers come back as floats, as JSON has no integers)."""
     return json_format.MessageToDict(value)
 
 
@@ -50,14 +51,17 @@ class Input:
 
     @property
     def text(self) -> str:
+        """The input's plain text (empty when the event carried only contents or attachments)."""
         return self.raw.text
 
     @property
     def contents(self) -> list[common_pb2.ContentElement]:
+        """The input's rich content elements (text, images, mentions...) in the order the platform sent them."""
         return list(self.raw.contents)
 
     @property
     def attachments(self) -> list[common_pb2.ArtifactRef]:
+        """References to the files attached to the input; read their bodies with `ctx.api.download_artifact`."""
         return list(self.raw.attachments)
 
     def to_text(self) -> str:
@@ -106,6 +110,7 @@ class Steering:
         self.control_active = False
 
     def push(self, item: SteeringInput) -> None:
+        """Queues an item for `get` / `async for` (called by the control stream when the host sends steering)."""
         self._queue.put_nowait(item)
 
     def pending(self) -> list[SteeringInput]:
@@ -156,6 +161,8 @@ class RunLogger:
         self._logger = logger
 
     async def __call__(self, text: str, level: str = "info", **fields: Any) -> None:
+        """Adds a `run.log` result at `level`, with `fields` as its structured data; unlike `ctx.log.info`, the
+        line is kept in the run ledger, where an operator reading the run sees it."""
         await self._ctx.emit(results.log(text, level, fields=fields or None))
 
     def __getattr__(self, name: str) -> Any:
@@ -238,6 +245,7 @@ class RunRecords:
         self._api = api
 
     async def get(self, run_id: str = "") -> Any:
+        """A run's stored record; this run's own when `run_id` is empty."""
         return (await self._api.get_run_record(run_id)).run
 
     async def list(
@@ -248,6 +256,7 @@ class RunRecords:
         before_cursor: str = "",
         limit: int = 0,
     ) -> proxy_service_pb2.ListRunRecordsResponse:
+        """A page of run records; `statuses` may be names ("completed") or enum numbers."""
         return await self._api.list_run_records(
             conversation_id=conversation_id,
             statuses=[_status(s) for s in statuses],
@@ -258,15 +267,19 @@ class RunRecords:
     async def events(
         self, run_id: str = "", *, after_sequence: int = 0, limit: int = 0
     ) -> proxy_service_pb2.ListRunRecordEventsResponse:
+        """A run's stored result events after `after_sequence` (to replay what a run produced)."""
         return await self._api.list_run_record_events(run_id, after_sequence=after_sequence, limit=limit)
 
     async def cancel(self, run_id: str = "", *, reason: str = "") -> Any:
+        """Asks the host to cancel a run (this one when `run_id` is empty); returns its record."""
         return (await self._api.cancel_run_record(run_id, reason=reason)).run
 
     async def append(self, result: result_pb2.RunResult, *, run_id: str = "") -> result_pb2.RunResult:
+        """Appends a result to a self-managed run record; returns the result as stored (with its sequence)."""
         return (await self._api.append_run_result(result, run_id=run_id)).result
 
     async def finalize(self, status: int | str, *, run_id: str = "", reason: str = "") -> Any:
+        """Closes a self-managed run record with a terminal status (a name or an enum number)."""
         return (await self._api.finalize_run_record(_status(status), run_id=run_id, reason=reason)).run
 
 
@@ -326,54 +339,70 @@ class RunContext:
 
     @property
     def run_id(self) -> str:
+        """This run's id, the key of everything the host stores about it."""
         return self.raw.run_id
 
     @property
     def trigger(self) -> context_pb2.Trigger:
+        """What fired the run: its type, its origin (platform, schedule, host adapter...) and when."""
         return self.raw.trigger
 
     @property
     def event(self) -> context_pb2.EventContext:
+        """The platform event that triggered the run, as the host recorded it."""
         return self.raw.event
 
     @property
     def conversation(self) -> context_pb2.ConversationContext:
+        """The conversation the run belongs to (ids, bot, history access)."""
         return self.raw.conversation
 
     @property
     def actor(self) -> context_pb2.ActorContext:
+        """Who caused the run (the user or system behind the event)."""
         return self.raw.actor
 
     @property
     def subject(self) -> context_pb2.SubjectContext:
+        """What the event is about (a message, a group, a schedule...), with its id and small data."""
         return self.raw.subject
 
     @property
     def delivery(self) -> context_pb2.DeliveryContext:
+        """Where replies go and what the surface can render (streaming deltas, edits, reactions)."""
         return self.raw.delivery
 
     @property
     def resources(self) -> context_pb2.Resources:
+        """The models, tools, knowledge bases, storage and platform actions this run was granted; the SDK
+        checks calls against them before asking the host."""
         return self.raw.resources
 
     @property
     def context(self) -> context_pb2.ContextAccess:
+        """How to get more context: the conversation and thread ids, the cursor of this event for paging
+        history, and which host APIs the run may call (`available_apis`)."""
         return self.raw.context
 
     @property
     def runtime(self) -> context_pb2.RuntimeContext:
+        """The host, protocol version, trace id and deadline of this execution (facts about the run, not
+        its input)."""
         return self.raw.runtime
 
     @property
     def adapter(self) -> dict[str, Any]:
+        """The adapter's extra data as a dict (platform-specific fields the contract does not model)."""
         return struct_to_dict(self.raw.adapter.extra)
 
     @property
     def metadata(self) -> dict[str, Any]:
+        """Free-form metadata the host attached to the run, as a dict."""
         return struct_to_dict(self.raw.metadata)
 
     @property
     def trace_id(self) -> str:
+        """The W3C trace id of this run, for correlating runner logs with the host's."""
         return self.raw.runtime.trace_id
 
     @property
@@ -391,6 +420,7 @@ class RunContext:
 
     @property
     def bot_id(self) -> str:
+        """The bot the run answers as: the conversation's bot, else the triggering event's."""
         return self.raw.conversation.bot_id or self.raw.event.platform_event.bot_id
 
     # -- side results -------------------------------------------------------------------------

@@ -78,6 +78,8 @@ class SideChannel:
             raise ValueError("a terminal result ends the run: yield it from run() instead of emitting it")
 
     async def __call__(self, result: result_pb2.RunResult) -> None:
+        """Queues a non-terminal result for the run's stream (`ctx.emit`); refuses a terminal result or one
+        emitted after the run ended, which would otherwise break the stream's grammar."""
         self._check(result)
         await self._queue.put(result)
 

@@ -193,6 +193,7 @@ class InvalidArgumentError(AgentRunnerError):
 
     @property
     def field(self) -> str | None:
+        """The request field the error names (`metadata["field"]`), for pointing the author at the bad input."""
         return self.metadata.get("field")
 
 

@@ -204,17 +204,8 @@ def _unique(ids: list[str], what: str) -> None:
         seen.add(i)
 
 
-def validate(
-    request: C.InteractionRequest,
-    *,
-    capabilities: C.InteractionCapabilities | None = None,
-    now: dt.datetime | None = None,
-) -> C.InteractionRequest:
-    """Checks a request against the protocol limits (and the surface's `max_fields`); returns it."""
-    _length(request.interaction_id, "interaction_id", 1, 255)
-    _length(request.title, "title", 1, 1000)
-    _length(request.description, "description", 0, 10000)
-    _length(request.fallback_text, "fallback_text", 1, 20000)
+def _check_counts(request: C.InteractionRequest, capabilities: C.InteractionCapabilities | None) -> None:
+    """The protocol's caps on fields and actions, and the surface's `max_fields` when it declares one."""
     if len(request.fields) > INTERACTION_MAX_FIELDS:
         raise InvalidArgumentError(
             f"an interaction has at most {INTERACTION_MAX_FIELDS} fields (got {len(request.fields)})",
@@ -231,29 +222,30 @@ def validate(
                 f"this surface renders at most {capabilities.max_fields} fields (got {len(request.fields)})",
                 field="fields",
             )
-    for i, f in enumerate(request.fields):
-        where = f"fields[{i}]"
-        _length(f.id, f"{where}.id", 1, 128)
-        _length(f.label, f"{where}.label", 1, 512)
-        _length(f.placeholder, f"{where}.placeholder", 0, 1000)
-        if f.type == C.INTERACTION_FIELD_TYPE_UNSPECIFIED:
-            raise InvalidArgumentError(f"{where} ({f.id!r}) has no type", field=f"{where}.type")
-        if len(f.options) > INTERACTION_MAX_OPTIONS:
-            raise InvalidArgumentError(
-                f"{where} ({f.id!r}) has {len(f.options)} options; at most {INTERACTION_MAX_OPTIONS}",
-                field=f"{where}.options",
-            )
-        if f.type in _CHOICE_TYPES and not f.options:
-            raise InvalidArgumentError(f"{where} ({f.id!r}) is a select field without options", field=where)
-        for j, o in enumerate(f.options):
-            _length(o.value, f"{where}.options[{j}].value", 1, 512)
-            _length(o.label, f"{where}.options[{j}].label", 1, 512)
-        _unique([o.value for o in f.options], f"{where}.option")
-    _unique([f.id for f in request.fields], "field")
-    for i, a in enumerate(request.actions):
-        _length(a.id, f"actions[{i}].id", 1, 128)
-        _length(a.label, f"actions[{i}].label", 1, 512)
-    _unique([a.id for a in request.actions], "action")
+
+
+def _check_field(f: C.InteractionField, where: str) -> None:
+    """One field: its lengths, a type, its options (capped, unique, and present on a select field)."""
+    _length(f.id, f"{where}.id", 1, 128)
+    _length(f.label, f"{where}.label", 1, 512)
+    _length(f.placeholder, f"{where}.placeholder", 0, 1000)
+    if f.type == C.INTERACTION_FIELD_TYPE_UNSPECIFIED:
+        raise InvalidArgumentError(f"{where} ({f.id!r}) has no type", field=f"{where}.type")
+    if len(f.options) > INTERACTION_MAX_OPTIONS:
+        raise InvalidArgumentError(
+            f"{where} ({f.id!r}) has {len(f.options)} options; at most {INTERACTION_MAX_OPTIONS}",
+            field=f"{where}.options",
+        )
+    if f.type in _CHOICE_TYPES and not f.options:
+        raise InvalidArgumentError(f"{where} ({f.id!r}) is a select field without options", field=where)
+    for j, o in enumerate(f.options):
+        _length(o.value, f"{where}.options[{j}].value", 1, 512)
+        _length(o.label, f"{where}.options[{j}].label", 1, 512)
+    _unique([o.value for o in f.options], f"{where}.option")
+
+
+def _check_kind(request: C.InteractionRequest) -> None:
+    """A confirmation offers an action; a choice offers actions or a select field."""
     if request.kind == C.INTERACTION_KIND_CONFIRMATION and not request.actions:
         raise InvalidArgumentError("a confirmation needs at least one action", field="actions")
     if (
@@ -262,16 +254,47 @@ def validate(
         and not any(f.type in _CHOICE_TYPES for f in request.fields)
     ):
         raise InvalidArgumentError("a choice needs actions or a select field", field="actions")
-    if request.HasField("expires_at"):
-        now = now or _now()
-        expires = request.expires_at.ToDatetime(tzinfo=dt.UTC)
-        if expires <= now:
-            raise InvalidArgumentError("expires_at is in the past", field="expires_at")
-        if expires - now > dt.timedelta(seconds=INTERACTION_MAX_TTL_SECONDS):
-            raise InvalidArgumentError(
-                f"expires_at is more than {INTERACTION_MAX_TTL_SECONDS // 3600} hours ahead",
-                field="expires_at",
-            )
+
+
+def _check_expiry(request: C.InteractionRequest, now: dt.datetime | None) -> None:
+    """`expires_at`, when set, lies ahead and at most `INTERACTION_MAX_TTL_SECONDS` away."""
+    if not request.HasField("expires_at"):
+        return
+    now = now or _now()
+    expires = request.expires_at.ToDatetime(tzinfo=dt.UTC)
+    if expires <= now:
+        raise InvalidArgumentError("expires_at is in the past", field="expires_at")
+    if expires - now > dt.timedelta(seconds=INTERACTION_MAX_TTL_SECONDS):
+        raise InvalidArgumentError(
+            f"expires_at is more than {INTERACTION_MAX_TTL_SECONDS // 3600} hours ahead",
+            field="expires_at",
+        )
+
+
+def validate(
+    request: C.InteractionRequest,
+    *,
+    capabilities: C.InteractionCapabilities | None = None,
+    now: dt.datetime | None = None,
+) -> C.InteractionRequest:
+    """Checks a request against the protocol limits (and the surface's `max_fields`); returns it.
+
+    Raises `InvalidArgumentError` naming the offending field (`metadata.field`), or
+    `PayloadTooLargeError` when the serialized request is over `INTERACTION_MAX_BYTES`."""
+    _length(request.interaction_id, "interaction_id", 1, 255)
+    _length(request.title, "title", 1, 1000)
+    _length(request.description, "description", 0, 10000)
+    _length(request.fallback_text, "fallback_text", 1, 20000)
+    _check_counts(request, capabilities)
+    for i, f in enumerate(request.fields):
+        _check_field(f, f"fields[{i}]")
+    _unique([f.id for f in request.fields], "field")
+    for i, a in enumerate(request.actions):
+        _length(a.id, f"actions[{i}].id", 1, 128)
+        _length(a.label, f"actions[{i}].label", 1, 512)
+    _unique([a.id for a in request.actions], "action")
+    _check_kind(request)
+    _check_expiry(request, now)
     size = request.ByteSize()
     if size > INTERACTION_MAX_BYTES:
         raise PayloadTooLargeError(

@@ -110,4 +110,5 @@ def result_type(result: result_pb2.RunResult) -> str | None:
 
 
 def is_terminal(result: result_pb2.RunResult) -> bool:
+    """Whether a result ends the run (`run.completed` / `run.failed`): nothing may follow it on the stream."""
     return result.WhichOneof("payload") in TERMINAL_PAYLOADS

@@ -32,6 +32,8 @@ class Runner:
     _manifest_cache: ClassVar[dict[type, RunnerManifest]] = {}
 
     def run(self, ctx: RunContext) -> AsyncIterator[RunResult]:  # pragma: no cover - abstract
+        """The run itself: an async generator yielding the run's results, ending with one terminal result
+        (`results.completed` / `results.failed`). A raised exception becomes `run.failed` for the host."""
         raise NotImplementedError("a runner implements `async def run(self, ctx)` yielding results")
 
     @classmethod

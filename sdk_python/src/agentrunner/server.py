@@ -69,6 +69,8 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         self.draining = False
 
     def find(self, runner_id: str, runner_name: str = "") -> Runner | None:
+        """The served runner a request means: by id (or name in the id field), else by name; with a single
+        runner served, an unaddressed request means it. None when nothing matches."""
         for r in self._runners:
             m = r.get_manifest()
             if (runner_id and runner_id in (m.id, m.name)) or (not runner_id and runner_name == m.name):
@@ -84,6 +86,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
             runner_service_pb2.ListRunnersRequest, runner_service_pb2.ListRunnersResponse
         ],
     ) -> runner_service_pb2.ListRunnersResponse:
+        """The manifests of every runner this server serves (how a host discovers them)."""
         return runner_service_pb2.ListRunnersResponse(runners=[r.get_manifest() for r in self._runners])
 
     async def DescribeRunner(
@@ -93,6 +96,7 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
             runner_service_pb2.DescribeRunnerRequest, runner_service_pb2.DescribeRunnerResponse
         ],
     ) -> runner_service_pb2.DescribeRunnerResponse:
+        """One runner's manifest; NOT_FOUND when this server does not serve it."""
         runner = self.find(request.runner_id) if request.runner_id else None
         if runner is None:
             await abort_with(context, NotFoundError(f"no runner {request.runner_id!r} is served here"))
@@ -103,6 +107,8 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         request: runner_service_pb2.RunRequest,
         context: grpc.aio.ServicerContext[runner_service_pb2.RunRequest, runner_service_pb2.RunResponse],
     ) -> AsyncIterator[runner_service_pb2.RunResponse]:
+        """Executes one run and streams its results to the host; refuses while draining (UNAVAILABLE, so the
+        host retries elsewhere) and when the runner or the run id is missing."""
         if self.draining:
             await abort_with(context, RunnerUnavailableError("the runner server is shutting down"))
         runner = self.find(request.runner_id, request.runner_name)
@@ -157,10 +163,12 @@ class RunnerServer(int):
 
     @property
     def port(self) -> int:
+        """The bound port (the same as `int(self)`; 0 in a request picks a free one, this is the one picked)."""
         return int(self)
 
     @property
     def address(self) -> str:
+        """`host:port` the server listens on, ready to give a host as the runner's endpoint."""
         return f"{self.host}:{int(self)}"
 
     async def stop(self, grace: float = 5.0) -> None:
@@ -179,6 +187,7 @@ class RunnerServer(int):
             await services.close_http_clients()
 
     async def wait_for_termination(self) -> None:
+        """Blocks until the server stops (the foreground of `serve`)."""
         await self.server.wait_for_termination()
 
 

@@ -87,7 +87,8 @@ class ProxyCall:
     """One recorded ProxyService call."""
 
     method: str
-    request: pb_message.Message
+    #: the method's request message (its type depends on `method`, so it is not narrowed here)
+    request: Any
     metadata: dict[str, str]
     #: Seconds left on the call's gRPC deadline when it arrived (None without a deadline).
     time_remaining: float | None = None
@@ -141,19 +142,23 @@ class RunOutcome:
 
     @property
     def terminal(self) -> result_pb2.RunResult | None:
+        """The run's terminal result, or None when the stream ended without one (a grammar violation)."""
         return self.results[-1] if self.results and is_terminal(self.results[-1]) else None
 
     @property
     def completed(self) -> bool:
+        """Whether the run ended with `run.completed`."""
         t = self.terminal
         return t is not None and t.WhichOneof("payload") == "run_completed"
 
     @property
     def failure(self) -> result_pb2.RunFailed | None:
+        """The `run.failed` payload when the run failed, else None (its code is what a test usually checks)."""
         t = self.terminal
         return t.run_failed if t is not None and t.WhichOneof("payload") == "run_failed" else None
 
     def of_type(self, spec_type: str) -> list[result_pb2.RunResult]:
+        """The results of one spec type (e.g. "message.delta"), in stream order."""
         return [r for r in self.results if result_type(r) == spec_type]
 
     @property
@@ -575,6 +580,7 @@ class HostDouble:
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> str:
+        """Starts the double's ProxyService on a free loopback port; returns its address for `host_api_endpoint`."""
         server = grpc.aio.server(
             options=[
                 ("grpc.so_reuseport", 0),
@@ -605,6 +611,7 @@ class HostDouble:
         return self.endpoint
 
     async def stop(self) -> None:
+        """Stops the runner servers it started, its channels and its own server."""
         for handle in self._runner_servers.values():
             await handle.stop(0.2)
         self._runner_servers.clear()
@@ -654,6 +661,7 @@ class HostDouble:
         self._scripts.clear()
 
     def calls_to(self, method: str) -> list[ProxyCall]:
+        """The proxy calls of one method the runner made, in order (to assert what it asked the host)."""
         return [c for c in self.calls if c.method == method]
 
     @property
@@ -858,6 +866,7 @@ class HostDouble:
         return self._sessions.get(run_id)
 
     async def wait_control(self, run_id: str, timeout: float = 5.0) -> ControlSession:
+        """The run's control session once the runner connected (raises `TimeoutError` after `timeout`)."""
         async with asyncio.timeout(timeout):
             await self._session_ready[run_id].wait()
         return self._sessions[run_id]

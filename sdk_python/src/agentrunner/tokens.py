@@ -64,6 +64,7 @@ def tool_json(tool: common_pb2.ToolDefinition) -> dict[str, Any]:
 
 
 def tool_tokens(tools: Iterable[common_pb2.ToolDefinition]) -> int:
+    """Estimated tokens of tool definitions, counted on their compact OpenAI-style JSON."""
     return sum(text_tokens(json.dumps(tool_json(t), separators=(",", ":"))) for t in tools)
 
 

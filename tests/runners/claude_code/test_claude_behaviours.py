@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import time
+from typing import Any
 
 import psutil
 import pytest
@@ -19,7 +20,7 @@ from tests.runners.claude_code.conftest import Fake, run
 pytestmark = pytest.mark.asyncio
 
 
-def _details(out) -> dict:
+def _details(out) -> dict[str, Any]:
     return json_format.MessageToDict(out.failure.details)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import json_format
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.asyncio
 KEY = "sk-ant-api03-issue31-key-0123456789abcdef"
 
 
-def _extra(out) -> dict:
+def _extra(out) -> dict[str, Any]:
     return json_format.MessageToDict(out.terminal.usage.extra)
 
 

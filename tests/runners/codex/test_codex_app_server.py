@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf import json_format
@@ -20,11 +21,11 @@ from tests.runners.codex.test_codex_exec import _processes_with
 pytestmark = pytest.mark.asyncio
 
 
-def _details(out) -> dict:
+def _details(out) -> dict[str, Any]:
     return json_format.MessageToDict(out.failure.details)
 
 
-def _stored(out, key: str) -> list:
+def _stored(out, key: str) -> list[Any]:
     return [
         json_format.MessageToDict(r.state_updated.value)
         for r in out.of_type("state.updated")
@@ -160,8 +161,8 @@ async def test_elicitation_user_input_and_unknown_requests_get_one_safe_answer(
     assert out.text == "elicitation=decline, input={}, unknown=-32601"
 
 
-async def _approvals_asked(handle: RunHandle, count: int) -> list:
-    asked = []
+async def _approvals_asked(handle: RunHandle, count: int) -> list[Any]:
+    asked: list[Any] = []
     async with asyncio.timeout(30):
         while len(asked) < count:
             result = await handle.next()

@@ -60,7 +60,8 @@ def test_codex_error_info_in_words() -> None:
 def test_a_retry_that_cannot_help_is_fatal_in_both_transports() -> None:
     exec_stream = CodexExecStream()
     exec_stream.feed({"type": "error", "message": "Reconnecting... 1/5 (high demand, temporary errors.)"})
-    assert exec_stream.fatal is None  # a 5xx: Codex's own retries may help
+    first = exec_stream.fatal  # (a local: mypy would keep `fatal is None` across the next `feed`)
+    assert first is None  # a 5xx: Codex's own retries may help
     exec_stream.feed(
         {"type": "error", "message": "Reconnecting... 1/5 (unexpected status 401 Unauthorized: x)"}
     )

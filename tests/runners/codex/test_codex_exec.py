@@ -7,6 +7,7 @@ import json
 import os
 import time
 import tomllib
+from typing import Any
 
 import psutil
 import pytest
@@ -25,11 +26,11 @@ def _exec(fake: Fake) -> None:
     fake.transport = "exec"
 
 
-def _details(out) -> dict:
+def _details(out) -> dict[str, Any]:
     return json_format.MessageToDict(out.failure.details)
 
 
-def _stored(out, key: str) -> list:
+def _stored(out, key: str) -> list[Any]:
     return [
         json_format.MessageToDict(r.state_updated.value)
         for r in out.of_type("state.updated")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest_asyncio
@@ -35,7 +35,7 @@ def model(model_id: str = "m1", *, vision: bool = False, window: int = 0, ops: t
 def answer(
     text: str = "",
     *,
-    calls: list[tuple[str, dict[str, Any]]] = (),
+    calls: Sequence[tuple[str, dict[str, Any]]] = (),
     usage: tuple[int, int] | None = None,
     call_ids: list[str] | None = None,
 ) -> dict[str, Any]:

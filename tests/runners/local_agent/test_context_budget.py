@@ -3,6 +3,8 @@ conversation state, and reuse of the checkpoint on the next turn."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from google.protobuf import json_format
 
@@ -21,7 +23,7 @@ BUDGET = {
 }
 
 
-def _long_history(rounds: int = 6) -> dict:
+def _long_history(rounds: int = 6) -> dict[str, Any]:
     items = []
     for r in range(rounds):
         items.append(item(2 * r + 1, "user", f"Q{r} " + "q" * 396))
@@ -29,12 +31,12 @@ def _long_history(rounds: int = 6) -> dict:
     return {"items": items}
 
 
-def _count(req, call) -> dict:
+def _count(req, call) -> dict[str, Any]:
     """A tokenizer stand-in: ~4 characters per token, like the runner's estimate."""
     return {"tokens": sum(len(texts(m)) // 4 + 4 for m in req.messages), "exact": True, "method": "test"}
 
 
-def _invoke(req, call) -> dict:
+def _invoke(req, call) -> dict[str, Any]:
     if req.messages and req.messages[0].content == SUMMARY_INSTRUCTION:
         return answer("SUMMARY: user asked Q0..Q3", usage=(100, 10))
     return answer("final", usage=(50, 5))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 from google.protobuf import json_format
@@ -160,7 +161,11 @@ async def test_la03_non_streaming_emits_only_the_final_message(host: HostDouble)
 # -- LA-04 tools ---------------------------------------------------------------------------------
 
 
-WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+WEATHER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
 
 
 async def test_la04_tool_loop_calls_authorized_tool_and_answer_uses_result(host: HostDouble) -> None:
@@ -286,7 +291,7 @@ async def test_la05_rag_keeps_images_of_the_input(host: HostDouble) -> None:
 # -- LA-06 multimodal ----------------------------------------------------------------------------
 
 
-def _image_ctx(*models: object, **kw: object):
+def _image_ctx(*models: object, **kw: Any):
     image = common_pb2.ContentElement(image=common_pb2.ImageContent(uri="data:image/png;base64,iVBORw0KGgo="))
     return context("", contents=[common_pb2.ContentElement(text="describe"), image], models=models, **kw)
 

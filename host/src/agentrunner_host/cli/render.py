@@ -112,6 +112,48 @@ class MessageView:
             out.append(body, style=KIND_STYLES[kind] or None)
 
 
+class StreamView:
+    """What `render_stream` shows: the messages, a failure line, and the replies in place (a withdrawn
+    reply leaves). Lines that stand apart (`run.log`, interactions) print above the live view."""
+
+    def __init__(self) -> None:
+        self.messages = MessageView()
+        self.failure = Text()
+        self.replies: dict[str, str] = {}
+
+    def text(self) -> Text:
+        out = Text()
+        self.messages.render(out)
+        out.append_text(self.failure)
+        for content in self.replies.values():
+            if out.plain:
+                out.append("\n")
+            out.append(content)
+        return out
+
+    def result(self, r: Any, console: Console) -> None:
+        """One run result: message text in place, a failure in red, `run.log` as a dimmed line."""
+        payload = r.WhichOneof("payload")
+        if payload == "message_delta":
+            self.messages.delta(r.message_delta)
+        elif payload == "message_completed":
+            self.messages.completed(r.message_completed.message)
+        elif payload == "run_completed" and r.run_completed.HasField("message"):
+            self.messages.completed(r.run_completed.message, terminal=True)
+        elif payload == "run_failed":
+            self.failure.append(f"\n[{r.run_failed.code}] {r.run_failed.message}", style="red")
+        elif payload == "run_log":
+            console.print(log_line(r.run_log), style="dim", markup=False, highlight=False)
+
+    def reply(self, reply: Any, console: Console) -> None:
+        """A delivered reply replaces the one with its id; an aborted one is withdrawn."""
+        if reply.mode == common_pb2.REPLY_MODE_ABORT:
+            self.replies.pop(reply.reply_id, None)
+            console.print("(reply withdrawn)", style="dim")
+        else:
+            self.replies[reply.reply_id] = reply.message.content
+
+
 async def render_stream(
     updates: AsyncIterable[Any],
     console: Console,
@@ -122,55 +164,26 @@ async def render_stream(
     in place; reasoning and progress dimmed apart from the answer), `run.log` lines as `[level] text`,
     interactions as a block. `on_accepted` sees the `accepted` item as it arrives (the CLI prints the
     run id at once). Returns the final status."""
-    messages = MessageView()
-    failure = Text()
-    replies: dict[str, str] = {}
+    view = StreamView()
     finished = host_service_pb2.RunFinished()
-
-    def view() -> Text:
-        out = Text()
-        messages.render(out)
-        out.append_text(failure)
-        for content in replies.values():
-            if out.plain:
-                out.append("\n")
-            out.append(content)
-        return out
-
-    with Live(view(), console=console, refresh_per_second=20, transient=False) as live:
+    with Live(view.text(), console=console, refresh_per_second=20, transient=False) as live:
         async for update in updates:
             kind = update.WhichOneof("update")
             if kind == "accepted" and on_accepted is not None:
                 on_accepted(update.accepted)
             elif kind == "result":
-                r = update.result
                 if collect is not None:
-                    collect.append(r)
-                payload = r.WhichOneof("payload")
-                if payload == "message_delta":
-                    messages.delta(r.message_delta)
-                elif payload == "message_completed":
-                    messages.completed(r.message_completed.message)
-                elif payload == "run_completed" and r.run_completed.HasField("message"):
-                    messages.completed(r.run_completed.message, terminal=True)
-                elif payload == "run_failed":
-                    failure.append(f"\n[{r.run_failed.code}] {r.run_failed.message}", style="red")
-                elif payload == "run_log":
-                    live.console.print(log_line(r.run_log), style="dim", markup=False, highlight=False)
+                    collect.append(update.result)
+                view.result(update.result, live.console)
             elif kind == "reply":
-                reply = update.reply
-                if reply.mode == common_pb2.REPLY_MODE_ABORT:
-                    replies.pop(reply.reply_id, None)
-                    live.console.print("(reply withdrawn)", style="dim")
-                else:
-                    replies[reply.reply_id] = reply.message.content
+                view.reply(update.reply, live.console)
             elif kind == "interaction":
                 for line in interaction_lines(update.interaction):
                     live.console.print(line, markup=False, highlight=False)
             elif kind == "finished":
                 finished = update.finished
-            live.update(view())
-    if not console.is_terminal and view().plain:
+            live.update(view.text())
+    if not console.is_terminal and view.text().plain:
         console.print()  # a Live display leaves no line break when output is piped
     return finished
 

@@ -11,95 +11,92 @@ import yaml
 from agentrunner_host.cli.common import console, err_console, fail, load
 
 
+def auth_new_key(
+    client: Annotated[str, typer.Option("--client", help="The client id the key is for.")] = "my-client",
+    operation: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--operation",
+            "-o",
+            help="An operation the client may call (repeat it, or a comma list; `all` for every one). "
+            "Default: run, attach, get.",
+        ),
+    ] = None,
+    key_file: Annotated[
+        pathlib.Path | None,
+        typer.Option(help="Write the key to this new file (mode 0600) instead of printing it."),
+    ] = None,
+) -> None:
+    """Make a random API key for a client. stdout gets its `auth.clients` entry (indented to sit under
+    `auth:` / `clients:`, so `>> host.yaml` appends it to a config that ends with that list); the
+    config holds only the key's sha256. The key goes to --key-file, or to stderr once; give it to
+    the client as AGENTRUNNER_HOST_API_KEY or AGENTRUNNER_HOST_API_KEY_FILE."""
+    import os
+    import secrets
+    import textwrap
+
+    from agentrunner_host.auth.clients import key_digest
+    from agentrunner_host.config.model import CLIENT_OPERATIONS
+
+    operations = _operations(operation or ["run,attach,get"], CLIENT_OPERATIONS)
+    key = "arh_" + secrets.token_urlsafe(32)
+    if key_file is not None:
+        try:
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            fail(f"{key_file} exists: a key file is never overwritten (remove it, or pick another name)", 2)
+        except OSError as exc:
+            fail(f"cannot create {key_file}: {exc.strerror}", 2)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(key + "\n")
+    entry = {"id": client, "api_key_sha256": [key_digest(key)], "operations": operations}
+    text = yaml.safe_dump([entry], sort_keys=False, default_flow_style=None)
+    print(f"    # client {client}: made by `agentrunner-host auth new-key`")
+    print(textwrap.indent(text, "    "), end="")
+    if key_file is not None:
+        err_console.print(f"the API key of client {client!r} is in {key_file} (mode 0600)", highlight=False)
+    else:
+        err_console.print(
+            f"API key (shown once, store it as a secret): {key}", soft_wrap=True, highlight=False
+        )
+
+
+def db_check(
+    config: Annotated[
+        pathlib.Path | None, typer.Option("--config", "-c", help="Host config file (YAML).")
+    ] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="Database URL (overrides the config's database.url).")
+    ] = None,
+    live: Annotated[
+        list[str] | None,
+        typer.Option("--live", help="Instance id of a host still running (its open runs are not orphans)."),
+    ] = None,
+) -> None:
+    """Check the database's integrity (read-only): every ended run has exactly one terminal result, no
+    run is open without a running host, no ended run's token works, no ledger gaps, no lost or
+    duplicated transcript items. Exits 1 when it finds a problem."""
+    from agentrunner_host.config.model import DEFAULT_DATABASE_URL, HostEnv
+    from agentrunner_host.store.integrity import check_integrity
+
+    url = database_url or (load(config).database.url if config else HostEnv().database_url)
+    try:
+        report = check_integrity(url or DEFAULT_DATABASE_URL, live_owners=live or ())
+    except Exception as exc:  # a database the check cannot read: say why, no stack trace
+        fail(f"check failed: {type(exc).__name__}: {exc}", 2)
+    for problem in report.problems:
+        console.print(str(problem), highlight=False, soft_wrap=True)
+    console.print(report.summary(), highlight=False)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer, db_app: typer.Typer) -> None:
+    """Adds `auth new-key` and `db check` to the CLI's apps (each command is a function of this module)."""
     auth_app = typer.Typer(help="HostService client credentials.", no_args_is_help=True)
     app.add_typer(auth_app, name="auth")
-
-    @auth_app.command("new-key")
-    def auth_new_key(
-        client: Annotated[str, typer.Option("--client", help="The client id the key is for.")] = "my-client",
-        operation: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--operation",
-                "-o",
-                help="An operation the client may call (repeat it, or a comma list; `all` for every one). "
-                "Default: run, attach, get.",
-            ),
-        ] = None,
-        key_file: Annotated[
-            pathlib.Path | None,
-            typer.Option(help="Write the key to this new file (mode 0600) instead of printing it."),
-        ] = None,
-    ) -> None:
-        """Make a random API key for a client. stdout gets its `auth.clients` entry (indented to sit under
-        `auth:` / `clients:`, so `>> host.yaml` appends it to a config that ends with that list); the
-        config holds only the key's sha256. The key goes to --key-file, or to stderr once; give it to
-        the client as AGENTRUNNER_HOST_API_KEY or AGENTRUNNER_HOST_API_KEY_FILE."""
-        import os
-        import secrets
-        import textwrap
-
-        from agentrunner_host.auth.clients import key_digest
-        from agentrunner_host.config.model import CLIENT_OPERATIONS
-
-        operations = _operations(operation or ["run,attach,get"], CLIENT_OPERATIONS)
-        key = "arh_" + secrets.token_urlsafe(32)
-        if key_file is not None:
-            try:
-                fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                fail(
-                    f"{key_file} exists: a key file is never overwritten (remove it, or pick another name)", 2
-                )
-            except OSError as exc:
-                fail(f"cannot create {key_file}: {exc.strerror}", 2)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(key + "\n")
-        entry = {"id": client, "api_key_sha256": [key_digest(key)], "operations": operations}
-        text = yaml.safe_dump([entry], sort_keys=False, default_flow_style=None)
-        print(f"    # client {client}: made by `agentrunner-host auth new-key`")
-        print(textwrap.indent(text, "    "), end="")
-        if key_file is not None:
-            err_console.print(
-                f"the API key of client {client!r} is in {key_file} (mode 0600)", highlight=False
-            )
-        else:
-            err_console.print(
-                f"API key (shown once, store it as a secret): {key}", soft_wrap=True, highlight=False
-            )
-
-    @db_app.command("check")
-    def db_check(
-        config: Annotated[
-            pathlib.Path | None, typer.Option("--config", "-c", help="Host config file (YAML).")
-        ] = None,
-        database_url: Annotated[
-            str | None, typer.Option(help="Database URL (overrides the config's database.url).")
-        ] = None,
-        live: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--live", help="Instance id of a host still running (its open runs are not orphans)."
-            ),
-        ] = None,
-    ) -> None:
-        """Check the database's integrity (read-only): every ended run has exactly one terminal result, no
-        run is open without a running host, no ended run's token works, no ledger gaps, no lost or
-        duplicated transcript items. Exits 1 when it finds a problem."""
-        from agentrunner_host.config.model import DEFAULT_DATABASE_URL, HostEnv
-        from agentrunner_host.store.integrity import check_integrity
-
-        url = database_url or (load(config).database.url if config else HostEnv().database_url)
-        try:
-            report = check_integrity(url or DEFAULT_DATABASE_URL, live_owners=live or ())
-        except Exception as exc:  # a database the check cannot read: say why, no stack trace
-            fail(f"check failed: {type(exc).__name__}: {exc}", 2)
-        for problem in report.problems:
-            console.print(str(problem), highlight=False, soft_wrap=True)
-        console.print(report.summary(), highlight=False)
-        if not report.ok:
-            raise typer.Exit(1)
+    auth_app.command("new-key")(auth_new_key)
+    db_app.command("check")(db_check)
 
 
 def _operations(values: list[str], known: tuple[str, ...]) -> list[str]:

@@ -84,31 +84,35 @@ def _json_route(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Reque
     return endpoint
 
 
-def build_app(backend: ConsoleBackend) -> Starlette:
-    """The console as an ASGI app (the access gate, `auth.py` / `sessions.py`, wraps it)."""
+async def _index(_: Request) -> Response:
+    return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
 
-    async def index(_: Request) -> Response:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
 
-    async def info(_: Request) -> Any:
-        return backend.info()
+class _Api:
+    """The JSON + SSE endpoints, one method a route, each asking `backend` with the caller's metadata."""
 
-    async def session(_: Request) -> Any:
+    def __init__(self, backend: ConsoleBackend) -> None:
+        self.backend = backend
+
+    async def info(self, _: Request) -> Any:
+        return self.backend.info()
+
+    async def session(self, _: Request) -> Any:
         return {"auth": "open", "csrf_token": ""}  # (a secured host's gate answers this path itself)
 
-    async def runners(request: Request) -> Any:
-        return await backend.runners(_md(request))
+    async def runners(self, request: Request) -> Any:
+        return await self.backend.runners(_md(request))
 
-    async def runs(request: Request) -> Any:
-        return await backend.runs(dict(request.query_params), _md(request))
+    async def runs(self, request: Request) -> Any:
+        return await self.backend.runs(dict(request.query_params), _md(request))
 
-    async def watch(request: Request) -> Any:
+    async def watch(self, request: Request) -> Any:
         filters, md = dict(request.query_params), _md(request)
 
         async def pages() -> AsyncIterator[dict[str, Any]]:
             last = None
             while True:
-                page = await backend.runs(filters, md)
+                page = await self.backend.runs(filters, md)
                 if page != last:
                     last = page
                     yield {"type": "runs", **page}
@@ -116,47 +120,51 @@ def build_app(backend: ConsoleBackend) -> Starlette:
 
         return _sse(pages())
 
-    async def run(request: Request) -> Any:
-        return await backend.run(request.path_params["run_id"], _md(request))
+    async def run(self, request: Request) -> Any:
+        return await self.backend.run(request.path_params["run_id"], _md(request))
 
-    async def timeline(request: Request) -> Any:
+    async def timeline(self, request: Request) -> Any:
         run_id, md = request.path_params["run_id"], _md(request)
-        await backend.run(run_id, md)  # a run that does not exist is a 404, not an empty stream
-        return _sse(backend.timeline(run_id, md))
+        await self.backend.run(run_id, md)  # a run that does not exist is a 404, not an empty stream
+        return _sse(self.backend.timeline(run_id, md))
 
-    async def audit(request: Request) -> Any:
+    async def audit(self, request: Request) -> Any:
         run_id = request.path_params["run_id"]
-        await backend.run(run_id, _md(request))  # only the audit of a run the caller may see
-        return {"audit": await backend.run_audit(run_id)}
+        await self.backend.run(run_id, _md(request))  # only the audit of a run the caller may see
+        return {"audit": await self.backend.run_audit(run_id)}
 
-    async def cancel(request: Request) -> Any:
+    async def cancel(self, request: Request) -> Any:
         body = await _body(request) if await request.body() else {}
         reason = str(body.get("reason") or "")
-        return await backend.cancel(request.path_params["run_id"], reason, _md(request))
+        return await self.backend.cancel(request.path_params["run_id"], reason, _md(request))
 
-    async def chat(request: Request) -> Any:
+    async def chat(self, request: Request) -> Any:
         body = await _body(request)
         if not str(body.get("text") or "").strip():
             raise ConsoleError("INVALID_ARGUMENT", "text is required", 400)
-        return _sse(backend.chat(body, _md(request)))
+        return _sse(self.backend.chat(body, _md(request)))
 
-    async def submit(request: Request) -> Any:
+    async def submit(self, request: Request) -> Any:
         interaction_id, body = request.path_params["interaction_id"], await _body(request)
-        return _sse(backend.submit(interaction_id, body, _md(request)))
+        return _sse(self.backend.submit(interaction_id, body, _md(request)))
 
+
+def build_app(backend: ConsoleBackend) -> Starlette:
+    """The console as an ASGI app (the access gate, `auth.py` / `sessions.py`, wraps it)."""
+    api = _Api(backend)
     routes = [
-        Route("/", index),
-        Route("/api/info", _json_route(info)),
-        Route("/api/session", _json_route(session)),
-        Route("/api/runners", _json_route(runners)),
-        Route("/api/runs", _json_route(runs)),
-        Route("/api/runs/watch", _json_route(watch)),
-        Route("/api/runs/{run_id}", _json_route(run)),
-        Route("/api/runs/{run_id}/timeline", _json_route(timeline)),
-        Route("/api/runs/{run_id}/audit", _json_route(audit)),
-        Route("/api/runs/{run_id}/cancel", _json_route(cancel), methods=["POST"]),
-        Route("/api/chat", _json_route(chat), methods=["POST"]),
-        Route("/api/interactions/{interaction_id}", _json_route(submit), methods=["POST"]),
+        Route("/", _index),
+        Route("/api/info", _json_route(api.info)),
+        Route("/api/session", _json_route(api.session)),
+        Route("/api/runners", _json_route(api.runners)),
+        Route("/api/runs", _json_route(api.runs)),
+        Route("/api/runs/watch", _json_route(api.watch)),
+        Route("/api/runs/{run_id}", _json_route(api.run)),
+        Route("/api/runs/{run_id}/timeline", _json_route(api.timeline)),
+        Route("/api/runs/{run_id}/audit", _json_route(api.audit)),
+        Route("/api/runs/{run_id}/cancel", _json_route(api.cancel), methods=["POST"]),
+        Route("/api/chat", _json_route(api.chat), methods=["POST"]),
+        Route("/api/interactions/{interaction_id}", _json_route(api.submit), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(routes=routes)

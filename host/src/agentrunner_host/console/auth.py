@@ -20,7 +20,7 @@ import hmac
 import ipaddress
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -85,7 +85,7 @@ class TokenGate:
     def _matches(self, value: str) -> bool:
         return bool(value) and hmac.compare_digest(value.encode(), self.token)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http" or not self.token:
             await self.app(scope, receive, send)
             return
@@ -124,7 +124,7 @@ class SameOriginGuard:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD", "OPTIONS"):
             why = _cross_origin_reason(scope)
             if why:
@@ -148,7 +148,7 @@ def cross_origin(headers: Mapping[str, str]) -> str:
     return ""
 
 
-def _cross_origin_reason(scope: dict[str, Any]) -> str:
+def _cross_origin_reason(scope: Mapping[str, Any]) -> str:
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
     why = cross_origin(headers)
     content_type = headers.get("content-type", "").split(";")[0].strip().lower()

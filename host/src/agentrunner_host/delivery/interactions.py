@@ -140,13 +140,8 @@ def _options(f: common_pb2.InteractionField) -> set[str]:
     return {o.value for o in f.options}
 
 
-def validate_answer(
-    request: common_pb2.InteractionRequest,
-    action_id: str,
-    values: dict[str, Any],
-    visible_artifacts: Iterable[str] = (),
-) -> None:
-    """The answer against the stored request; raises INVALID_ARGUMENT naming the field."""
+def _check_action(request: common_pb2.InteractionRequest, action_id: str) -> None:
+    """An action is named exactly when the request offers actions, and is one of them."""
     actions = {a.id for a in request.actions}
     if actions:
         if not action_id:
@@ -157,12 +152,40 @@ def validate_answer(
             raise InvalidArgumentError(f"unknown action {action_id!r}", field="action_id")
     elif action_id:
         raise InvalidArgumentError("the interaction has no actions", field="action_id")
+
+
+def _value_fits(f: common_pb2.InteractionField, value: Any, artifacts: set[str]) -> bool:
+    """A non-empty value against its field's type (and options; a file is an artifact the run sees)."""
+    T = C.InteractionFieldType
+    t = f.type
+    if t in (T.INTERACTION_FIELD_TYPE_TEXT, T.INTERACTION_FIELD_TYPE_TEXTAREA):
+        return isinstance(value, str)
+    if t == T.INTERACTION_FIELD_TYPE_SELECT:
+        return isinstance(value, str) and value in _options(f)
+    if t == T.INTERACTION_FIELD_TYPE_MULTISELECT:
+        return isinstance(value, list) and all(isinstance(v, str) and v in _options(f) for v in value)
+    if t == T.INTERACTION_FIELD_TYPE_NUMBER:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if t == T.INTERACTION_FIELD_TYPE_BOOLEAN:
+        return isinstance(value, bool)
+    if t == T.INTERACTION_FIELD_TYPE_FILE:
+        return isinstance(value, str) and value in artifacts
+    return True
+
+
+def validate_answer(
+    request: common_pb2.InteractionRequest,
+    action_id: str,
+    values: dict[str, Any],
+    visible_artifacts: Iterable[str] = (),
+) -> None:
+    """The answer against the stored request; raises INVALID_ARGUMENT naming the field."""
+    _check_action(request, action_id)
     fields = {f.id: f for f in request.fields}
     for key in values:
         if key not in fields:
             raise InvalidArgumentError(f"unknown field {key!r}", field=f"values.{key}")
     artifacts = set(visible_artifacts)
-    T = C.InteractionFieldType
     for fid, f in fields.items():
         where = f"values.{fid}"
         value = values.get(fid)
@@ -170,22 +193,7 @@ def validate_answer(
             if f.required:
                 raise InvalidArgumentError(f"field {fid!r} is required", field=where)
             continue
-        t = f.type
-        if t in (T.INTERACTION_FIELD_TYPE_TEXT, T.INTERACTION_FIELD_TYPE_TEXTAREA):
-            ok = isinstance(value, str)
-        elif t == T.INTERACTION_FIELD_TYPE_SELECT:
-            ok = isinstance(value, str) and value in _options(f)
-        elif t == T.INTERACTION_FIELD_TYPE_MULTISELECT:
-            ok = isinstance(value, list) and all(isinstance(v, str) and v in _options(f) for v in value)
-        elif t == T.INTERACTION_FIELD_TYPE_NUMBER:
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        elif t == T.INTERACTION_FIELD_TYPE_BOOLEAN:
-            ok = isinstance(value, bool)
-        elif t == T.INTERACTION_FIELD_TYPE_FILE:
-            ok = isinstance(value, str) and value in artifacts
-        else:
-            ok = True
-        if not ok:
+        if not _value_fits(f, value, artifacts):
             raise InvalidArgumentError(
                 f"value of field {fid!r} is not valid for its type or options", field=where
             )

@@ -311,79 +311,93 @@ class _Reply:
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
+class _Printer:
+    """Prints one reply as it streams: text after "bot > " (a new line per message), notes (tool calls,
+    failures) on lines of their own; gathers the `_Reply` the demo checks."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.reply = _Reply(host_service_pb2.RunFinished())
+        self.shown: set[str] = set()  # message ids whose text is on screen
+        self.line_open = False  # the cursor is after "bot > " text
+        self.current = ""  # the message id whose text the cursor follows
+
+    def say(self, text: str, message_id: str = "", style: str | None = None) -> None:
+        if self.line_open and message_id != self.current:
+            self.console.print()
+            self.line_open = False
+        self.current = message_id
+        if not self.line_open:
+            self.console.print("[green]bot[/green] > ", end="")
+            self.line_open = True
+        self.console.print(text, end="", markup=False, highlight=False, soft_wrap=True, style=style)
+
+    def note(self, line: str) -> None:
+        self.close_line()
+        self.console.print(line, soft_wrap=True)
+
+    def close_line(self) -> None:
+        if self.line_open:
+            self.console.print()
+            self.line_open = False
+
+    def delta(self, delta: Any) -> None:
+        self.shown.add(delta.message_id)
+        style = KIND_STYLES[kind_name(delta.kind)] or None  # reasoning / progress dimmed
+        if style is None:
+            self.reply.text += delta.text
+        self.say(delta.text, delta.message_id, style)
+
+    def completed(self, r: result_pb2.RunResult, kind: str) -> None:
+        """`message.completed` or `run.completed`: the message unless its deltas showed it."""
+        message = getattr(r, kind).message
+        answer = kind_name(message.kind) == "answer"
+        if answer and message.content and kind == "message_completed":
+            self.reply.text = message.content
+        if message.content and message.message_id not in self.shown:
+            self.shown.add(message.message_id)
+            if answer:
+                self.reply.text = message.content
+            self.say(message.content, message.message_id, KIND_STYLES[kind_name(message.kind)] or None)
+        if kind == "run_completed" and r.HasField("metadata"):
+            self.reply.metadata = json_format.MessageToDict(r.metadata)
+
+    def tool_started(self, call: Any) -> None:
+        self.reply.tools.append(call.tool_name)
+        args = json.dumps(json_format.MessageToDict(call.parameters)) if call.HasField("parameters") else ""
+        self.note(f"[magenta]   tool[/magenta] {call.tool_name}({args})")
+
+    def tool_completed(self, done: Any) -> None:
+        preview = json_format.MessageToDict(done.result_preview).get("text", "")
+        outcome = f"[red]{done.error_code}[/red]" if done.error_code else str(preview)[:120]
+        self.note(f"[magenta]   result[/magenta] {outcome}")
+
+    def result(self, r: result_pb2.RunResult) -> None:
+        kind = r.WhichOneof("payload")
+        if kind == "message_delta" and r.message_delta.text:
+            self.delta(r.message_delta)
+        elif kind in ("message_completed", "run_completed"):
+            self.completed(r, kind)
+        elif kind == "tool_call_started":
+            self.tool_started(r.tool_call_started)
+        elif kind == "tool_call_completed":
+            self.tool_completed(r.tool_call_completed)
+        elif kind == "run_failed":
+            self.note(f"[red]   [{r.run_failed.code}] {r.run_failed.message}[/red]")
+
+
 async def _render(address: str, request: host_service_pb2.HostServiceRunRequest, console: Console) -> _Reply:
     """Sends one event; prints streamed text as it arrives and each tool call on its own line."""
-    reply = _Reply(host_service_pb2.RunFinished())
-    shown: set[str] = set()  # message ids whose text is on screen
-    line_open = False  # the cursor is after "bot > " text
-
-    current = ""  # the message id whose text the cursor follows
-
-    def say(text: str, message_id: str = "", style: str | None = None) -> None:
-        nonlocal line_open, current
-        if line_open and message_id != current:
-            console.print()
-            line_open = False
-        current = message_id
-        if not line_open:
-            console.print("[green]bot[/green] > ", end="")
-            line_open = True
-        console.print(text, end="", markup=False, highlight=False, soft_wrap=True, style=style)
-
-    def note(line: str) -> None:
-        nonlocal line_open
-        if line_open:
-            console.print()
-            line_open = False
-        console.print(line, soft_wrap=True)
-
+    printer = _Printer(console)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = host_service_pb2_grpc.HostServiceStub(channel)
         async for update in stub.Run(request, timeout=120):
             if update.HasField("finished"):
-                reply.finished = update.finished
-            if not update.HasField("result"):
-                continue
-            r: result_pb2.RunResult = update.result
-            kind = r.WhichOneof("payload")
-            if kind == "message_delta" and r.message_delta.text:
-                delta = r.message_delta
-                shown.add(delta.message_id)
-                style = KIND_STYLES[kind_name(delta.kind)] or None  # reasoning / progress dimmed
-                if style is None:
-                    reply.text += delta.text
-                say(delta.text, delta.message_id, style)
-            elif kind in ("message_completed", "run_completed"):
-                message = getattr(r, kind).message
-                answer = kind_name(message.kind) == "answer"
-                if answer and message.content and kind == "message_completed":
-                    reply.text = message.content
-                if message.content and message.message_id not in shown:
-                    shown.add(message.message_id)
-                    if answer:
-                        reply.text = message.content
-                    say(message.content, message.message_id, KIND_STYLES[kind_name(message.kind)] or None)
-                if kind == "run_completed" and r.HasField("metadata"):
-                    reply.metadata = json_format.MessageToDict(r.metadata)
-            elif kind == "tool_call_started":
-                call = r.tool_call_started
-                reply.tools.append(call.tool_name)
-                args = (
-                    json.dumps(json_format.MessageToDict(call.parameters))
-                    if call.HasField("parameters")
-                    else ""
-                )
-                note(f"[magenta]   tool[/magenta] {call.tool_name}({args})")
-            elif kind == "tool_call_completed":
-                done = r.tool_call_completed
-                preview = json_format.MessageToDict(done.result_preview).get("text", "")
-                outcome = f"[red]{done.error_code}[/red]" if done.error_code else str(preview)[:120]
-                note(f"[magenta]   result[/magenta] {outcome}")
-            elif kind == "run_failed":
-                note(f"[red]   [{r.run_failed.code}] {r.run_failed.message}[/red]")
-    if line_open:
-        console.print()
-    return reply
+                printer.reply.finished = update.finished
+            if update.HasField("result"):
+                printer.result(update.result)
+    printer.close_line()
+    return printer.reply
 
 
 async def local_agent_conversation(console: Console, address: str, endpoint: ModelEndpoint) -> bool:

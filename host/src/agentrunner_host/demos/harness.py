@@ -1,4 +1,4 @@
-"""`make demo-claude` / `make demo-codex`: a code-agent harness runner through the host, against the real CLI when it is on
+"""`make demo-claude` / `make demo-codex` / `make demo-acp`: a code-agent harness runner through the host, against the real CLI when it is on
 PATH and the bundled fake otherwise (saying which). A harness with a `real_mock` points the real CLI at a
 local mock of its model API (offline, every check strict): `make demo-codex` puts the `codex` of
 `.ci/install-real-tools codex` on PATH and drives it against the OpenAI Responses mock.
@@ -11,6 +11,7 @@ expected (with the fake, every check is strict; with a real CLI, content checks 
 
     python -m agentrunner_host.demos.harness claude
     python -m agentrunner_host.demos.harness codex
+    python -m agentrunner_host.demos.harness acp     # the acp runner driving claude-agent-acp
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class Harness:
     #: `module:function(workdir) -> (runner env, runner config, stop)` pointing the real CLI at a local
     #: mock of its model API; its turns are then checked strictly
     real_mock: str = ""
+    #: the runner config key that takes the command
+    command_key: str = "command"
 
 
 _TIME_CALL = (
@@ -119,6 +122,31 @@ HARNESSES: dict[str, Harness] = {
         fake_config=(("codex-home", "fake-codex-home"),),
         real_mock="agentrunner_runners.testing.openai_responses_mock:codex_demo",
     ),
+    "acp": Harness(
+        label="ACP (Claude Code's ACP agent)",
+        command="claude-agent-acp",
+        runner_target="agentrunner_runners.acp:AcpRunner",
+        runner_id="plugin:langbot/acp-agent/default",
+        fake_module="agentrunner_runners.testing.fake_acp",
+        fake_turns=(
+            Turn("Hello from the AgentRunner demo!", expect="(turn 1)"),
+            Turn("tools: what is in this workspace?", expect="README", expect_tool="Read"),
+            # permission requests answered by the runner's policy (`permissions: workspace`)
+            Turn("permit: may I edit inside and outside the workspace?", expect="decisions: yes,no,no,yes"),
+            Turn("Do you still know this conversation?", expect="(turn 4)"),
+        ),
+        # against `claude_demo`'s scripted Anthropic API mock, as `make demo-claude`
+        real_turns=(
+            Turn("Hello from the AgentRunner demo!", expect="(turn 1)"),
+            Turn("What is the time in Tokyo?", expect="+09:00", expect_tool="current_time"),
+            Turn("What does LANGBOT_CONTEXT.md in your working directory say?", expect_tool="Read"),
+            Turn("Do you still know this conversation?", expect="(turn 4)"),
+        ),
+        fake_env=(("FAKE_ACP_HOME", "fake-acp-home"),),
+        runner_config=(("provider", "claude-code"),),
+        real_mock="agentrunner_runners.testing.claude_demo:claude_demo",
+        command_key="acp-command",
+    ),
 }
 
 
@@ -138,7 +166,7 @@ def host_config(
         "id": "harness",
         "runner_id": harness.runner_id,
         "runner_config": {
-            "command": command,
+            harness.command_key: command,
             "workspace": str(workdir / "workspaces"),
             **dict(harness.runner_config),
             **(extra or {}),

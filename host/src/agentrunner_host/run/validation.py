@@ -137,55 +137,28 @@ class ResultValidator:
         return self.host_sequence
 
     def accept(self, result: result_pb2.RunResult) -> str | None:
-        """The kind `result` is accepted as (renumbered, repaired in place), or None: dropped."""
+        """The kind `result` is accepted as (renumbered, repaired in place), or None: dropped.
+
+        A `message.delta` (most results) is taken here without the general dispatch: its sequence in
+        order, its size, its text plain (`_plain_delta`) is all it is checked for on the usual path."""
         if result.run_id != self.run_id:
             self.reject("wrong_run_id", result, got=result.run_id[:64])
             return None
         seq = result.sequence
-        if seq:
-            last = self._max_runner_seq
-            if seq == last + 1:  # in order (the usual case): cannot be a duplicate
-                self._max_runner_seq = seq
-            elif seq > last:
-                log.warning("result.sequence_gap", run_id=self.run_id, expected=last + 1, got=seq)
-                self._gaps.append([last + 1, seq - 1])
-                self._max_runner_seq = seq
-            elif not self._fill_gap(seq):
-                self.reject("duplicate_sequence", result)
-                return None
+        if seq == self._max_runner_seq + 1:  # in order (the usual case): cannot be a duplicate
+            self._max_runner_seq = seq
+        elif seq and not self._out_of_order(seq):
+            self.reject("duplicate_sequence", result)
+            return None
         size = result.ByteSize()
         if size > self.limits.result_max_bytes:
             self.reject("oversize", result, size=size, cap=self.limits.result_max_bytes)
             return None
         kind = result.WhichOneof("payload")
-        if kind != "message_delta" or not _plain_delta(result):
-            repaired, left = repair_message(result)  # the boundary rules (no NaN, no NUL, ...)
-            if left:
-                self.reject("unstorable", result, field=left[0][0], problem=left[0][1])
+        if kind == "message_delta":
+            if not _plain_delta(result) and not self._storable(result):
                 return None
-            if repaired:
-                log.warning(
-                    "result.repaired",
-                    run_id=self.run_id,
-                    fields=[f for f, _ in repaired[:5]],
-                    count=len(repaired),
-                )
-        if kind == "message_delta":  # most results: checked here, without the general dispatch
-            delta = result.message_delta
-            if delta.HasField("cumulative_text"):
-                self._take_cumulative(delta)
-            else:
-                text = delta.text
-                if text:
-                    parts = self._buffers.get(delta.message_id)
-                    if parts is None:
-                        self._buffers[delta.message_id] = [text]
-                    else:
-                        parts.append(text)
-                    if delta.kind <= _ANSWER:  # reasoning / progress is not output (grammar rule 7)
-                        self.saw_message = True
-                elif delta.contents and delta.kind <= _ANSWER:
-                    self.saw_message = True
+            self._take_delta(result.message_delta)
             self.host_sequence += 1
             result.sequence = self.host_sequence
             # counted in batches (a labelled counter's lock costs more than the rest of a delta's checks)
@@ -193,6 +166,56 @@ class ResultValidator:
             if self._unreported_deltas >= DELTA_METRIC_BATCH:
                 self.report_metrics()
             return kind
+        if not self._storable(result):
+            return None
+        return self._accept_payload(kind, result)
+
+    def _out_of_order(self, seq: int) -> bool:
+        """A runner sequence other than the next one: True for one ahead (the skipped ones are kept as a
+        gap) or one filling an earlier gap; False for a duplicate."""
+        last = self._max_runner_seq
+        if seq > last:
+            log.warning("result.sequence_gap", run_id=self.run_id, expected=last + 1, got=seq)
+            self._gaps.append([last + 1, seq - 1])
+            self._max_runner_seq = seq
+            return True
+        return self._fill_gap(seq)
+
+    def _storable(self, result: result_pb2.RunResult) -> bool:
+        """The boundary rules (no NaN, no NUL, ...): repairs in place what it can (with a warning);
+        False, and the result dropped, when something is left that cannot be stored."""
+        repaired, left = repair_message(result)
+        if left:
+            self.reject("unstorable", result, field=left[0][0], problem=left[0][1])
+            return False
+        if repaired:
+            log.warning(
+                "result.repaired",
+                run_id=self.run_id,
+                fields=[f for f, _ in repaired[:5]],
+                count=len(repaired),
+            )
+        return True
+
+    def _take_delta(self, delta: result_pb2.MessageDelta) -> None:
+        """A delta's text joins its message's buffer; answer text (or contents) is output."""
+        if delta.HasField("cumulative_text"):
+            self._take_cumulative(delta)
+            return
+        text = delta.text
+        if text:
+            parts = self._buffers.get(delta.message_id)
+            if parts is None:
+                self._buffers[delta.message_id] = [text]
+            else:
+                parts.append(text)
+            if delta.kind <= _ANSWER:  # reasoning / progress is not output (grammar rule 7)
+                self.saw_message = True
+        elif delta.contents and delta.kind <= _ANSWER:
+            self.saw_message = True
+
+    def _accept_payload(self, kind: str | None, result: result_pb2.RunResult) -> str | None:
+        """Every payload but `message.delta`: unknown ones dropped, the rest by their kind's check."""
         if kind is None:
             # A payload from a newer protocol revision (or none at all): ignored (PROTOCOL_V1 §3).
             self.reject("unknown_type", result)

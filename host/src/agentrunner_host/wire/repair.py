@@ -60,35 +60,44 @@ class _Repair:
             return
         for field, value in msg.ListFields():
             kind, repeated, is_map, _, _ = field_info(field)
-            fname = field.name
             if is_map:
                 self.map(field, value)
             elif repeated:
-                if kind == K_MESSAGE:
-                    for item in value:
-                        self.message(item)
-                elif kind == K_STRING:
-                    for i, item in enumerate(value):
-                        if "\x00" in item:
-                            value[i] = item.replace("\x00", NUL_REPLACEMENT)
-                elif kind == K_FLOAT:
-                    for i, item in enumerate(value):
-                        if not math.isfinite(item):
-                            value[i] = 0.0
-                elif kind == K_UINT64:
-                    for i, item in enumerate(value):
-                        value[i] = min(item, INT64_MAX)
-            elif kind == K_MESSAGE:
-                if out_of_range(value):
-                    msg.ClearField(fname)
-                else:
-                    self.message(value)
-            elif kind == K_STRING and "\x00" in value:
-                setattr(msg, fname, value.replace("\x00", NUL_REPLACEMENT))
-            elif kind == K_FLOAT and not math.isfinite(value):
+                self.repeated(kind, value)
+            else:
+                self.single(msg, field.name, kind, value)
+
+    def repeated(self, kind: int, value: Any) -> None:
+        """A repeated field's items in place: NULs replaced, non-finite floats 0, uint64 capped."""
+        if kind == K_MESSAGE:
+            for item in value:
+                self.message(item)
+        elif kind == K_STRING:
+            for i, item in enumerate(value):
+                if "\x00" in item:
+                    value[i] = item.replace("\x00", NUL_REPLACEMENT)
+        elif kind == K_FLOAT:
+            for i, item in enumerate(value):
+                if not math.isfinite(item):
+                    value[i] = 0.0
+        elif kind == K_UINT64:
+            for i, item in enumerate(value):
+                value[i] = min(item, INT64_MAX)
+
+    def single(self, msg: Message, fname: str, kind: int, value: Any) -> None:
+        """A singular field: a timestamp out of range or a non-finite float cleared, NULs replaced,
+        uint64 capped; a message walked."""
+        if kind == K_MESSAGE:
+            if out_of_range(value):
                 msg.ClearField(fname)
-            elif kind == K_UINT64 and value > INT64_MAX:
-                setattr(msg, fname, INT64_MAX)
+            else:
+                self.message(value)
+        elif kind == K_STRING and "\x00" in value:
+            setattr(msg, fname, value.replace("\x00", NUL_REPLACEMENT))
+        elif kind == K_FLOAT and not math.isfinite(value):
+            msg.ClearField(fname)
+        elif kind == K_UINT64 and value > INT64_MAX:
+            setattr(msg, fname, INT64_MAX)
 
     def map(self, field: FieldDescriptor, value: Any) -> None:
         entry = field.message_type

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from agentrunner import RunContext, Runner, interactions, results, tool_text
@@ -60,6 +60,29 @@ def _chunks(text: str, parts: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+async def _each(*items: result_pb2.RunResult) -> AsyncIterator[result_pb2.RunResult]:
+    for item in items:
+        yield item
+
+
+def _bad_state() -> result_pb2.RunResult:
+    bad = result_pb2.StateUpdated(scope=common_pb2.STATE_SCOPE_UNSPECIFIED, key="reference.bad")
+    bad.value.number_value = 1
+    return result_pb2.RunResult(state_updated=bad)
+
+
+#: inputs answered by a fixed list of results (given the normal reply)
+_CANNED: dict[str, Callable[[str], list[result_pb2.RunResult]]] = {
+    "empty": lambda reply: [results.completed()],
+    "malformed:oversize": lambda reply: [results.delta("x" * OVERSIZE_BYTES), results.completed(reply)],
+    "malformed:unknown": lambda reply: [
+        result_pb2.RunResult.FromString(UNKNOWN_PAYLOAD),
+        results.completed(reply),
+    ],
+    "malformed:state": lambda reply: [_bad_state(), results.completed(reply)],
+}
+
+
 class ReferenceRunner(Runner):
     """Echo runner with scripted failure modes (manifest: `manifest.yaml` next to this module)."""
 
@@ -74,44 +97,30 @@ class ReferenceRunner(Runner):
             return
         if text == "stall":
             await asyncio.Event().wait()
-        if ctx.input.interaction is not None:
-            yield self._answered(ctx)
-            return
-        if text.startswith("ask:"):
-            async for r in self._ask(ctx, text.removeprefix("ask:").strip()):
-                yield r
-            return
-        if text.startswith("slow:"):
-            async for r in self._slow(ctx, text):
-                yield r
-            return
-        if text == "empty":
-            yield results.completed()
-            return
-        if text == "malformed:oversize":
-            yield results.delta("x" * OVERSIZE_BYTES)
-            yield results.completed(reply)
-            return
-        if text == "malformed:unknown":
-            yield result_pb2.RunResult.FromString(UNKNOWN_PAYLOAD)
-            yield results.completed(reply)
-            return
-        if text == "malformed:state":
-            bad = result_pb2.StateUpdated(scope=common_pb2.STATE_SCOPE_UNSPECIFIED, key="reference.bad")
-            bad.value.number_value = 1
-            yield result_pb2.RunResult(state_updated=bad)
-            yield results.completed(reply)
-            return
-        if text.startswith(("tool:", "tool!:")):
-            async for r in self._tool(ctx, text):
-                yield r
-            return
-        if text == "steer":
-            item = await ctx.steering.get(timeout=5.0)
-            yield results.completed(f"steered: {item.input.text if item is not None else '(none)'}")
-            return
-        async for r in self._echo(ctx, reply):
+        async for r in self._scenario(ctx, text, reply):
             yield r
+
+    def _scenario(self, ctx: RunContext, text: str, reply: str) -> AsyncIterator[result_pb2.RunResult]:
+        """The results for `text` (the module docstring's table; an answered interaction first)."""
+        if ctx.input.interaction is not None:
+            return _each(self._answered(ctx))
+        if text.startswith("ask:"):
+            return self._ask(ctx, text.removeprefix("ask:").strip())
+        if text.startswith("slow:"):
+            return self._slow(ctx, text)
+        if text.startswith(("tool:", "tool!:")):
+            return self._tool(ctx, text)
+        if text == "steer":
+            return self._steer(ctx)
+        canned = _CANNED.get(text)
+        if canned is not None:
+            return _each(*canned(reply))
+        return self._echo(ctx, reply)
+
+    @staticmethod
+    async def _steer(ctx: RunContext) -> AsyncIterator[result_pb2.RunResult]:
+        item = await ctx.steering.get(timeout=5.0)
+        yield results.completed(f"steered: {item.input.text if item is not None else '(none)'}")
 
     async def _echo(self, ctx: RunContext, reply: str) -> AsyncIterator[result_pb2.RunResult]:
         meta: dict[str, Any] = {}

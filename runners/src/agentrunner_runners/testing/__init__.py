@@ -20,6 +20,7 @@ FAKES = {
     "claude": "agentrunner_runners.testing.fake_claude",
     "codex": "agentrunner_runners.testing.fake_codex",
     "ssh": "agentrunner_runners.testing.fake_ssh",
+    "acp": "agentrunner_runners.testing.fake_acp",
 }
 
 

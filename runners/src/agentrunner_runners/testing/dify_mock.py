@@ -37,6 +37,35 @@ def _sse(data: dict[str, Any]) -> bytes:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+#: chat scenarios that fail mid-answer: the `error` event's fields after a partial answer
+_CHAT_FAILURES: dict[str, dict[str, Any]] = {
+    # the model behind the app was throttled mid-answer
+    "ratelimited": {
+        "status": 429,
+        "code": "completion_request_error",
+        "message": "[openai] Rate Limit Error, Error code: 429 - Rate limit reached",
+    },
+    "error": {"status": 400, "code": "completion_request_error", "message": "Model quota exceeded"},
+}
+
+
+def _agent_events(base: dict[str, Any], text: str) -> list[bytes]:
+    """An agent app's tool round (`agent_thought` started and finished) and the image it made."""
+    thought = {"event": "agent_thought", **base, "id": "t1", "position": 1}
+    started = {
+        "thought": "",
+        "tool": "web_search",
+        "tool_input": json.dumps({"query": text}),
+        "observation": "",
+    }
+    image = {"id": "f1", "type": "image", "belongs_to": "assistant", "url": "/files/tools/chart.png?sign=abc"}
+    return [
+        _sse({**thought, **started}),
+        _sse({**thought, "thought": "found it", "tool": "web_search", "observation": "3 results"}),
+        _sse({"event": "message_file", **base, **image}),
+    ]
+
+
 class DifyMock:
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
@@ -111,76 +140,22 @@ class DifyMock:
         message_id = str(uuid.uuid4())
         base = {"conversation_id": conversation, "message_id": message_id, "task_id": "task-1"}
         answer = f"Dify heard: {text}" + (f" (with {files} file(s))" if files else "")
-        event = "message"
+        event = "agent_message" if scenario == "agent" else "message"
         out: list[bytes] = [_sse({"event": "workflow_started", **base, "data": {"id": "wr-1"}})]
         if scenario == "agent":
-            event = "agent_message"
-            out.append(
-                _sse(
-                    {
-                        "event": "agent_thought",
-                        **base,
-                        "id": "t1",
-                        "position": 1,
-                        "thought": "",
-                        "tool": "web_search",
-                        "tool_input": json.dumps({"query": text}),
-                        "observation": "",
-                    }
-                )
-            )
-            out.append(
-                _sse(
-                    {
-                        "event": "agent_thought",
-                        **base,
-                        "id": "t1",
-                        "position": 1,
-                        "thought": "found it",
-                        "tool": "web_search",
-                        "observation": "3 results",
-                    }
-                )
-            )
-            out.append(
-                _sse(
-                    {
-                        "event": "message_file",
-                        **base,
-                        "id": "f1",
-                        "type": "image",
-                        "belongs_to": "assistant",
-                        "url": "/files/tools/chart.png?sign=abc",
-                    }
-                )
-            )
+            out.extend(_agent_events(base, text))
         if scenario == "think":
             answer = "<think>Let me think about größe…</think>\n\n" + answer
         if scenario == "unknown":
             out.append(_sse({"event": "mystery_event", **base, "payload": {"x": 1}}))
             out.append(b'event: tts_message\ndata: {"event": "tts_message", "audio": ""}\n\n')
-        if scenario == "ratelimited":  # the model behind the app was throttled mid-answer
+        failure = _CHAT_FAILURES.get(scenario)
+        if failure is not None:  # a partial answer, then the error event that ends the stream
             out.append(_sse({"event": event, **base, "answer": "Partial "}))
-            throttled = {"event": "error", **base, "status": 429, "code": "completion_request_error",
-                         "message": "[openai] Rate Limit Error, Error code: 429 - Rate limit reached"}  # fmt: skip
-            out.append(_sse(throttled))
+            out.append(_sse({"event": "error", **base, **failure}))
             return out
         if scenario == "invalid":
             out.append(b"data: {not json at all\n\n")
-        if scenario == "error":
-            out.append(_sse({"event": event, **base, "answer": "Partial "}))
-            out.append(
-                _sse(
-                    {
-                        "event": "error",
-                        **base,
-                        "status": 400,
-                        "code": "completion_request_error",
-                        "message": "Model quota exceeded",
-                    }
-                )
-            )
-            return out
         if scenario != "empty":
             for i, piece in enumerate(words(answer)):
                 out.append(_sse({"event": event, **base, "answer": piece}))

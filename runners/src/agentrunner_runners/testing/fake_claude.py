@@ -47,8 +47,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentrunner_runners.testing.fake_claude_lines import Transcript, _emit, _flag
 from agentrunner_runners.testing.fake_claude_lines import write_line as write_line  # fake_codex uses it
@@ -184,6 +185,200 @@ async def _use(session: Any, tool: str, arguments: dict[str, Any]) -> str:
     return MCP_PREFIX + json.dumps({"tools": listed, "is_error": bool(result.is_error), "text": text})
 
 
+class _Prompt(NamedTuple):
+    """What a scenario is given: the CLI's arguments, the prompt's words, and the default answer."""
+
+    argv: list[str]
+    words: list[str]
+    answer: str
+
+
+def _answer(t: Transcript, answer: str, turns: int = 1) -> None:
+    t.text(answer)
+    t.result(answer, turns=turns)
+
+
+def _hang(t: Transcript, p: _Prompt) -> None:
+    subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
+    while True:
+        time.sleep(1)
+
+
+def _crash(t: Transcript, p: _Prompt) -> None:
+    print(
+        "fatal: upstream said: invalid x-api-key sk-ant-api03-SECRETSECRETSECRET1234 (Authorization: Bearer abc123abc123abc123)",
+        file=sys.stderr,
+    )
+    sys.exit(3)
+
+
+def _tools(t: Transcript, p: _Prompt) -> None:
+    mid = t.text("I'll list the files first.")
+    t.tool(mid, "toolu_01", "Bash", {"command": "ls"})
+    t.tool_result("toolu_01", "README.md\nsrc")
+    _answer(t, "There are two entries: README.md and src.", turns=2)
+
+
+def _think(t: Transcript, p: _Prompt) -> None:
+    t.thinking("The user wants a short answer. ")
+    _answer(t, "Short answer.")
+
+
+def _big(t: Transcript, p: _Prompt) -> None:
+    _answer(t, "B" * 250_000)
+
+
+def _multibyte(t: Transcript, p: _Prompt) -> None:
+    # deltas split between the code points of one grapheme (👋 + skin tone); on the wire the JSON
+    # lines are written in small flushes that cut UTF-8 sequences (see `_emit_split`)
+    answer = "héllo 👋🏽 世界"
+    t.text(answer, pieces=["hé", "llo 👋", "🏽 世", "界"])
+    t.result(answer)
+
+
+def _u2028(t: Transcript, p: _Prompt) -> None:
+    _answer(t, "line\u2028separator\u2029paragraph")
+
+
+def _jsonsplit(t: Transcript, p: _Prompt) -> None:
+    mid = t.text("Looking it up.")
+    t.tool(
+        mid,
+        "toolu_js",
+        "Grep",
+        {"pattern": "déjà vu", "path": "src"},
+        json_pieces=['{"patt', 'ern": "déj', 'à vu", "pa', 'th": "src"}'],
+    )
+    t.tool_result("toolu_js", "no matches")
+    _answer(t, "Nothing matched.", turns=2)
+
+
+def _garbage(t: Transcript, p: _Prompt) -> None:
+    _emit("this is not json")
+    _emit(t.base("mystery_event", payload={"x": 1}))
+    _emit("[1, 2, 3]")
+    t.text(p.answer)
+    _emit("{broken json")
+    t.result(p.answer)
+
+
+def _subagent(t: Transcript, p: _Prompt) -> None:
+    mid = t.text("Delegating to a helper.")
+    t.tool(mid, "toolu_task", "Task", {"prompt": "find it"})
+    t.text("SUB-AGENT SECRET NOTES", parent="toolu_task")
+    t.tool_result("toolu_task", "found it")
+    _answer(t, "The helper found it.", turns=2)
+
+
+def _noresult(t: Transcript, p: _Prompt) -> None:
+    t.text(p.answer)
+
+
+def _maxturns(t: Transcript, p: _Prompt) -> None:
+    t.text("Still working...")
+    t.result("", subtype="error_max_turns", is_error=True)
+
+
+def _overloaded(t: Transcript, p: _Prompt) -> None:
+    t.result(
+        'API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}',
+        is_error=True,
+    )
+
+
+def _empty(t: Transcript, p: _Prompt) -> None:
+    t.result("")
+
+
+def _apierror(t: Transcript, p: _Prompt) -> None:
+    t.retry(500, "server_error", 1)
+    t.retry(500, "server_error", 2)
+    notice = "API Error: 500 Internal server error. This is a server-side issue, usually temporary."
+    t.synthetic(notice)
+    t.result(notice, is_error=True, api_error_status=500, api_error_type="api_error")
+    sys.exit(1)
+
+
+def _badkey(t: Transcript, p: _Prompt) -> None:
+    t.retry(401, "authentication_failed", 1, most=10)
+    time.sleep(60)  # the real CLI keeps retrying a refused key for minutes
+
+
+def _leak(t: Transcript, p: _Prompt) -> None:
+    mid = t.text("Let me look at the environment.")
+    t.tool(mid, "toolu_env", "Bash", {"command": "env"})
+    t.tool_result("toolu_env", f"HOME=/home/x\nKEY_SEEN={_api_key(p.argv)}\n")
+    _answer(t, "Done looking.", turns=2)
+
+
+def _outbox(t: Transcript, p: _Prompt) -> None:
+    Path("outbox").mkdir(exist_ok=True)
+    Path("outbox/report.txt").write_text("report body\n" * 30000)
+    with_link = Path("outbox/escape.txt")
+    if not with_link.exists():
+        with_link.symlink_to("/etc/hostname")
+    _answer(t, "I wrote outbox/report.txt.")
+
+
+def _context(t: Transcript, p: _Prompt) -> None:
+    document = json.loads(Path("agent-context.json").read_text())
+    skills = (
+        sorted(f.parent.name for f in Path(".claude/skills").glob("*/SKILL.md"))
+        if Path(".claude/skills").is_dir()
+        else []
+    )
+    inputs = [
+        (a.get("path"), Path(a["path"]).read_bytes().decode(errors="replace"))
+        for a in document["input"]["attachments"]
+        if a.get("path")
+    ]
+    answer = json.dumps(
+        {
+            "schema": document["schema"],
+            "inputs": inputs,
+            "skills": skills,
+            "mcp": document.get("mcp"),
+            "md": Path("LANGBOT_CONTEXT.md").exists(),
+        }
+    )
+    _answer(t, answer)
+
+
+def _mcp(t: Transcript, p: _Prompt) -> None:
+    _answer(t, _mcp_call(p.argv, p.words))
+
+
+def _echo(t: Transcript, p: _Prompt) -> None:
+    answer = p.answer
+    t.text(answer, pieces=[answer[: len(answer) // 2], answer[len(answer) // 2 :]])
+    t.result(answer)
+
+
+#: the prompt's first word -> its transcript (the module docstring's table); anything else: `_echo`
+SCENARIOS: dict[str, Callable[[Transcript, _Prompt], None]] = {
+    "hang": _hang,
+    "crash": _crash,
+    "tools": _tools,
+    "think": _think,
+    "big": _big,
+    "multibyte": _multibyte,
+    "u2028": _u2028,
+    "jsonsplit": _jsonsplit,
+    "garbage": _garbage,
+    "subagent": _subagent,
+    "noresult": _noresult,
+    "maxturns": _maxturns,
+    "overloaded": _overloaded,
+    "empty": _empty,
+    "apierror": _apierror,
+    "badkey": _badkey,
+    "leak": _leak,
+    "outbox": _outbox,
+    "context": _context,
+    "mcp": _mcp,
+}
+
+
 def main() -> None:
     argv = sys.argv[1:]
     prompt = sys.stdin.read()
@@ -194,139 +389,8 @@ def main() -> None:
     word = words[0].lower().rstrip(":,.!?") if words else ""
     t = Transcript(argv, session, "--include-partial-messages" in argv, turn)
     t.init()
-    if word == "hang":
-        subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
-        while True:
-            time.sleep(1)
-    if word == "crash":
-        print(
-            "fatal: upstream said: invalid x-api-key sk-ant-api03-SECRETSECRETSECRET1234 (Authorization: Bearer abc123abc123abc123)",
-            file=sys.stderr,
-        )
-        sys.exit(3)
-    answer = f"Claude heard: {prompt.strip()} (turn {turn})"
-    if word == "tools":
-        mid = t.text("I'll list the files first.")
-        t.tool(mid, "toolu_01", "Bash", {"command": "ls"})
-        t.tool_result("toolu_01", "README.md\nsrc")
-        answer = "There are two entries: README.md and src."
-        t.text(answer)
-        t.result(answer, turns=2)
-    elif word == "think":
-        t.thinking("The user wants a short answer. ")
-        answer = "Short answer."
-        t.text(answer)
-        t.result(answer)
-    elif word == "big":
-        answer = "B" * 250_000
-        t.text(answer)
-        t.result(answer)
-    elif word == "multibyte":
-        # deltas split between the code points of one grapheme (👋 + skin tone); on the wire the JSON
-        # lines are written in small flushes that cut UTF-8 sequences (see `_emit_split`)
-        answer = "héllo 👋🏽 世界"
-        t.text(answer, pieces=["hé", "llo 👋", "🏽 世", "界"])
-        t.result(answer)
-    elif word == "u2028":
-        answer = "line\u2028separator\u2029paragraph"
-        t.text(answer)
-        t.result(answer)
-    elif word == "jsonsplit":
-        mid = t.text("Looking it up.")
-        t.tool(
-            mid,
-            "toolu_js",
-            "Grep",
-            {"pattern": "déjà vu", "path": "src"},
-            json_pieces=['{"patt', 'ern": "déj', 'à vu", "pa', 'th": "src"}'],
-        )
-        t.tool_result("toolu_js", "no matches")
-        answer = "Nothing matched."
-        t.text(answer)
-        t.result(answer, turns=2)
-    elif word == "garbage":
-        _emit("this is not json")
-        _emit(t.base("mystery_event", payload={"x": 1}))
-        _emit("[1, 2, 3]")
-        t.text(answer)
-        _emit("{broken json")
-        t.result(answer)
-    elif word == "subagent":
-        mid = t.text("Delegating to a helper.")
-        t.tool(mid, "toolu_task", "Task", {"prompt": "find it"})
-        t.text("SUB-AGENT SECRET NOTES", parent="toolu_task")
-        t.tool_result("toolu_task", "found it")
-        answer = "The helper found it."
-        t.text(answer)
-        t.result(answer, turns=2)
-    elif word == "noresult":
-        t.text(answer)
-    elif word == "maxturns":
-        t.text("Still working...")
-        t.result("", subtype="error_max_turns", is_error=True)
-    elif word == "overloaded":
-        t.result(
-            'API Error: 529 {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}',
-            is_error=True,
-        )
-    elif word == "empty":
-        t.result("")
-    elif word == "apierror":
-        t.retry(500, "server_error", 1)
-        t.retry(500, "server_error", 2)
-        notice = "API Error: 500 Internal server error. This is a server-side issue, usually temporary."
-        t.synthetic(notice)
-        t.result(notice, is_error=True, api_error_status=500, api_error_type="api_error")
-        sys.exit(1)
-    elif word == "badkey":
-        t.retry(401, "authentication_failed", 1, most=10)
-        time.sleep(60)  # the real CLI keeps retrying a refused key for minutes
-    elif word == "leak":
-        mid = t.text("Let me look at the environment.")
-        t.tool(mid, "toolu_env", "Bash", {"command": "env"})
-        t.tool_result("toolu_env", f"HOME=/home/x\nKEY_SEEN={_api_key(argv)}\n")
-        answer = "Done looking."
-        t.text(answer)
-        t.result(answer, turns=2)
-    elif word == "outbox":
-        Path("outbox").mkdir(exist_ok=True)
-        Path("outbox/report.txt").write_text("report body\n" * 30000)
-        with_link = Path("outbox/escape.txt")
-        if not with_link.exists():
-            with_link.symlink_to("/etc/hostname")
-        answer = "I wrote outbox/report.txt."
-        t.text(answer)
-        t.result(answer)
-    elif word == "context":
-        document = json.loads(Path("agent-context.json").read_text())
-        skills = (
-            sorted(p.parent.name for p in Path(".claude/skills").glob("*/SKILL.md"))
-            if Path(".claude/skills").is_dir()
-            else []
-        )
-        inputs = [
-            (a.get("path"), Path(a["path"]).read_bytes().decode(errors="replace"))
-            for a in document["input"]["attachments"]
-            if a.get("path")
-        ]
-        answer = json.dumps(
-            {
-                "schema": document["schema"],
-                "inputs": inputs,
-                "skills": skills,
-                "mcp": document.get("mcp"),
-                "md": Path("LANGBOT_CONTEXT.md").exists(),
-            }
-        )
-        t.text(answer)
-        t.result(answer)
-    elif word == "mcp":
-        answer = _mcp_call(argv, words)
-        t.text(answer)
-        t.result(answer)
-    else:
-        t.text(answer, pieces=[answer[: len(answer) // 2], answer[len(answer) // 2 :]])
-        t.result(answer)
+    scenario = SCENARIOS.get(word, _echo)
+    scenario(t, _Prompt(argv, words, f"Claude heard: {prompt.strip()} (turn {turn})"))
 
 
 if __name__ == "__main__":

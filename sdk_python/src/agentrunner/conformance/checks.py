@@ -88,11 +88,14 @@ def ended_well(outcome: RunOutcome) -> list[str]:
 
 
 def terminal_code(outcome: RunOutcome) -> str | None:
+    """The code of the run's `run.failed`, or None when it did not fail (for the table's detail)."""
     failure = outcome.failure
     return failure.code if failure is not None else None
 
 
 def streaming_capability(outcome: RunOutcome, streaming: bool) -> list[str]:
+    """A runner whose manifest does not declare streaming sends no `message.delta` (a host may not
+    render deltas for it)."""
     if streaming:
         return []
     deltas = len(outcome.of_type("message.delta"))
@@ -100,6 +103,7 @@ def streaming_capability(outcome: RunOutcome, streaming: bool) -> list[str]:
 
 
 def token_etiquette(calls: Iterable[ProxyCall], token: str, run_id: str) -> list[str]:
+    """Every proxy call carries the run's token, and the Control stream's hello names the run and token."""
     problems = []
     for call in calls:
         sent = call.metadata.get(RUN_TOKEN_HEADER, "")
@@ -113,6 +117,7 @@ def token_etiquette(calls: Iterable[ProxyCall], token: str, run_id: str) -> list
 
 
 def trace_etiquette(calls: Iterable[ProxyCall], trace_id: str) -> list[str]:
+    """Every proxy call carries a W3C `traceparent` with the run's trace id, so the host can join its trace."""
     problems = []
     for call in calls:
         value = call.metadata.get("traceparent", "")
@@ -144,6 +149,7 @@ def deadline_etiquette(calls: Iterable[ProxyCall], deadline_mono: float) -> list
 
 
 def calls_after(calls: Iterable[ProxyCall], end: float | None) -> list[str]:
+    """Proxy calls made after the run's terminal result (beyond a small slack): a runner must stop."""
     if end is None:
         return []
     return [
@@ -182,6 +188,7 @@ def retry_etiquette(
 
 
 def is_failed(result: result_pb2.RunResult | None, code: str) -> bool:
+    """Whether `result` is a `run.failed` with `code`."""
     return (
         result is not None and result.WhichOneof("payload") == "run_failed" and result.run_failed.code == code
     )

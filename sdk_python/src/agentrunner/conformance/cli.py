@@ -132,4 +132,5 @@ def host_command(
 
 
 def main() -> None:
+    """The `agentrunner-conformance` command's entry point (console script)."""
     app()

@@ -61,18 +61,24 @@ class Outcome:
 
     @property
     def types(self) -> list[str | None]:
+        """The spec types of the results the client saw, in order (the table shows them)."""
         return [result_type(r) for r in self.results]
 
     @property
     def status(self) -> str:
+        """The run's final status name, or "no RunFinished" when the stream ended without one."""
         return S.RunStatus.Name(self.finished.status) if self.finished else "no RunFinished"
 
     def describe(self) -> str:
+        """One line for a problem's detail: the final status, its reason and the results seen."""
         reason = f" ({self.finished.reason})" if self.finished and self.finished.reason else ""
         return f"{self.status}{reason}, results {self.types}"
 
 
 class HostKit:
+    """Checks a host against the contract: registers the kit's own runner with it, sends events to an
+    agent bound to that runner and compares what clients and the runner see with the rules (`run`)."""
+
     def __init__(
         self,
         target: str,
@@ -97,10 +103,13 @@ class HostKit:
 
     @property
     def stub(self) -> host_service_pb2_grpc.HostServiceAsyncStub:
+        """The HostService stub over the kit's channel to the target host (open only during `run`)."""
         assert self._channel is not None
         return host_service_pb2_grpc.HostServiceStub(self._channel)
 
     async def run(self) -> Report:
+        """Starts the kit's runner, runs every host scenario in turn and returns the report; the runner and
+        the channel are closed however the scenarios end."""
         self._channel = host_service_channel(self.target, self.credentials)
         try:
             await self.runner.start(self.runner_listen)
@@ -139,6 +148,8 @@ class HostKit:
         return False
 
     def envelope(self, text: str, **extra: Any) -> host_service_pb2.EventEnvelope:
+        """An event whose text names the runner behaviour to play, with ids unique to this send so runs of
+        the same behaviour never share a conversation."""
         tag = uuid.uuid4().hex[:10]
         event = host_service_pb2.EventEnvelope(
             event_id=f"evt_conformance_{tag}",
@@ -259,6 +270,7 @@ def client_grammar(out: Outcome) -> list[str]:
 
 
 def ledger(out: Outcome) -> list[str]:
+    """GetRun reports the status the client's stream finished with (the ledger agrees with the stream)."""
     if out.finished is None or out.accepted is None:
         return []
     if out.record is None:
@@ -281,6 +293,8 @@ def filtered_variables(seen: Seen | None) -> list[str]:
 
 
 def answer(seen: Seen | None, label: str, code: grpc.StatusCode, reasons: tuple[str, ...]) -> list[str]:
+    """The host answered the runner's `label` call with `code` and an ErrorInfo whose reason is one of
+    `reasons`."""
     if seen is None or label not in seen.answers:
         return [f"the runner's {label} call did not happen"]
     got = seen.answers[label]

@@ -100,10 +100,12 @@ class KitRunner:
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def expect(self, text: str) -> asyncio.Event:
+        """An event set when a run for `text` arrives (arm it before sending the event)."""
         self.arrived[text] = asyncio.Event()
         return self.arrived[text]
 
     def proxy(self, request: runner_service_pb2.RunRequest) -> proxy_service_pb2_grpc.ProxyServiceAsyncStub:
+        """A ProxyService stub to the endpoint the host gave the run (channels are kept per endpoint)."""
         endpoint = request.host_api_endpoint
         if endpoint not in self._channels:
             self._channels[endpoint] = grpc.aio.insecure_channel(endpoint)
@@ -111,9 +113,11 @@ class KitRunner:
 
     @staticmethod
     def metadata(request: runner_service_pb2.RunRequest) -> tuple[tuple[str, str | bytes], ...]:
+        """The run's token and id as call metadata, as a real runner sends them."""
         return ((RUN_TOKEN_HEADER, request.run_token), (RUN_ID_HEADER, request.context.run_id))
 
     async def start(self, listen: str) -> None:
+        """Serves the kit's RunnerService on `listen` (for the host to call)."""
         server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0), ("grpc.max_send_message_length", 16 << 20)]
         )
@@ -139,6 +143,7 @@ class KitRunner:
         self._server = server
 
     async def stop(self) -> None:
+        """Closes the proxy channels and stops the server."""
         for channel in self._channels.values():
             await channel.close()
         if self._server is not None:
@@ -171,12 +176,14 @@ class KitRunner:
 
 
 async def well_behaved(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: two deltas and a completion, all in order."""
     yield _frame(r, 1, delta("hel", message_id="m1"))
     yield _frame(r, 2, delta("lo", message_id="m1"))
     yield _frame(r, 3, completed("hello", message_id="m1"))
 
 
 async def wrong_run_id(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: a result carrying another run's id among good ones (the host drops it)."""
     foreign = delta("not mine")
     foreign.run_id = "run_someone_else"
     yield _frame(r, 1, foreign)
@@ -187,6 +194,7 @@ async def wrong_run_id(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: S
 async def sequence_backwards(
     kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen
 ) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: a sequence number repeated (the host drops the repeat)."""
     yield _frame(r, 1, delta("a"))
     yield _frame(r, 2, delta("b"))
     yield _frame(r, 1, delta("again"))
@@ -194,6 +202,7 @@ async def sequence_backwards(
 
 
 async def two_terminals(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: `run.completed` then `run.failed` (the first terminal stands)."""
     yield _frame(r, 1, completed("first"))
     yield _frame(r, 2, failed("runner.error", "second terminal"))
 
@@ -201,28 +210,34 @@ async def two_terminals(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: 
 async def after_terminal(
     kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen
 ) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: a delta after the terminal result (the host drops it)."""
     yield _frame(r, 1, completed("done"))
     yield _frame(r, 2, delta("late"))
 
 
 async def oversized(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: a delta over the host's 1 MiB result cap, then a completion (the run goes on)."""
     yield _frame(r, 1, delta("x" * OVERSIZE))
     yield _frame(r, 2, completed("fine"))
 
 
 async def garbage(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: bytes that are no RunResponse (the host fails the run: runner.protocol_error)."""
     yield b"\xff\xff\xff\xff\xff"
 
 
 async def no_terminal(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: a delta and then the end of the stream (runner.no_terminal)."""
     yield _frame(r, 1, delta("and then nothing"))
 
 
 async def empty(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: `run.completed` with no output at all (runner.empty_output)."""
     yield _frame(r, 1, completed())
 
 
 async def dies(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: the process dies mid-stream (runner.stream_broken)."""
     yield _frame(r, 1, delta("a"))
     await asyncio.sleep(0.05)
     raise ConnectionResetError("the runner process died")  # the call ends with UNKNOWN mid-stream
@@ -231,6 +246,7 @@ async def dies(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> 
 async def unknown_payload(
     kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen
 ) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: a result type from a newer contract (the host ignores it)."""
     yield _frame(r, 1, result_pb2.RunResult.FromString(UNKNOWN_PAYLOAD))
     yield _frame(r, 2, completed("ok"))
 
@@ -238,6 +254,7 @@ async def unknown_payload(
 async def invalid_payload(
     kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen
 ) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: a `state.updated` without a scope (the host drops it)."""
     bad = state("conversation", "conformance.bad", 1)
     bad.state_updated.scope = common_pb2.STATE_SCOPE_UNSPECIFIED
     yield _frame(r, 1, bad)
@@ -330,6 +347,7 @@ async def _control(
 
 
 async def cancel(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: holds the Control stream open and ends with `run.failed` when cancelled."""
     async for frame in _control(kit, r, seen, obey=True):
         yield frame
 
@@ -337,11 +355,13 @@ async def cancel(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -
 async def ignores_cancel(
     kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen
 ) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: acknowledges a cancel but never ends (the host must end the run itself)."""
     async for frame in _control(kit, r, seen, obey=False):
         yield frame
 
 
 async def never_ends(kit: KitRunner, r: runner_service_pb2.RunRequest, seen: Seen) -> AsyncIterator[bytes]:
+    """A runner behaviour for the host kit: one delta, then nothing until the call is cancelled (the deadline scenario)."""
     yield _frame(r, 1, delta("thinking"))
     seen.waiting.set()
     await asyncio.Event().wait()

@@ -129,6 +129,7 @@ STREAMS: list[tuple[str, str, str, int, str, list[str] | None]] = [
 
 
 async def streams(kit: HostKit) -> None:
+    """The stream rules: each runner behaviour of `STREAMS` reaches the client as the contract says."""
     for check_id, rule, behaviour, status, reason, types in STREAMS:
         out = await kit.event(behaviour)
         code = (reason or None) if status == S.RUN_STATUS_FAILED else None
@@ -136,6 +137,8 @@ async def streams(kit: HostKit) -> None:
 
 
 async def context(kit: HostKit) -> None:
+    """The run context the runner receives: ids, protocol version, trace, deadline, event-first input, and
+    no sensitive request variable."""
     out = await kit.event("context", variables=VARIABLES)
     seen, problems = out.seen, expect(out, S.RUN_STATUS_COMPLETED)
     if seen is None or out.accepted is None:
@@ -181,6 +184,7 @@ async def context(kit: HostKit) -> None:
 
 
 async def unknown_agent(kit: HostKit) -> None:
+    """An event for an agent the host does not know: NOT_FOUND with one ErrorInfo."""
     request = host_service_pb2.HostServiceRunRequest(
         event=kit.envelope("well_behaved"), agent_id="conformance-no-such-agent"
     )
@@ -197,6 +201,8 @@ async def unknown_agent(kit: HostKit) -> None:
 
 
 async def probes(kit: HostKit) -> None:
+    """The host's answers to the runner's probe calls: a granted call succeeds; forged tokens, other runs'
+    ids and ungranted resources are refused with the contract's codes; Control says welcome."""
     out = await kit.event("probes")
     seen, r = out.seen, kit.report
     r.add("host.proxy_granted", "a granted call with the run token succeeds", answer_ok(seen))
@@ -239,6 +245,7 @@ async def probes(kit: HostKit) -> None:
 
 
 def answer_ok(seen: object) -> list[str]:
+    """The runner's granted call succeeded (ListHistory with its own token)."""
     from agentrunner.conformance.host_runner import Seen
 
     if not isinstance(seen, Seen) or "granted" not in seen.answers:
@@ -262,6 +269,7 @@ def _canceller(kit: HostKit, text: str, sent: dict[str, float]) -> Callable[[Out
 
 
 async def cancel(kit: HostKit) -> None:
+    """CancelRun reaches the runner as a CancelSignal with a grace period; the run ends CANCELLED."""
     sent: dict[str, float] = {}
     out = await kit.event("cancel", during=_canceller(kit, "cancel", sent))
     problems = expect(out, S.RUN_STATUS_CANCELLED)
@@ -287,6 +295,8 @@ async def cancel(kit: HostKit) -> None:
 
 
 async def deadline(kit: HostKit) -> None:
+    """A runner that never ends is stopped at the agent's deadline: TIMEOUT, and its call cancelled.
+    Skipped without `--deadline-agent`."""
     rule = "a runner that never ends: TIMEOUT (deadline_exceeded) at the agent's deadline, its call cancelled"
     if not kit.deadline_agent:
         kit.report.skip(
@@ -301,6 +311,7 @@ async def deadline(kit: HostKit) -> None:
 
 
 def aggregate(kit: HostKit) -> None:
+    """The rules over every run the kit made: clients see one run id and 1..n; GetRun agrees."""
     grammar, records = [], []
     for text, out in kit.outcomes.items():
         grammar += [f"{text}: {p}" for p in client_grammar(out)]

@@ -22,6 +22,8 @@ import enum
 
 
 class Level(enum.Enum):
+    """The RFC 2119 word of a rule: a broken MUST fails the target, a broken SHOULD warns."""
+
     MUST = "MUST"
     SHOULD = "SHOULD"
 

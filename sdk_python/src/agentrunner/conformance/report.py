@@ -20,6 +20,8 @@ from agentrunner.conformance.levels import Level, level
 
 
 class Status(enum.Enum):
+    """The outcome of one check."""
+
     PASS = "pass"
     FAIL = "fail"
     #: a SHOULD check that found problems
@@ -39,6 +41,7 @@ class CheckResult:
 
     @property
     def level(self) -> Level:
+        """The RFC 2119 level of the rule this check tests."""
         return level(self.check_id)
 
 
@@ -69,19 +72,23 @@ class Report:
         self.results.append(CheckResult(check_id, title, status, "; ".join(found), self._elapsed()))
 
     def skip(self, check_id: str, title: str, why: str) -> None:
+        """Records a check that could not be run against this target, with the reason."""
         self.results.append(CheckResult(check_id, title, Status.SKIP, why, self._elapsed()))
 
     @property
     def failed(self) -> list[CheckResult]:
+        """The checks that failed."""
         return [r for r in self.results if r.status is Status.FAIL]
 
     @property
     def warnings(self) -> list[CheckResult]:
+        """The SHOULD checks that found problems."""
         return [r for r in self.results if r.status is Status.WARN]
 
     @property
     def ok(self) -> bool:
-        """Conformant: no MUST check failed (strict: no SHOULD check either) and one check passed."""
+        """Conformant: no MUST check failed (strict: no SHOULD check either) and at least one check passed
+        or warned (a report of skips only proves nothing)."""
         if self.strict and self.warnings:
             return False
         return not self.failed and any(r.status in (Status.PASS, Status.WARN) for r in self.results)
@@ -99,9 +106,11 @@ class Report:
         return f"conformant with {warnings}" if n else "conformant"
 
     def counts(self) -> dict[Status, int]:
+        """How many checks passed, failed, warned and were skipped."""
         return {s: sum(r.status is s for r in self.results) for s in Status}
 
     def print(self, console: Console | None = None) -> None:
+        """The report as a table on the console."""
         console = console or Console()
         table = Table(title=f"agentrunner-conformance {self.kit} · {self.target}", title_justify="left")
         table.add_column("check")
@@ -125,6 +134,7 @@ class Report:
         )
 
     def junit(self) -> ET.ElementTree[ET.Element | None]:
+        """The report as a JUnit XML suite (one test case per check), for CI systems to display."""
         c = self.counts()
         failing = {Status.FAIL, Status.WARN} if self.strict else {Status.FAIL}
         suite = ET.Element(
@@ -154,6 +164,7 @@ class Report:
         return tree
 
     def write_junit(self, path: str | Path) -> None:
+        """Writes the JUnit XML to `path`, creating its directory."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.junit().write(path, encoding="utf-8", xml_declaration=True)

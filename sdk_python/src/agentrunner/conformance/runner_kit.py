@@ -78,9 +78,11 @@ class Started:
 
     @property
     def ended(self) -> bool:
+        """Whether the run's stream has ended."""
         return self.reader.done()
 
     def calls(self, host: HostDouble) -> list[ProxyCall]:
+        """The proxy calls this run made (the host double's log from where the run started)."""
         return host.calls[self.mark :]
 
 
@@ -103,6 +105,7 @@ class Scenario:
 
     @property
     def proxy_calls(self) -> list[ProxyCall]:
+        """The run's proxy calls other than the Control stream."""
         return [c for c in self.calls if c.method != "Control"]
 
 
@@ -145,12 +148,15 @@ class RunnerKit:
 
     @property
     def stub(self) -> runner_service_pb2_grpc.RunnerServiceAsyncStub:
+        """The RunnerService stub over the kit's channel to the target runner (open only during `run`)."""
         assert self._channel is not None
         return runner_service_pb2_grpc.RunnerServiceStub(self._channel)
 
     # -- driving --------------------------------------------------------------------------------------
 
     async def run(self) -> Report:
+        """Starts the host double, waits for the runner, discovers it and runs every scenario; returns the
+        report. The double and the channel are closed however the scenarios end."""
         self._channel = grpc.aio.insecure_channel(self.target, options=[("grpc.enable_retries", 0)])
         try:
             await self.host.start()
@@ -202,6 +208,8 @@ class RunnerKit:
 
     @staticmethod
     def fail_with(error: AgentRunnerError) -> Script:
+        """A proxy script that answers every call with `error` (to watch the runner's retry etiquette)."""
+
         async def failing(request: Any, call: ProxyCall) -> Any:
             raise error
 

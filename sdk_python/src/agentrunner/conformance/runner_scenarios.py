@@ -45,6 +45,7 @@ def _ended(scenario: Scenario, limit: float) -> list[str]:
 
 
 async def normal(kit: RunnerKit) -> None:
+    """A normal run: the stream keeps the grammar and matches the capabilities the manifest declares."""
     kit.script_all(None)
     sc = await kit.finish(await kit.start("normal"))
     assert kit.manifest is not None
@@ -63,6 +64,7 @@ async def normal(kit: RunnerKit) -> None:
 
 
 async def config_invalid(kit: RunnerKit) -> None:
+    """A config value that fails the manifest's schema ends the run with runner.config_invalid."""
     assert kit.manifest is not None
     title = "config that fails config_schema ends with run.failed runner.config_invalid naming the field"
     if not kit.manifest.config_schema:
@@ -121,6 +123,8 @@ INJECTED: list[tuple[str, str, AgentRunnerError, float, int]] = [
 
 
 async def injected_errors(kit: RunnerKit) -> None:
+    """The host answers every call with one error: the runner retries only what is retryable, and still
+    ends the run with a terminal result."""
     for check_id, title, error, min_gap, attempts in INJECTED:
         if not _makes_calls(kit):
             kit.report.skip(check_id, title, NO_CALLS)
@@ -138,6 +142,7 @@ async def injected_errors(kit: RunnerKit) -> None:
 
 
 async def host_dropped(kit: RunnerKit) -> None:
+    """A host API endpoint that refuses connections: the run still ends with a terminal result."""
     limit = 10.0
     sc = await kit.finish(await kit.start("dropped", host_api_endpoint=_closed_port()), timeout=limit)
     kit.report.add(
@@ -179,6 +184,9 @@ async def _control_session(kit: RunnerKit, started: Started) -> ControlSession |
 
 
 async def cancel(kit: RunnerKit) -> None:
+    """The Control stream: hello first, steering acknowledged, a cancel that ends the run, heartbeats at
+    the welcome's interval, the stream closed with the run. Skipped when the manifest declares neither
+    interrupt nor steering."""
     assert kit.manifest is not None
     caps = kit.manifest.capabilities
     r = kit.report
@@ -277,6 +285,7 @@ async def _cancel(kit: RunnerKit, started: Started, session: ControlSession) -> 
 
 
 async def call_cancelled(kit: RunnerKit) -> None:
+    """The host cancels the Run call: the runner stops making proxy calls."""
     title = "the host cancels the Run call: the runner stops (no proxy call afterwards)"
     kit.script_all(kit.hold())
     started = await kit.start("call_cancelled")
@@ -295,6 +304,7 @@ async def call_cancelled(kit: RunnerKit) -> None:
 
 
 async def deadline(kit: RunnerKit) -> None:
+    """A run deadline passing while the host holds a call: a terminal result before the deadline."""
     title = f"a run deadline ({DEADLINE_SECONDS:.0f}s) passing while the host holds a call: a terminal result before it"
     if not _makes_calls(kit):
         kit.report.skip("stream.deadline", title, NO_CALLS.replace("answer with an error", "hold"))

@@ -34,10 +34,14 @@ class _Args(BaseModel):
 
 
 class NoArgs(_Args):
+    """Arguments of a tool that takes none (the schema the harness sees is an empty object)."""
+
     pass
 
 
 class HistoryPageArgs(_Args):
+    """Arguments of the history tool: a page of the conversation before a cursor."""
+
     before_cursor: str = Field(
         "", description="Items before this cursor; empty starts before the current event."
     )
@@ -45,12 +49,16 @@ class HistoryPageArgs(_Args):
 
 
 class RetrieveKnowledgeArgs(_Args):
+    """Arguments of the knowledge tool: one query against one knowledge base the run was granted."""
+
     kb_id: str = Field(description="Knowledge base id from the run context.")
     query: str = Field(min_length=1, description="What to search for.")
     top_k: int = Field(5, ge=1, le=50, description="How many chunks.")
 
 
 class CallToolArgs(_Args):
+    """Arguments of the host-tool passthrough: which granted host tool to call, and with what."""
+
     tool_name: str = Field(min_length=1, description="A host tool name from the run context.")
     arguments: dict[str, Any] = Field(
         default_factory=dict, description="Arguments matching the tool's schema."
@@ -70,6 +78,8 @@ class ExternalTool:
     read_only: bool = True
 
     def input_schema(self) -> dict[str, Any]:
+        """The JSON schema of the tool's arguments as MCP publishes it (pydantic's, without the title that
+        would name our model class instead of the tool)."""
         schema = self.args.model_json_schema()
         schema.pop("title", None)
         return schema
@@ -110,9 +120,12 @@ class ExternalTools:
         self.ctx = ctx
 
     def tools(self) -> list[ExternalTool]:
+        """The tools this run may use: those whose host API the run was granted (the others are not offered,
+        so the harness never sees a tool that could only fail)."""
         return [t for t in _SURFACE if t.available(self.ctx)]
 
     def get(self, name: str) -> ExternalTool | None:
+        """The offered tool called `name`, or None when it is unknown or not offered to this run."""
         return next((t for t in self.tools() if t.name == name), None)
 
     async def call(self, name: str, arguments: dict[str, Any] | None) -> Any:
@@ -139,6 +152,8 @@ class ExternalTools:
         available=lambda ctx: True,
     )
     async def current_event(self, args: NoArgs) -> dict[str, Any]:
+        """The event that started the run, its input, conversation and actor (and the stored event when the
+        run may read it), so the agent can see what it is answering."""
         raw = self.ctx.raw
         out: dict[str, Any] = {
             "event": json_format.MessageToDict(raw.event, preserving_proto_field_name=True),
@@ -158,6 +173,7 @@ class ExternalTools:
         available=lambda ctx: ctx.context.available_apis.history_page,
     )
     async def history_page(self, args: HistoryPageArgs) -> dict[str, Any]:
+        """A page of the conversation's history before a cursor (by default before the current event)."""
         before = args.before_cursor or self.ctx.context.latest_cursor
         resp = await self.ctx.api.call(
             "ListHistory", P.ListHistoryRequest(before_cursor=before, limit=args.limit)
@@ -177,6 +193,7 @@ class ExternalTools:
         available=lambda ctx: len(ctx.resources.knowledge_bases) > 0,
     )
     async def retrieve_knowledge(self, args: RetrieveKnowledgeArgs) -> dict[str, Any]:
+        """Chunks from a knowledge base for a query, with their scores and source documents."""
         req = P.RetrieveKnowledgeRequest(kb_id=args.kb_id, query_text=args.query, top_k=args.top_k)
         resp = await self.ctx.api.call("RetrieveKnowledge", req)
         return {
@@ -199,6 +216,8 @@ class ExternalTools:
         read_only=False,
     )
     async def call_tool(self, args: CallToolArgs) -> dict[str, Any]:
+        """Calls a host tool on the agent's behalf; the call is recorded as `tool.started` / `tool.completed`
+        results of the run, so it shows in the transcript like a tool call the runner made itself."""
         call_id = results.new_id("call")
         ctx = self.ctx
         await ctx.emit(results.tool_started(call_id, args.tool_name, args.arguments, metadata={"via": "mcp"}))

@@ -113,13 +113,16 @@ class McpBridge:
 
     @property
     def url(self) -> str:
+        """The bridge's MCP endpoint (streamable HTTP on loopback), to give the harness's MCP config."""
         return f"http://127.0.0.1:{self.port}/mcp"
 
     @property
     def tool_names(self) -> list[str]:
+        """The names of the tools the bridge offers this run (for the harness's allow-list)."""
         return [t.name for t in self.tools.tools()]
 
     async def start(self) -> McpBridge:
+        """Starts the HTTP server on a free loopback port and returns once it accepts connections."""
         import uvicorn
 
         app = build_server(self.tools).streamable_http_app(host="127.0.0.1", stateless_http=False)

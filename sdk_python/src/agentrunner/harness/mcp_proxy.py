@@ -45,6 +45,8 @@ async def _serve(url: str, token: str) -> None:
 
 
 def main() -> int:
+    """The stdio-to-HTTP proxy's entry point: serves MCP on stdio for a harness that only speaks stdio,
+    forwarding to the bridge named by the environment; the exit status says why it stopped."""
     url, token = os.environ.get(URL_ENV, ""), os.environ.get(TOKEN_ENV, "")
     if not url or not token:
         print(f"mcp_proxy: {URL_ENV} and {TOKEN_ENV} must be set", file=sys.stderr)

@@ -131,6 +131,8 @@ class Records:
         self.skipped = 0
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        """Takes the next chunk of the stream; returns the records it completed (a partial record waits for
+        the next chunk)."""
         out: list[bytes] = []
         start = 0
         while True:
@@ -191,6 +193,8 @@ class HarnessProcess:
     # -- lifecycle ----------------------------------------------------------------------------------
 
     async def start(self) -> HarnessProcess:
+        """Starts the subprocess in its own process group (so the whole tree can be signalled); raises a
+        `RunnerFailure` naming the command when it cannot be executed."""
         spec = self.spec
         command = spec.argv[0]
         try:
@@ -240,10 +244,12 @@ class HarnessProcess:
 
     @property
     def pid(self) -> int | None:
+        """The subprocess's pid, or None before it started."""
         return self.proc.pid if self.proc is not None else None
 
     @property
     def returncode(self) -> int | None:
+        """The subprocess's exit status, or None while it runs (or before it started)."""
         return self.proc.returncode if self.proc is not None else None
 
     # -- io -----------------------------------------------------------------------------------------

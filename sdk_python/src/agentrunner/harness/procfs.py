@@ -71,16 +71,19 @@ def with_env(name: str, value: str) -> list[int]:
 
 
 def any_alive(pids: Iterable[int]) -> bool:
+    """Whether any of `pids` is still running (a zombie counts as gone)."""
     return any(_live(stat_fields(pid)) for pid in pids)
 
 
 def signal_all(pids: Iterable[int], sig: signal.Signals) -> None:
+    """Sends `sig` to each pid, ignoring those already gone or not ours to signal."""
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Sends `sig` to a whole process group, ignoring a group already gone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 

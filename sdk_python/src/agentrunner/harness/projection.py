@@ -104,8 +104,11 @@ def context_markdown(document: Mapping[str, Any]) -> str:
     attachments = document["input"]["attachments"]
     if attachments:
         lines += ["", "## Attached files", ""]
+        # a URL attachment or one that was not downloaded has no path: listed by its URL or name
         lines += [
-            f"- `{a['path']}` ({a.get('mime_type') or 'unknown type'}, {a.get('size_bytes', 0)} bytes)"
+            f"- `{a.get('path') or a.get('uri') or a.get('name') or a.get('artifact_id')}` "
+            f"({a.get('mime_type') or 'unknown type'}, {a.get('size_bytes', 0)} bytes)"
+            + (f": {a['note']}" if a.get("note") else "")
             for a in attachments
         ]
     lines += [

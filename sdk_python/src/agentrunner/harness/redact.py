@@ -78,6 +78,7 @@ class Redactor:
             self.add_env({str(k): str(v) for k, v in (server.get("env") or {}).items()})
 
     def __call__(self, text: str) -> str:
+        """`text` with every known secret value, and every secret-looking token or assignment, masked."""
         if not text:
             return text
         if self._pattern is not None:

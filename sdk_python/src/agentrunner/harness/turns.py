@@ -73,6 +73,8 @@ class HarnessRun:
         self.ctx = ctx
 
     async def results(self) -> AsyncIterator[result_pb2.RunResult]:
+        """The run's results: the prepared harness's turns for the input, each ending in its terminal result;
+        a `RunnerFailure` ends the run as `run.failed` with its code."""
         prompt = self.ctx.input.to_text().strip()
         if not prompt and not self.ctx.input.attachments and self.ctx.input.interaction is not None:
             # the answer to a question a turn asked (`agentrunner.harness.asking`) that came after that
@@ -134,6 +136,7 @@ class HarnessRunner(Runner):
     run_class: ClassVar[type[HarnessRun]]
 
     async def run(self, ctx: RunContext) -> AsyncIterator[result_pb2.RunResult]:
+        """One run: a fresh `run_class` object for this context, whose results are the run's."""
         async for result in self.run_class(ctx).results():
             yield result
 

@@ -174,10 +174,12 @@ class Workspace:
 
     @property
     def inputs(self) -> Path:
+        """Where the run's input files are written for the agent to read."""
         return self.directory / "inputs"
 
     @property
     def outbox(self) -> Path:
+        """Where the agent puts files to hand back; the runner uploads them as artifacts."""
         return self.directory / "outbox"
 
     @property
@@ -194,6 +196,7 @@ class Workspace:
         return open_beneath(self.directory, relative, flags, mode)
 
     def read_bytes(self, relative: str) -> bytes:
+        """A file's bytes, read through `open` (so a symlink cannot lead the read out of the workspace)."""
         fd = self.open(relative)
         with os.fdopen(fd, "rb") as fh:
             return fh.read()

@@ -106,6 +106,7 @@ class ServiceError(Exception):
 
     @property
     def code(self) -> str:
+        """The run failure code, `<provider>.<reason>` (e.g. `dify.rate_limited`), as the host stores it."""
         return f"{self.provider}.{self.reason}"
 
     def failure_details(self) -> dict[str, Any]:
@@ -139,6 +140,8 @@ class Redactor:
         )
 
     def add(self, *secrets: str) -> None:
+        """Adds secret values to mask (values shorter than four characters are ignored: masking them would
+        mangle ordinary text)."""
         self._secrets = sorted(
             {*self._secrets, *(s for s in secrets if isinstance(s, str) and len(s) >= 4)},
             key=len,
@@ -146,6 +149,8 @@ class Redactor:
         )
 
     def __call__(self, text: str) -> str:
+        """`text` with the known secrets, bearer/basic credentials and key/token query parameters replaced
+        by `***`, so a service's error text can be shown without leaking credentials."""
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, "***")

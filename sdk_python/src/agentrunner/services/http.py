@@ -104,6 +104,7 @@ class Upstream:
 
     @property
     def client(self) -> httpx.AsyncClient:
+        """The HTTP client to use: the one given (tests), else the process's pooled client for this loop."""
         return self._client or http_client()
 
     def timeout(self) -> httpx.Timeout:

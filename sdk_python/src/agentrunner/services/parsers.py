@@ -86,9 +86,11 @@ class JsonSequence:
         self.values = 0
 
     def feed(self, chunk: bytes) -> list[Any]:
+        """Takes the next chunk; returns the values it completed (a value split across chunks waits)."""
         return self._scan(self._utf8.feed(chunk))
 
     def close(self) -> list[Any]:
+        """Ends the body; returns the last value, or raises `InvalidJson` when the body stops mid-value."""
         out = self._scan(self._utf8.close())
         if self._prefix:
             raise InvalidJson("the body ends inside a `data:` prefix", self._prefix)
@@ -195,9 +197,11 @@ class JsonLines:
         self.skipped = 0
 
     def feed(self, chunk: bytes) -> list[Any]:
+        """Takes the next chunk; returns the values of the lines it completed."""
         return self._lines(self._utf8.feed(chunk))
 
     def close(self) -> list[Any]:
+        """Ends the body; a last line without a newline still counts."""
         out = self._lines(self._utf8.close())
         if self._partial:
             out.extend(self._parse("".join(self._partial)))
@@ -261,6 +265,8 @@ class ThinkSplitter:
         self._after_close = False
 
     def feed(self, text: str) -> tuple[str, str]:
+        """Takes the next piece of streamed text; returns its (answer, reasoning) parts. A tail that may be
+        the start of a tag is held back until the next piece decides it."""
         text = self._held + text
         self._held = ""
         answer: list[str] = []
@@ -280,6 +286,7 @@ class ThinkSplitter:
         return "".join(answer), "".join(reasoning)
 
     def close(self) -> tuple[str, str]:
+        """Ends the stream: returns what was held back, as answer or reasoning depending on the open tag."""
         held, self._held = self._held, ""
         answer: list[str] = []
         reasoning: list[str] = []

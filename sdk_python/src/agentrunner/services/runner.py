@@ -60,6 +60,8 @@ class ExternalIds:
         self._read: set[str] = set()
 
     def get(self, key: str, valid: Any = None) -> str | None:
+        """The id stored when the run started, or None (a fresh retry, nothing stored, or `valid` rejects it).
+        Reading a key marks it, so a fresh retry can delete the ids it no longer trusts."""
         self._read.add(key)
         if self.fresh:
             return None
@@ -74,6 +76,7 @@ class ExternalIds:
     used_stored = False
 
     def set(self, key: str, value: str | None) -> None:
+        """Records the id the service returned (an empty value records nothing)."""
         if value:
             self._new[key] = value
 
@@ -82,6 +85,8 @@ class ExternalIds:
         return self._new.get(key) or self.get(key)
 
     def updates(self) -> list[result_pb2.RunResult]:
+        """The `state.updated` results for ids that changed, plus deletions of stored ids a fresh retry read
+        and did not replace (a stale id must not be reused by the next run)."""
         out = []
         for key, value in self._new.items():
             if self._stored.get(key) != value:
@@ -108,6 +113,7 @@ class ServiceTurn:
 
     @property
     def streaming(self) -> bool:
+        """Whether the answer is streamed to the user as deltas (else sent whole at the end)."""
         return self.answer.streaming
 
     def set_usage(
@@ -137,6 +143,8 @@ class ServiceRunner(Runner):
     # -- hooks --------------------------------------------------------------------------------
 
     async def exchange(self, ctx: RunContext, turn: ServiceTurn) -> None:  # pragma: no cover - abstract
+        """Talks to the service for one run: sends the input, feeds the answer into `turn.answer`, records ids
+        and usage on `turn`; raises `ServiceError` for the service's failures."""
         raise NotImplementedError
 
     def json_error(self, data: Any, status: int) -> ServiceError | None:
@@ -150,6 +158,7 @@ class ServiceRunner(Runner):
         )
 
     def timeout(self, ctx: RunContext) -> float:
+        """Seconds each operation with the service may take: the config's `timeout`, else `default_timeout`."""
         value = config_value(ctx.config, "timeout")
         return float(value) if isinstance(value, int | float) and value > 0 else self.default_timeout
 
@@ -176,6 +185,8 @@ class ServiceRunner(Runner):
         return ServiceTurn(ctx, upstream, streaming=self.streaming(ctx), fresh=fresh)
 
     async def run(self, ctx: RunContext) -> AsyncIterator[result_pb2.RunResult]:
+        """One run: the exchange under the deadline guard, retried once without stored ids when the service
+        says a stored id is stale and nothing was streamed yet; the service's errors become `run.failed`."""
         redact = Redactor(self.secrets(ctx))
         turn = self._turn(ctx, redact, fresh=False)
         try:

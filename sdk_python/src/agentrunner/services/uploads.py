@@ -35,6 +35,7 @@ class InputFile:
 
     @property
     def is_image(self) -> bool:
+        """Whether the service should get the file as an image (many services take images separately)."""
         return self.mime_type.startswith("image/")
 
     @property
