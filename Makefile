@@ -98,7 +98,7 @@ demo-codex: sync ## The codex runner through the host (the real `codex` against 
 demo-acp: sync ## The acp runner through the host (the real `claude-agent-acp` against a local API mock if installed, else the bundled scripted ACP agent)
 	PATH="$(CURDIR)/.tools/real/claude_acp/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness acp
 
-bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge; writes bench/results.json
+bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge, LangBot bridge vs native; writes bench/results*.json
 	$(RUN) python bench/run_all.py
 
 clean: ## Remove generated scratch and local state

@@ -1,4 +1,6 @@
-"""`make bench`: runs every `bench/bench_*.py` in turn (each prints its own summary line)."""
+"""`make bench`: runs every `bench/bench_*.py` in turn (each prints its own summary line): the host
+path (`bench_host.py`), history paging, knowledge, and a LangBot plugin through the bridge next to a
+native runner (`bench_bridge.py`)."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import pathlib
 from typing import Annotated, Any
@@ -20,17 +21,19 @@ def config_check(
     as_json: JsonOpt = False,
 ) -> None:
     """Check a host config: its schema, bindings that can never match, and (dialing every runner
-    endpoint) agents whose runner no endpoint serves and each agent's runner_config against the
-    runner's manifest. Exit 0 when clean, 1 on errors, 2 when the file itself is invalid;
+    endpoint, starting for the check the LangBot plugin bridges the host would start) agents whose
+    runner no endpoint serves and each agent's runner_config against the runner's manifest. Exit 0 when clean, 1 on errors, 2 when the file itself is invalid;
     warnings alone exit 0."""
     from agentrunner_host.observability.telemetry import configure_logging
-    from agentrunner_host.registry.check import check_against_registry, check_bindings, probe_registry
+    from agentrunner_host.registry.check import Problem, check_against_registry, check_bindings
+    from agentrunner_host.server.managed import entry_problems
 
     configure_logging("error")  # the registry's own warnings would repeat the problems below
     cfg = load(config)
-    problems = check_bindings(cfg)
+    problems = [Problem("error", path, reason) for path, reason in entry_problems(cfg)]
+    problems += check_bindings(cfg)
     if not offline:
-        manifests, endpoints = asyncio.run(probe_registry(cfg))
+        manifests, endpoints = asyncio.run(_probe(cfg))
         problems += check_against_registry(cfg, manifests, endpoints)
     errors = sum(p.severity == "error" for p in problems)
     if as_json:
@@ -46,6 +49,26 @@ def config_check(
         console.print(f"{config}: {summary}{scope}", highlight=False)
     if errors:
         raise typer.Exit(1)
+
+
+async def _probe(cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every runner endpoint dialed once; the runners the host would start itself (`kind:
+    langbot-plugins`) are started for it and stopped after, so their manifests are checked too."""
+    from agentrunner_host.registry.check import probe_registry
+    from agentrunner_host.server.managed import ManagedRunners
+
+    if not any(r.kind != "grpc" for r in cfg.runners):
+        return await probe_registry(cfg)
+    managed = await ManagedRunners.start(cfg, capture=True)  # their logs are not the check's output
+    try:
+        manifests, endpoints = await probe_registry(cfg)
+        for runner in managed.runners:  # a bridge that did not start says why (its own one-line error)
+            health = endpoints.get(runner.entry.id)
+            if health is not None and not health.available and runner.start_error():
+                endpoints[runner.entry.id] = dataclasses.replace(health, last_error=runner.start_error())
+        return manifests, endpoints
+    finally:
+        await managed.stop()
 
 
 def db_upgrade(

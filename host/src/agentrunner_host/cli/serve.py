@@ -40,9 +40,12 @@ def register(app: typer.Typer) -> None:
         from agentrunner.telemetry import TelemetryError, configure_otlp
         from agentrunner_host.config.extras import missing
         from agentrunner_host.observability.telemetry import configure_logging
+        from agentrunner_host.server.managed import entry_problems
 
         configure_logging(log_level.value)
         cfg = load(config)
+        for path, reason in entry_problems(cfg):
+            fail(f"{config}: {path}: {reason}", 2)
         absent = missing(cfg)  # extras the config needs (PostgreSQL, OTLP, console, MCP) not installed
         for line in absent:
             err_console.print(

@@ -144,10 +144,24 @@ class RegistryConfig(_Strict):
 
 
 class RunnerEndpointConfig(_Strict):
-    """One runner process the host dials."""
+    """One runner process the host dials; `kind: langbot-plugins` is one the host also starts itself."""
 
     id: str = Field(min_length=1)
-    address: str = Field(min_length=1)
+    #: `grpc`: a runner process started elsewhere, dialed at `address`. `langbot-plugins`: the host starts
+    #: `python -m agentrunner_runners.langbot_bridge --plugins <plugins_dir>` (LangBot Runner plugins as
+    #: runners; needs the runners package's `langbot` extra) on `address` (default: loopback, a free
+    #: port), restarts it when it exits and stops it with the host (server/managed.py)
+    kind: Literal["grpc", "langbot-plugins"] = "grpc"
+    #: `grpc`: required. `langbot-plugins`: where the started bridge listens (`127.0.0.1:0`: a free port)
+    address: str = "127.0.0.1:0"
+    #: `langbot-plugins`: the directory of plugins (each a directory with its manifest.yaml, or a .lbpkg)
+    plugins_dir: pathlib.Path | None = None
+    #: `langbot-plugins`: more arguments for the bridge (`--plugin-config FILE`, `--skip-deps-check`, ...)
+    args: list[str] = Field(default_factory=list)
+    #: `langbot-plugins`: names of environment variables the bridge may see besides the basics (PATH,
+    #: HOME, locale, proxies): those its `--plugin-config` reads with `{"env": NAME}`. Nothing else of the
+    #: host's environment (API keys, tokens) reaches it or the plugins
+    env: list[str] = Field(default_factory=list)
     tls: TlsConfig | None = None
     #: the runner ids this endpoint may serve; an id another endpoint announces is refused (and logged).
     #: Unset: the endpoint may serve any id no other endpoint lists, and an id stays with the first
@@ -156,6 +170,16 @@ class RunnerEndpointConfig(_Strict):
     #: bearer token sent as `authorization` metadata; prefer `auth_token_env` for secrets
     auth_token: str | None = None
     auth_token_env: str | None = None
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> RunnerEndpointConfig:
+        if self.kind == "langbot-plugins" and self.plugins_dir is None:
+            raise ValueError("a runner of kind langbot-plugins needs plugins_dir")
+        if self.kind == "grpc" and ("address" not in self.model_fields_set or not self.address):
+            raise ValueError("a runner endpoint needs an address (host:port)")
+        if self.kind == "grpc" and (self.plugins_dir is not None or self.args or self.env):
+            raise ValueError("plugins_dir, args and env are for runners of kind langbot-plugins")
+        return self
 
     def resolved_token(self, env: HostEnv) -> str | None:
         if self.id in env.runner_tokens:

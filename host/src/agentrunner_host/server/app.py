@@ -43,6 +43,7 @@ from agentrunner_host.run import outcomes
 from agentrunner_host.run.access import RunAccess
 from agentrunner_host.run.records import RunRecords
 from agentrunner_host.run.service import RunService
+from agentrunner_host.server.managed import ManagedRunners
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.fact_stores import FactStores, FactStoreSettings
@@ -143,8 +144,11 @@ class HostApp:
         tools: ToolRegistry,
         knowledge: KnowledgeService,
         env: HostEnv | None = None,
+        managed: ManagedRunners | None = None,
     ) -> None:
         configure_tracing()
+        #: runner processes this host started (`runners[].kind: langbot-plugins`), stopped with it
+        self.managed = managed
         self.config = config
         self.db = db
         self.stores = stores
@@ -249,7 +253,20 @@ class HostApp:
                     await item.aclose()
             await db.dispose()
             raise
-        return cls(config, db=db, stores=stores, models=models, tools=tools, knowledge=knowledge, env=env)
+        # before the registry is built: a started runner's entry gets the address it listens on
+        managed = (
+            await ManagedRunners.start(config) if any(r.kind != "grpc" for r in config.runners) else None
+        )
+        return cls(
+            config,
+            db=db,
+            stores=stores,
+            models=models,
+            tools=tools,
+            knowledge=knowledge,
+            env=env,
+            managed=managed,
+        )
 
     async def _cancel(self, run_id: str, reason: str) -> None:
         with contextlib.suppress(AgentRunnerError):
@@ -372,6 +389,8 @@ class HostApp:
         if self.server is not None:
             await self.server.stop(0.5)
         await self.registry.close()
+        if self.managed is not None:
+            await self.managed.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
