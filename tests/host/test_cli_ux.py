@@ -24,9 +24,7 @@ from tests.host.conftest import start_process, stop_process
 
 pytestmark = pytest.mark.timeout(300)  # a dozen CLI processes; each import is slow on a loaded machine
 CLI = [sys.executable, "-m", "agentrunner_host"]
-# Without GRPC_VERBOSITY: this process imported the SDK, whose _grpc_env set it to ERROR here; a user's
-# shell has none, and the CLI's own default (NONE: no C-core `E1207 ... add_port.cc` line) is under test.
-ENV = {**{k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}, "COLUMNS": "200"}
+ENV = {**os.environ, "COLUMNS": "200"}
 
 
 def cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
