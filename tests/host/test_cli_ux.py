@@ -76,9 +76,22 @@ def test_busy_ports_are_one_line_errors_naming_port_and_holder(tmp_path: pathlib
             f"error: cannot listen on 127.0.0.1:{port} ({what}): port {port} is already in use by "
             f"pid {os.getpid()} ({psutil.Process().name()})"
         ], done.stderr
-    # alembic's lines are JSON records too, nothing plain precedes them
-    assert any(json.loads(line).get("logger") == "alembic.runtime.migration" for line in grpc_busy.stderr.splitlines()
-               if line.startswith("{"))  # fmt: skip
+    # on a database at head the host serves without Alembic (issue 37: it is not even imported) ...
+    loggers = [
+        json.loads(line).get("logger") for line in grpc_busy.stderr.splitlines() if line.startswith("{")
+    ]
+    assert "alembic.runtime.migration" not in loggers
+    # ... and where Alembic does run (a database not at head, refused), its lines are JSON records too,
+    # nothing plain precedes them
+    unmigrated = yaml.safe_load(config.read_text())
+    unmigrated["database"]["url"] = f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}"
+    config.write_text(yaml.safe_dump(unmigrated))
+    refused = cli("serve", "--config", str(config))
+    assert refused.returncode == 3
+    lines = refused.stderr.splitlines()
+    first_plain = next(i for i, line in enumerate(lines) if not line.startswith("{"))
+    assert lines[first_plain].startswith("refusing to serve: "), refused.stderr
+    assert any(json.loads(line).get("logger") == "alembic.runtime.migration" for line in lines[:first_plain])
 
 
 def test_bad_input_and_unreachable_hosts_are_one_line_errors(tmp_path: pathlib.Path) -> None:

@@ -15,7 +15,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentrunner import start_server
-from agentrunner.errors import RunnerUnavailableError
+from agentrunner.errors import RateLimitedError, RunnerUnavailableError
+from agentrunner.server import RunnerServicer
 from agentrunner.testing import HostDouble, make_context
 from agentrunner.v1 import runner_service_pb2, runner_service_pb2_grpc
 from agentrunner_runners.reference import ReferenceRunner
@@ -146,3 +147,47 @@ async def test_json_logs_carry_the_run_id_and_trace_id() -> None:
     assert crash["run_id"] == handle.run_id and crash["level"] == "error"
     assert len(crash["trace_id"]) == 32 and crash["trace_id"] == handle.context.runtime.trace_id
     assert "reference runner failure requested" in crash["error"]
+
+
+async def test_a_run_beyond_the_servers_open_run_cap_is_refused_with_retry_info() -> None:
+    """Issue 37: a runner server holds at most `max_open_runs` runs at once; one more is refused
+    RESOURCE_EXHAUSTED (`RATE_LIMITED`, retryable) with a `RetryInfo` delay before the runner sees it,
+    and is admitted again once a run has ended."""
+    server = await start_server([ReferenceRunner], max_open_runs=2)
+    ref = "plugin:langbot/reference/default"
+    try:
+        async with HostDouble() as host:
+            held = [await host.start_run(server.address, "stall", runner_id=ref) for _ in range(2)]
+            for handle in held:
+                await host.wait_control(handle.run_id)
+            refused = await (await host.start_run(server.address, "hi", runner_id=ref)).wait(check=False)
+            assert refused.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert isinstance(refused.error, RateLimitedError)
+            assert refused.error.retryable and refused.error.retry_delay == 1.0
+            assert refused.error.metadata["maxOpenRuns"] == "2"
+            held[0].cancel()
+            await held[0].wait(check=False)
+            await asyncio.sleep(0.1)  # the handler leaves `active` after its last result
+            again = await host.run(server.address, "hi", runner_id=ref)
+            assert again.text == "echo: hi"
+    finally:
+        await server.stop(0.2)
+
+
+async def test_the_open_run_cap_defaults_to_ten_thousand_and_reads_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default cap matches the host's (10,000); `AGENTRUNNER_MAX_OPEN_RUNS` overrides it, and a
+    value that is not a positive integer stops the server with a one-line error (exit 1)."""
+    monkeypatch.delenv("AGENTRUNNER_MAX_OPEN_RUNS", raising=False)
+    assert RunnerServicer([ReferenceRunner()]).max_open_runs == 10_000
+    monkeypatch.setenv("AGENTRUNNER_MAX_OPEN_RUNS", "25")
+    assert RunnerServicer([ReferenceRunner()]).max_open_runs == 25
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentrunner", "serve", TARGET, "--port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "AGENTRUNNER_MAX_OPEN_RUNS": "lots"},
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1 and out == b""
+    assert b"AGENTRUNNER_MAX_OPEN_RUNS must be a positive integer" in err

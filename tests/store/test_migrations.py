@@ -246,3 +246,11 @@ def test_the_migrations_import_nothing_above_the_store() -> None:
                 if name.startswith("agentrunner_host") and not name.startswith("agentrunner_host.store")
             ]
     assert upward == []
+
+
+def test_the_start_up_check_reads_the_same_heads_as_alembic() -> None:
+    """`ensure_current` skips Alembic when the version files' heads match the database's: that shortcut
+    is right only while the files' `revision` / `down_revision` say what Alembic reads from them."""
+    from agentrunner_host.store.migrate import file_heads
+
+    assert file_heads() == head_revisions()

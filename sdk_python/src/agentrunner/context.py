@@ -104,10 +104,20 @@ class Steering:
     run may call it.
     """
 
+    __slots__ = ("_pull", "_queue_or_none", "control_active")
+
     def __init__(self, pull: Callable[[], Any] | None = None) -> None:
-        self._queue: asyncio.Queue[SteeringInput] = asyncio.Queue()
+        #: made by the first item or the first reader (`_queue`): most runs are never steered, and an
+        #: empty `asyncio.Queue` is about 2 KiB of every open run
+        self._queue_or_none: asyncio.Queue[SteeringInput] | None = None
         self._pull = pull
         self.control_active = False
+
+    @property
+    def _queue(self) -> asyncio.Queue[SteeringInput]:
+        if self._queue_or_none is None:
+            self._queue_or_none = asyncio.Queue()
+        return self._queue_or_none
 
     def push(self, item: SteeringInput) -> None:
         """Queues an item for `get` / `async for` (called by the control stream when the host sends steering)."""
@@ -115,9 +125,10 @@ class Steering:
 
     def pending(self) -> list[SteeringInput]:
         """Items already received, without waiting."""
-        items = []
-        while not self._queue.empty():
-            items.append(self._queue.get_nowait())
+        items: list[SteeringInput] = []
+        queue = self._queue_or_none
+        while queue is not None and not queue.empty():
+            items.append(queue.get_nowait())
         return items
 
     async def _next(self) -> SteeringInput:

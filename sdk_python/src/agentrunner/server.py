@@ -3,12 +3,18 @@
 The server has health checking (`grpc.health.v1`), reflection, optional TLS, 16 MiB message limits and
 `so_reuseport=0` (a busy port fails loudly with `PortInUseError`). Shutdown stops admitting runs, lets
 in-flight runs finish for `grace` seconds, then ends them with `run.failed` code `cancelled`.
+
+Admission: at most `max_open_runs` runs (default `MAX_OPEN_RUNS`, env `AGENTRUNNER_MAX_OPEN_RUNS`) are
+open in one server at once; a run beyond it is refused `RESOURCE_EXHAUSTED` (`RATE_LIMITED`, retryable,
+with a `google.rpc.RetryInfo` delay) before the runner sees it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -24,7 +30,13 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from agentrunner import telemetry
 from agentrunner.api import close_channels
 from agentrunner.engine import CANCELLED, RunExecution
-from agentrunner.errors import InvalidArgumentError, NotFoundError, RunnerUnavailableError, abort_with
+from agentrunner.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    RateLimitedError,
+    RunnerUnavailableError,
+    abort_with,
+)
 from agentrunner.reflection import enable_reflection
 from agentrunner.runner import Runner
 from agentrunner.v1 import runner_service_pb2, runner_service_pb2_grpc
@@ -43,6 +55,20 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.http2.min_ping_interval_without_data_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
+#: runs open in one server at once by default (the host's own default cap is the same)
+MAX_OPEN_RUNS = 10_000
+#: seconds a refused caller is told to wait (`RetryInfo.retry_delay`)
+BUSY_RETRY_SECONDS = 1.0
+
+
+def default_max_open_runs() -> int:
+    """`AGENTRUNNER_MAX_OPEN_RUNS` when set (a positive integer), else `MAX_OPEN_RUNS`."""
+    raw = os.environ.get("AGENTRUNNER_MAX_OPEN_RUNS", "").strip()
+    if not raw:
+        return MAX_OPEN_RUNS
+    if not raw.isdigit() or int(raw) <= 0:
+        raise ValueError(f"AGENTRUNNER_MAX_OPEN_RUNS must be a positive integer, got {raw!r}")
+    return int(raw)
 
 
 class PortInUseError(OSError):
@@ -62,11 +88,14 @@ def _instances(runners: Iterable[Runner | type[Runner]]) -> list[Runner]:
 class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
     """Thin servicer: finds the runner and relays `RunExecution.results()`."""
 
-    def __init__(self, runners: Sequence[Runner], *, precheck: bool = True) -> None:
+    def __init__(
+        self, runners: Sequence[Runner], *, precheck: bool = True, max_open_runs: int | None = None
+    ) -> None:
         self._runners = list(runners)
         self._precheck = precheck
         self.active: set[RunExecution] = set()
         self.draining = False
+        self.max_open_runs = default_max_open_runs() if max_open_runs is None else max_open_runs
 
     def find(self, runner_id: str, runner_name: str = "") -> Runner | None:
         """The served runner a request means: by id (or name in the id field), else by name; with a single
@@ -111,6 +140,15 @@ class RunnerServicer(runner_service_pb2_grpc.RunnerServiceServicer):
         host retries elsewhere) and when the runner or the run id is missing."""
         if self.draining:
             await abort_with(context, RunnerUnavailableError("the runner server is shutting down"))
+        if len(self.active) >= self.max_open_runs:
+            await abort_with(
+                context,
+                RateLimitedError(
+                    f"this runner runs at most {self.max_open_runs} runs at once: try again shortly",
+                    retry_delay=BUSY_RETRY_SECONDS,
+                    metadata={"maxOpenRuns": self.max_open_runs},
+                ),
+            )
         runner = self.find(request.runner_id, request.runner_name)
         if runner is None:
             await abort_with(
@@ -199,11 +237,13 @@ async def start_server(
     tls_cert: str | Path | None = None,
     tls_key: str | Path | None = None,
     precheck: bool = True,
+    max_open_runs: int | None = None,
 ) -> RunnerServer:
-    """Starts a RunnerService server in the running loop; returns the bound port (`RunnerServer`)."""
+    """Starts a RunnerService server in the running loop; returns the bound port (`RunnerServer`).
+    `max_open_runs`: the admission cap (None: `AGENTRUNNER_MAX_OPEN_RUNS` or `MAX_OPEN_RUNS`)."""
     instances = _instances(runners)
+    servicer = RunnerServicer(instances, precheck=precheck, max_open_runs=max_open_runs)
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    servicer = RunnerServicer(instances, precheck=precheck)
     runner_service_pb2_grpc.add_RunnerServiceServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -268,6 +308,10 @@ async def _serve_until_stopped(
     announce: bool,
 ) -> None:
     handle = await start_server(runners, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key)
+    # What start-up made (modules, descriptors, manifests) lives as long as the process: frozen out of
+    # the collector's way, as the host does, so the collections each run's garbage triggers skip it.
+    gc.collect()
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

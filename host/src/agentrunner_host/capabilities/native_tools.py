@@ -1,13 +1,13 @@
-"""Tools the host implements itself: `current_time` and an allow-listed `fetch_url`."""
+"""Tools the host implements itself: `current_time` and an allow-listed `fetch_url` (its HTTP client,
+and httpx with it, is created by the first fetch: a host whose runners never fetch never loads it)."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import zoneinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentrunner.errors import (
@@ -15,6 +15,9 @@ from agentrunner.errors import (
 )
 from agentrunner.v1 import common_pb2
 from agentrunner_host.capabilities.tool_source import ToolInfo, ToolOutcome, text_outcome
+
+if TYPE_CHECKING:
+    import httpx
 
 
 class NativeToolsConfig(BaseModel):
@@ -38,8 +41,14 @@ class NativeToolSource:
         self._client = http_client
 
     async def start(self) -> None:
+        """Nothing to start: the HTTP client is made by the first `fetch_url` (`_http`)."""
+
+    def _http(self) -> httpx.AsyncClient:
         if self._client is None:
+            import httpx
+
             self._client = httpx.AsyncClient(follow_redirects=False)
+        return self._client
 
     async def close(self) -> None:
         if self._client is not None:
@@ -100,10 +109,12 @@ class NativeToolSource:
             return text_outcome("url must be an http(s) URL", is_error=True)
         if not any(url.startswith(prefix) for prefix in self.config.fetch_url_allow):
             return text_outcome(f"{url} is not in the host's allow-list", is_error=True)
-        assert self._client is not None
+        client = self._http()
+        import httpx
+
         budget = min(time_limit, self.config.fetch_url_timeout)
         try:
-            async with asyncio.timeout(budget), self._client.stream("GET", url, timeout=budget) as response:
+            async with asyncio.timeout(budget), client.stream("GET", url, timeout=budget) as response:
                 body = bytearray()
                 async for piece in response.aiter_bytes():
                     body += piece

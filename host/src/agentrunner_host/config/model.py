@@ -120,7 +120,7 @@ class LimitsConfig(_Strict):
     heartbeat_interval_seconds: float = Field(10.0, gt=0)
     #: runs open in this process at once; a run beyond it is refused RESOURCE_EXHAUSTED (`RATE_LIMITED`,
     #: retryable, with a `RetryInfo` delay) before anything is recorded, never accepted and then dropped
-    max_open_runs: int = Field(1000, gt=0)
+    max_open_runs: int = Field(10_000, gt=0)
     #: seconds a refused client is told to wait (`RetryInfo.retry_delay`)
     busy_retry_seconds: float = Field(1.0, gt=0)
     #: calls the transport has accepted but the host has not picked up yet (a burst arrives faster than

@@ -18,9 +18,11 @@ from agentrunner.v1 import proxy_service_pb2
 @dataclasses.dataclass(slots=True)
 class ControlChannel:
     run_id: str
-    queue: asyncio.Queue[proxy_service_pb2.ControlResponse | None] = dataclasses.field(
-        default_factory=asyncio.Queue
-    )
+    #: the signal queue, made by the first signal or the runner's control stream (`queue`): most runs
+    #: never get either, and an empty `asyncio.Queue` is about 2 KiB per open run
+    _queue: asyncio.Queue[proxy_service_pb2.ControlResponse | None] | None = None
+    #: the run ended (`ControlHub.close`): a queue made after that holds the end marker
+    closed: bool = False
     connected: bool = False
     last_heartbeat: float = 0.0
     last_sequence: int = 0
@@ -29,6 +31,15 @@ class ControlChannel:
         default_factory=dict
     )
     steering: list[proxy_service_pb2.SteeringInput] = dataclasses.field(default_factory=list)
+
+    @property
+    def queue(self) -> asyncio.Queue[proxy_service_pb2.ControlResponse | None]:
+        """The signals for the runner's control stream, in order; `None` ends it (the run ended)."""
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            if self.closed:
+                self._queue.put_nowait(None)
+        return self._queue
 
 
 class ControlHub:
@@ -46,7 +57,9 @@ class ControlHub:
         """The run ended: the control stream is closed by the servicer."""
         channel = self._channels.pop(run_id, None)
         if channel is not None:
-            channel.queue.put_nowait(None)
+            channel.closed = True
+            if channel._queue is not None:
+                channel._queue.put_nowait(None)
             for fut in channel.ack_waiters.values():
                 if not fut.done():
                     fut.cancel()

@@ -144,6 +144,9 @@ class RunService:
         )
         self.batcher = DeltaBatcher(stores)
         self._open: dict[str, RunExecution] = {}
+        #: the open runs of each conversation (in opening order): steering looks at the event's
+        #: conversation's runs only, not at every open run (a scan that made opening a run O(open runs))
+        self._by_conversation: dict[str, dict[str, RunExecution]] = {}
         #: runs between admission and the open-run table (their start transaction is under way)
         self._starting = 0
         #: ended runs whose ending could not be written yet (`settle_later`)
@@ -166,8 +169,15 @@ class RunService:
 
     def forget(self, run_id: str) -> None:
         """`RunExecution.release`: the run is no longer open here (`run.host.RunHost`)."""
-        if self._open.pop(run_id, None) is not None:
+        execution = self._open.pop(run_id, None)
+        if execution is not None:
             RUNS_OPEN.dec()
+            conversation = execution.record.conversation_id
+            runs = self._by_conversation.get(conversation)
+            if runs is not None:
+                runs.pop(run_id, None)
+                if not runs:
+                    del self._by_conversation[conversation]
 
     # -- open ------------------------------------------------------------------------------------------
     async def open(
@@ -194,7 +204,12 @@ class RunService:
             log.info("run.discarded", event_id=event.event_id, binding_id=resolution.binding_id)
             return _discarded(resolution.binding_id, event.event_id)
         agent = resolution.agent
-        steered = steering.steerable_run(self._open.values(), conv.conversation_id, conv.thread_id, agent.id)
+        steered = steering.steerable_run(
+            self._by_conversation.get(conv.conversation_id, {}).values(),
+            conv.conversation_id,
+            conv.thread_id,
+            agent.id,
+        )
         if steered is not None:
             after = steered.last_sequence()
             await self.steer(steered.run_id, event)
@@ -240,6 +255,7 @@ class RunService:
             return self.follow(stored.run_id, 0, attached=True)
         execution = RunExecution(self, start, span)
         self._open[run_id] = execution
+        self._by_conversation.setdefault(execution.record.conversation_id, {})[run_id] = execution
         RUNS_OPEN.inc()
         self.hub.open(run_id)
         return _RunStream(execution, execution.stream())

@@ -51,7 +51,7 @@ from agentrunner_host.store.leases import InstanceLease
 from agentrunner_host.store.migrate import ensure_current, upgrade
 from agentrunner_host.wire.transport_errors import ListenError, explain_bind_failure
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the console's web stack (uvicorn, starlette) is imported when one is configured
     from agentrunner_host.console.server import ConsoleServer
 
 log = structlog.get_logger("agentrunner_host.server.app")

@@ -42,7 +42,7 @@ from agentrunner_host.store.sqlite.checkpoint import WAL_CHECKPOINT_SECONDS, Che
 from agentrunner_host.store.sqlite.writer import HeldWrite, SqliteWriter
 from agentrunner_host.store.sqlite.writer import with_then as with_then  # (for the stores)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # psycopg and its pool are imported when a PostgreSQL database is opened
     from agentrunner_host.store.pg_reads import HotReads
 
 DEFAULT_URL = "sqlite+aiosqlite:///var/agentrunner-host.db"
@@ -228,6 +228,8 @@ class Database:
         so a planning pass, on every run (PostgreSQL's generic plan assumes the LIMIT keeps a tenth of
         the rows and loses the comparison); with the LIMIT written in, it gets the generic plan."""
         assert self._hot_reads is not None, "driver_rows is for PostgreSQL"
+        import psycopg  # (loaded already: `HotReads` runs on it)
+
         key = (stmt, tuple(params[name] for name in literal))
         sql = self._driver_sql.get(key)
         if sql is None:

@@ -37,7 +37,7 @@ def is_transient(exc: BaseException) -> bool:
     sqlstate = getattr(cause, "sqlstate", None)
     if isinstance(sqlstate, str) and sqlstate:
         return sqlstate in _TRANSIENT_SQLSTATES or sqlstate[:2] in _TRANSIENT_SQLSTATE_CLASSES
-    psycopg = sys.modules.get("psycopg")  # loaded once a PostgreSQL database is in use (the postgres extra)
+    psycopg = sys.modules.get("psycopg")  # (imported only by a host on PostgreSQL: else not its error)
     if psycopg is not None and isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
         return True  # no SQLSTATE: the server could not be reached or the connection broke
     if isinstance(cause, sqlite3.OperationalError):

@@ -1,20 +1,27 @@
 """The schema's Alembic history: upgrade, downgrade and the "is it migrated?" check the host makes
-before it serves (sync: from async code use `await asyncio.to_thread(upgrade, url)`)."""
+before it serves (sync: from async code use `await asyncio.to_thread(upgrade, url)`).
+
+Alembic (about 10 MiB of a process's memory, with Mako) is imported by the functions that migrate, not
+by this module: a host that starts on a database already at head checks it without Alembic
+(`_at_head`: the revision ids in the version files against the `alembic_version` table) and never
+loads it; any other answer is Alembic's own (`ensure_current`).
+"""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from agentrunner_host.store.db import normalize_url, safe_url, sync_url
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 #: The command users run to migrate (the host CLI exposes `migrate_cli` under this name).
@@ -26,6 +33,8 @@ class DatabaseNotMigratedError(RuntimeError):
 
 
 def _alembic_config(url: str | URL) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     # Passed as an attribute, not an ini option: a URL's '%' would break ini interpolation.
@@ -34,6 +43,9 @@ def _alembic_config(url: str | URL) -> Config:
 
 
 def head_revisions() -> set[str]:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
     # (the script directory alone: a config with a URL would create that SQLite file's directory)
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
@@ -41,6 +53,8 @@ def head_revisions() -> set[str]:
 
 
 def current_revisions(url: str | URL) -> set[str]:
+    from alembic.runtime.migration import MigrationContext
+
     engine = create_engine(sync_url(url))
     try:
         with engine.connect() as conn:
@@ -51,6 +65,8 @@ def current_revisions(url: str | URL) -> set[str]:
 
 def upgrade(url: str | URL, revision: str = "head", *, progress: Callable[[str], None] | None = None) -> None:
     """Upgrades the schema (sync; from async code use `await asyncio.to_thread(upgrade, url)`)."""
+    from alembic import command
+
     cfg = _alembic_config(url)
     if progress is not None:
         cfg.attributes["progress"] = progress
@@ -67,11 +83,47 @@ def upgrade(url: str | URL, revision: str = "head", *, progress: Callable[[str],
 
 
 def downgrade(url: str | URL, revision: str) -> None:
+    from alembic import command
+
     command.downgrade(_alembic_config(url), revision)
+
+
+def file_heads() -> set[str]:
+    """The head revisions by the version files' `revision` / `down_revision` assignments (read, not
+    imported): the revisions no other revision names as its parent. `head_revisions` is Alembic's
+    answer to the same question (a test keeps the two equal)."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.AnnAssign) or node.value is None:
+                continue
+            target = node.target
+            if isinstance(target, ast.Name) and target.id in ("revision", "down_revision"):
+                value = ast.literal_eval(node.value)
+                names = {value} if isinstance(value, str) else set(value or ())
+                (revisions if target.id == "revision" else parents).update(names)
+    return revisions - parents
+
+
+def _at_head(url: str | URL) -> bool:
+    """Whether the database's `alembic_version` rows are exactly the head revisions (False when that
+    cannot be told without Alembic: no such table, an error; `ensure_current` then asks Alembic)."""
+    engine = create_engine(sync_url(url))
+    try:
+        with engine.connect() as conn:
+            current = {row[0] for row in conn.execute(text("SELECT version_num FROM alembic_version"))}
+    except DBAPIError:
+        return False
+    finally:
+        engine.dispose()
+    return bool(current) and current == file_heads()
 
 
 def ensure_current(url: str | URL, *, command_hint: str = UPGRADE_COMMAND) -> None:
     """Raises `DatabaseNotMigratedError` unless the schema is at head (call before serving)."""
+    if _at_head(url):
+        return
     heads = head_revisions()
     try:
         current = current_revisions(url)
