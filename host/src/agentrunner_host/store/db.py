@@ -236,8 +236,6 @@ class Database:
             if len(self._driver_sql) >= _MAX_DRIVER_SQL:  # (bounded: a few shapes times a few limits)
                 self._driver_sql.clear()
             sql = self._driver_sql[key] = _driver_sql(stmt, self._read_engine.dialect, params, literal)
-        import psycopg  # (PostgreSQL only: installed with the postgres extra)
-
         try:
             return await self._hot_reads.rows(sql, params)
         except (DBAPIError, psycopg.Error) as exc:
