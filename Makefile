@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
 TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance soak demo demo-services demo-claude demo-codex demo-acp bench bench-scale clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance release-check sdk-lowest soak demo demo-services demo-claude demo-codex demo-acp bench bench-scale clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -68,6 +68,12 @@ test-go: ## Go runner kit tests (sdk_go; modules from the Go module proxy)
 
 test-ts: $(TS_DEPS) ## TypeScript runner kit tests (sdk_ts; packages from the npm registry)
 	cd sdk_ts && npm test --silent
+release-check: sync $(TS_DEPS) ## Build every release artifact; install each in a clean temp dir (README steps, host wheel)
+	$(RUN) python tools/release_check.py
+
+sdk-lowest: sync ## The SDK's suites against the lowest versions its dependency bounds allow (uv lowest-direct)
+	$(RUN) python tools/sdk_lowest.py
+
 soak: sync ## The long hardening matrix (tests/hardening at soak scale), with its figures
 	@rm -f .soak-report.jsonl
 	AGENTRUNNER_SOAK=1 AGENTRUNNER_HARDENING_REPORT=$(CURDIR)/.soak-report.jsonl \

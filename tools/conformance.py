@@ -6,8 +6,9 @@ runner (sdk_go/examples/counter) and the TypeScript example runner (sdk_ts/examp
 started as its own process, twice: listening (the kit dials it) and as a runtime that dials the kit
 (`--connect-listen`; `python -m agentrunner connect`, the Go and TypeScript kits' connect mode); the host kit (`agentrunner-conformance host`) checks our host, started on a
 fresh SQLite database with the kit's runner endpoint and two agents routed to it in its config. Each
-run prints the kit's table and writes JUnit XML under `.gen/conformance/`; a summary follows. Exit
-status 1 when any target is not conformant.
+run prints the kit's table and writes JUnit XML under `.gen/conformance/`; a summary follows. The kits
+run with `--strict`: our own runners and host keep every SHOULD rule too. Exit status 1 when any target
+is not conformant.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def process(argv: list[str], *, cwd: pathlib.Path, log: pathlib.Path, ready: str
 
 def kit(args: list[str], junit: pathlib.Path) -> bool:
     proc = subprocess.run(
-        [str(BIN / "agentrunner-conformance"), *args, "--junit", str(junit)],
+        [str(BIN / "agentrunner-conformance"), *args, "--strict", "--junit", str(junit)],
         cwd=ROOT,
         env={**os.environ, "COLUMNS": os.environ.get("COLUMNS", "150")},
     )
@@ -231,6 +232,7 @@ def host(tmp: pathlib.Path) -> Iterator[tuple[str, str]]:
 
 def main(argv: list[str]) -> int:
     only = set(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
     outcomes: list[tuple[str, str, bool]] = []
     runners = {"python-reference", "go-example", "ts-example"}
     runtimes = {f"{r}-connect" for r in runners}

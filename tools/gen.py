@@ -7,7 +7,7 @@ mirrored into the package that ships it, stale generated files are removed:
 - Python (`buf.gen.yaml`: protoc from grpcio-tools + a local gRPC shim, typed stubs from mypy-protobuf) ->
   `sdk_python/src/agentrunner/v1`, plus `descriptor_set.binpb` (`buf build`: the contract's files with
   their source info, which server reflection sends so `grpcurl describe` shows the comments)
-- Go (`buf.gen.go.yaml`: protoc-gen-go, protoc-gen-go-grpc, `tool` deps of sdk_go/go.mod) ->
+- Go (`buf.gen.go.yaml`: protoc-gen-go, protoc-gen-go-grpc, `tool` deps of sdk_go/tools/go.mod) ->
   `sdk_go/agentrunnerv1`
 - TypeScript (`buf.gen.ts.yaml`: protoc-gen-es from sdk_ts's devDependencies) -> `sdk_ts/src/gen`
 
@@ -83,7 +83,7 @@ def gen_python() -> int:
 def gen_go() -> int:
     if shutil.which("go") is None:
         raise GenError(
-            "the Go contract needs the Go toolchain (`go` on PATH, see sdk_go/go.mod for the version)"
+            "the Go contract needs the Go toolchain (`go` on PATH, Go 1.25+ for the generators of sdk_go/tools/go.mod)"
         )
     _buf("buf.gen.go.yaml")
     return len(_mirror(GEN / "go" / "agentrunnerv1", GO_DEST, (".pb.go",)))

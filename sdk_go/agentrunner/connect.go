@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
+	"math/rand"
 	"os"
 	"runtime"
 	"sync"
@@ -27,9 +27,6 @@ import (
 // ConnectedPrefix starts the line Connect prints on stdout each time the host accepts the runtime:
 // "AGENTRUNNER_RUNTIME_CONNECTED <runtime id> <connection id>".
 const ConnectedPrefix = "AGENTRUNNER_RUNTIME_CONNECTED"
-
-// Version is the kit's version, sent in the runtime's registration.
-const Version = "0.1.0"
 
 // ConnectOptions says how a runtime connects to the host and what it announces.
 type ConnectOptions struct {
@@ -66,7 +63,7 @@ func BackoffDelay(attempt int, initial, limit time.Duration) time.Duration {
 	if step > limit || step <= 0 {
 		step = limit
 	}
-	return step/2 + time.Duration(rand.Int64N(int64(step/2)+1))
+	return step/2 + time.Duration(rand.Int63n(int64(step/2)+1))
 }
 
 // Connect serves the runners by dialing the host at address (a runtime: no listening port) until ctx
@@ -205,7 +202,7 @@ func (rt *runtimeConn) session(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1 + rt.opts.Slots)
 	go func() { defer wg.Done(); rt.heartbeats(sessionCtx, send, welcome.GetHeartbeatInterval()) }()
-	for range rt.opts.Slots {
+	for i := 0; i < rt.opts.Slots; i++ {
 		go func() { defer wg.Done(); rt.slot(sessionCtx, client, welcome.GetConnectionId()) }()
 	}
 	signals := make(chan error, 1)

@@ -15,7 +15,7 @@ func TestBackoffDelayIsCappedExponentialWithJitter(t *testing.T) {
 	seen := map[time.Duration]bool{}
 	for attempt := 0; attempt < 12; attempt++ {
 		step := min(initial<<attempt, limit)
-		for range 50 {
+		for i := 0; i < 50; i++ {
 			d := BackoffDelay(attempt, initial, limit)
 			if d < step/2 || d > step {
 				t.Fatalf("attempt %d: %v outside [%v, %v]", attempt, d, step/2, step)

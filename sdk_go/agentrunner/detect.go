@@ -23,7 +23,7 @@ func DetectHarnesses(ctx context.Context, names []string) []*pb.HarnessCapabilit
 	var wg sync.WaitGroup
 	for i, name := range names {
 		wg.Add(1)
-		go func() { defer wg.Done(); out[i] = detectHarness(ctx, name) }()
+		go func(i int, name string) { defer wg.Done(); out[i] = detectHarness(ctx, name) }(i, name)
 	}
 	wg.Wait()
 	return out

@@ -19,12 +19,12 @@ import { type HostTls, HostTransports, hostTlsFromEnv } from "./host.js";
 import { checkKeyTransport, runtimeKeyFromEnv } from "./runtimekey.js";
 import { log } from "./log.js";
 import { AsyncQueue } from "./queue.js";
+import { VERSION } from "./version.js";
 import { Execution, type Runner } from "./run.js";
 import * as results from "./results.js";
 
 /** Stdout line each time the host accepts the runtime: `AGENTRUNNER_RUNTIME_CONNECTED <runtime id> <connection id>`. */
 export const CONNECTED_PREFIX = "AGENTRUNNER_RUNTIME_CONNECTED";
-const VERSION = "0.1.0";
 const FATAL = new Set([Code.Unauthenticated, Code.PermissionDenied, Code.InvalidArgument]);
 
 export interface ConnectOptions {

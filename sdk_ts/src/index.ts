@@ -11,4 +11,5 @@ export { defineRunner, main, READY_PREFIX, type RunnerServer, serve, type ServeO
 export { backoffDelayMs, connect, CONNECTED_PREFIX, type ConnectOptions, RuntimeRefused } from "./connect.js";
 export { checkKeyTransport, runtimeKeyFromEnv, takeRuntimeKey } from "./runtimekey.js";
 export { detectHarnesses } from "./detect.js";
+export { VERSION } from "./version.js";
 export * as v1 from "./gen/agentrunner/v1/index.js";

@@ -105,7 +105,8 @@ def test_bad_input_and_unreachable_hosts_are_one_line_errors(tmp_path: pathlib.P
         missing.stderr.strip() == f"error: {tmp_path / 'nope.yaml'}: cannot read: No such file or directory"
     )
     version = cli("--version")
-    assert version.returncode == 0 and version.stdout.startswith("agentrunner-host 0.1.0")
+    release = (pathlib.Path(__file__).resolve().parents[2] / "VERSION").read_text().strip()
+    assert version.returncode == 0 and version.stdout.startswith(f"agentrunner-host {release} ")
     down = cli("runners", "--host", "127.0.0.1:9")
     assert down.returncode == 1
     assert down.stderr.strip() == (

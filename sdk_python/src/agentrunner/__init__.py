@@ -13,6 +13,10 @@ from agentrunner.manifest import ManifestError, build_manifest, load_manifest_fi
 from agentrunner.runner import Runner
 from agentrunner.server import PortInUseError, RunnerServer, RunnerServicer, serve, serve_async, start_server
 
+#: The release: one number for the contract and the Python, Go and TypeScript kits (VERSION at the
+#: repository's root; tools/versions.py keeps every copy equal).
+__version__ = "1.1.0"
+
 __all__ = [
     "ConfigInvalid",
     "FailureKind",

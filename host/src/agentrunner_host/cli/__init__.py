@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from agentrunner_host import __version__
-from agentrunner_host.cli import admin, artifacts, client, runs, security, serve
+from agentrunner_host.cli import admin, artifacts, client, examples, runs, security, serve
 from agentrunner_host.cli import runtimes as runtimes_cli
 from agentrunner_host.cli.common import host_channel
 from agentrunner_host.cli.render import MessageView, render_stream, run_request, stream_reply
@@ -56,6 +56,7 @@ def _root(
 
 serve.register(app)
 admin.register(app, db_app, kb_app, config_app)
+examples.register(config_app)
 security.register(app, db_app)
 client.register(app)
 runs.register(runs_app)

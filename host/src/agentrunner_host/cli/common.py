@@ -20,6 +20,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import grpc
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from agentrunner.client import (
     ALLOW_PLAINTEXT_ENV,
@@ -112,8 +113,8 @@ def run_until_interrupted(main: Callable[[], Awaitable[T]]) -> T:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """One line on stderr and exit `code` (no traceback)."""
-    err_console.print(f"[red]error[/red]: {message}", highlight=False, soft_wrap=True)
+    """One line on stderr and exit `code` (no traceback); the message is plain text (`[extra]` stays)."""
+    err_console.print(f"[red]error[/red]: {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -35,7 +35,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve HostService + ProxyService (+ health, reflection) until SIGINT/SIGTERM.
         Refuses to start on a database that is not migrated (run `agentrunner-host db upgrade`)."""
+        from rich.markup import escape
+
         from agentrunner.telemetry import TelemetryError, configure_otlp
+        from agentrunner_host.config.extras import missing
         from agentrunner_host.observability.telemetry import configure_logging
         from agentrunner_host.server.managed import entry_problems
 
@@ -43,6 +46,13 @@ def register(app: typer.Typer) -> None:
         cfg = load(config)
         for path, reason in entry_problems(cfg):
             fail(f"{config}: {path}: {reason}", 2)
+        absent = missing(cfg)  # extras the config needs (PostgreSQL, OTLP, console, MCP) not installed
+        for line in absent:
+            err_console.print(
+                f"[red]refusing to serve[/red]: {escape(line)}", highlight=False, soft_wrap=True
+            )
+        if absent:
+            raise typer.Exit(3)
         try:
             shutdown_tracing = configure_otlp(
                 cfg.telemetry.service_name,

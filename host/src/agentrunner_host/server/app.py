@@ -24,6 +24,7 @@ from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
 from agentrunner_host.config.model import AgentConfig, HostConfig, HostEnv, LimitsConfig
+from agentrunner_host.console.auth import ConsoleAccessError
 from agentrunner_host.delivery.adapters import AdapterRegistry, GrpcDeliveryAdapter
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.handlers import delivery_handlers
@@ -336,8 +337,13 @@ class HostApp:
         if port == 0:
             raise ListenError(explain_bind_failure("listen.address", address))
         if self.config.console.address:
-            from agentrunner_host.console.server import ConsoleServer
-
+            try:  # (Starlette and uvicorn: the console extra)
+                from agentrunner_host.console.server import ConsoleServer
+            except ImportError as exc:
+                raise ConsoleAccessError(
+                    f"console.address is set but the console is not installed ({exc.name} is missing): "
+                    "pip install 'langbot-agentrunner-host[console]'"
+                ) from exc
             self.console = ConsoleServer(self.config)  # (refuses an exposed console: console/auth.py)
             self.console.bind()
             server.add_insecure_port(self.console.host_target)

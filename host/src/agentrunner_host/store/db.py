@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import json
 import logging
 import re
@@ -63,6 +64,10 @@ def normalize_url(url: str | URL) -> URL:
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.drivername not in {"sqlite+aiosqlite", "postgresql+psycopg"}:
         raise ValueError(f"unsupported database URL scheme {parsed.drivername!r}")
+    if parsed.drivername == "postgresql+psycopg" and importlib.util.find_spec("psycopg_pool") is None:
+        raise ValueError(
+            "PostgreSQL needs the postgres extra: pip install 'langbot-agentrunner-host[postgres]'"
+        )
     if parsed.drivername.startswith("sqlite"):
         if not parsed.database or parsed.database == ":memory:":
             raise ValueError("SQLite needs a file path (sqlite+aiosqlite:///path/to/host.db)")
@@ -167,7 +172,7 @@ class Database:
         self._driver_sql: dict[tuple[ClauseElement, tuple[Any, ...]], str] = {}
         self._hot_reads: HotReads | None = None
         if self.dialect != "sqlite":
-            from agentrunner_host.store.pg_reads import HotReads
+            from agentrunner_host.store.pg_reads import HotReads  # psycopg: the postgres extra
 
             self._hot_reads = HotReads(self.url, read_engine.dialect, pool_size * 3)
         self._read_sessions = async_sessionmaker(read_engine, expire_on_commit=False)

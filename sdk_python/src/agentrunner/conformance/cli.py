@@ -1,7 +1,8 @@
 """`agentrunner-conformance runner|host --target HOST:PORT`: the conformance kits on the command line.
 
-Prints the pass/fail table, optionally writes JUnit XML, and exits 0 when the target conforms, 1 when a
-check failed and 2 when the target could not be checked at all (bad arguments, nothing listening).
+Prints the pass/fail table, optionally writes JUnit XML, and exits 0 when the target conforms (no MUST
+check failed; with `--strict` no SHOULD check either), 1 when it does not and 2 when the target could
+not be checked at all (bad arguments, nothing listening).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ def _kits() -> None:
 
 Target = Annotated[str, typer.Option("--target", help="host:port of the service under test.")]
 Junit = Annotated[Path | None, typer.Option("--junit", help="Also write the results as JUnit XML here.")]
+Strict = Annotated[
+    bool, typer.Option("--strict", help="Fail on warnings too (a failed SHOULD check, docs/protocol.md §8).")
+]
 
 
 def _quiet() -> None:
@@ -39,7 +43,8 @@ def _quiet() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
 
 
-def _finish(report: Report, junit: Path | None) -> None:
+def _finish(report: Report, junit: Path | None, strict: bool) -> None:
+    report.strict = strict
     report.print(_console)
     if junit is not None:
         report.write_junit(junit)
@@ -73,6 +78,7 @@ def runner_command(
     ] = 20.0,
     wait: Annotated[float, typer.Option(help="Seconds to wait for the target to start answering.")] = 10.0,
     junit: Junit = None,
+    strict: Strict = False,
 ) -> None:
     """Play the host against a runner: discovery, stream grammar, proxy etiquette, errors, Control, deadlines."""
     from agentrunner.conformance.runner_kit import check_runner
@@ -99,7 +105,7 @@ def runner_command(
     if not report.results or (report.results[-1].check_id == "discovery.list" and not report.ok):
         report.print(_console)
         raise typer.Exit(2)
-    _finish(report, junit)
+    _finish(report, junit, strict)
 
 
 @app.command("host")
@@ -117,6 +123,7 @@ def host_command(
     ] = "",
     timeout: Annotated[float, typer.Option(help="Seconds one event's run may take.")] = 30.0,
     junit: Junit = None,
+    strict: Strict = False,
 ) -> None:
     """Play runners against a host: a misbehaving runner per scenario, every answer of the host checked.
     The kit calls the host as a client: its API key from AGENTRUNNER_HOST_API_KEY or
@@ -145,7 +152,7 @@ def host_command(
     if len(report.results) == 1 and not report.ok:
         report.print(_console)
         raise typer.Exit(2)
-    _finish(report, junit)
+    _finish(report, junit, strict)
 
 
 def main() -> None:
