@@ -11,13 +11,14 @@ lower-case identifier under 63 bytes).
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
-from psycopg import sql
 from sqlalchemy import bindparam, func, select
 
 from agentrunner_host.store.db import Database
+
+if TYPE_CHECKING:  # psycopg is the postgres extra: a host on SQLite never loads it (issue 37)
+    import psycopg
 
 #: every replica LISTENs here too (wake-ups any replica may act on: runs a takeover ended)
 BROADCAST = "agentrunner_fleet"
@@ -31,6 +32,9 @@ def channel_of(instance_id: str) -> str:
 
 async def listen(db: Database, channels: list[str], application_name: str) -> psycopg.AsyncConnection[Any]:
     """An autocommit connection LISTENing on `channels` (named `application_name` in pg_stat_activity)."""
+    import psycopg
+    from psycopg import sql
+
     kwargs = db.driver_connect_args()
     conn = await psycopg.AsyncConnection.connect(
         **kwargs, autocommit=True, application_name=application_name[:63], connect_timeout=5
