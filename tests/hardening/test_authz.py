@@ -125,6 +125,14 @@ async def call(
                 body, metadata=md, timeout=10
             )
     except grpc.aio.AioRpcError as err:
+        if method.client_streaming and err.code() == grpc.StatusCode.INTERNAL:
+            # grpc.aio's own client-side status when the host ends the call while the request write is
+            # in flight ("Internal error from Core", debug "Failed execute_batch: SendMessageOperation";
+            # about 1 in 3 fresh-clone CI runs on a loaded 2-core machine). The host's refusal is
+            # still checked: the caller counts one audit row per probe with the host's own code
+            # (UNAUTHENTICATED) in it.
+            assert err.details() == "Internal error from Core", err
+            return grpc.StatusCode.UNAUTHENTICATED
         assert from_rpc_error(err).reason in (
             "CREDENTIALS_INVALID",
             "UNAUTHORIZED",
@@ -239,6 +247,7 @@ async def test_proxy_service_refuses_missing_foreign_garbage_and_replayed_tokens
     control_hello = proxy_service_pb2.ControlRequest()
     for method in service_methods("agentrunner.v1.ProxyService"):
         before = len(probe.audits(method.name))
+        refused_before = sum("UNAUTHENTICATED" in str(data) for _, data in probe.audits(method.name))
         for what, md in probes.items():
             body = b""
             if method.name == "Control":
@@ -250,6 +259,8 @@ async def test_proxy_service_refuses_missing_foreign_garbage_and_replayed_tokens
             assert code == grpc.StatusCode.UNAUTHENTICATED, (method.name, what, code)
         audits = probe.audits(method.name)
         assert len(audits) == before + len(probes), (method.name, len(audits) - before)
+        refused = sum("UNAUTHENTICATED" in str(data) for _, data in audits)
+        assert refused == refused_before + len(probes), (method.name, audits)  # the host's own code
     for holder in holders:
         holder.cancel()
     await asyncio.gather(*holders, return_exceptions=True)
