@@ -246,8 +246,9 @@ async def test_proxy_service_refuses_missing_foreign_garbage_and_replayed_tokens
     }
     control_hello = proxy_service_pb2.ControlRequest()
     for method in service_methods("agentrunner.v1.ProxyService"):
-        before = len(probe.audits(method.name))
-        refused_before = sum("UNAUTHENTICATED" in str(data) for _, data in probe.audits(method.name))
+        audits_before = probe.audits(method.name)
+        before = len(audits_before)
+        refused_before = sum("UNAUTHENTICATED" in str(data) for _, data in audits_before)
         for what, md in probes.items():
             body = b""
             if method.name == "Control":
