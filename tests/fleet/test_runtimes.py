@@ -1,0 +1,254 @@
+"""Item 3 of issue 36: runtimes on any replica. One runtime (`python -m agentrunner connect`, the fleet
+suite's runner) is connected to replica `a`; clients open runs through `b`: each run lives on `a` (the
+replica holding the runtime's stream) and `b` relays it. Every operation of item 1 then reaches the run
+from any replica; the runtime's loss and `a`'s loss end the runs `b` opened with typed failures."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from agentrunner.v1 import common_pb2, host_service_pb2
+from agentrunner_host.store.migrate import upgrade
+from tests.fleet.support import (
+    LEASE,
+    RUNNER_ID,
+    SWEEP,
+    Replica,
+    db_check,
+    free_port,
+    next_item,
+    read_rest,
+    replica_config,
+    run_request,
+    runner_run,
+    sequences,
+)
+from tests.hardening.conftest import OwnPostgres
+from tests.runtimes.processes import LineProc, start_runtime
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+KEY = "fleet-runtime-key"
+TARGET = "tests.fleet.fleet_runner:FleetRunner"
+
+
+def _config(name: str, port: int, url: str) -> dict[str, Any]:
+    config = replica_config(name, port, url, "127.0.0.1:1", None)
+    del config["runners"]  # (runs go to runtimes only)
+    config["runtimes"] = {
+        "heartbeat_interval_seconds": 0.5,
+        "offline_after_seconds": 2.0,
+        "clients": [
+            {
+                "id": "fleet",
+                "api_key_sha256": [hashlib.sha256(KEY.encode()).hexdigest()],
+                "runner_ids": [RUNNER_ID],
+            }
+        ],
+    }
+    return config
+
+
+class RuntimeFleet:
+    """Three replicas on one database and a runtime connected to `a`."""
+
+    def __init__(self, tmp: pathlib.Path, url: str) -> None:
+        self.tmp, self.url = tmp, url
+        self.ports = {name: free_port() for name in "abc"}
+        self.replicas = {name: Replica(tmp, name, _config(name, self.ports[name], url)) for name in "abc"}
+        self.runtime = self.connect("rt-1")
+
+    def connect(self, runtime_id: str) -> LineProc:
+        """A runtime of the fleet runner connected to replica `a` (its runs logged under `tmp`)."""
+        return start_runtime(
+            self.replicas["a"].address, runtime_id, key=KEY, target=TARGET, extra=["--slots", "4"],
+            env={"FLEET_RUNNER_LOG": str(self.tmp / "runner.jsonl")},
+        )  # fmt: skip
+
+    def __getitem__(self, name: str) -> Replica:
+        return self.replicas[name]
+
+    def live(self) -> list[str]:
+        return [name for name, r in self.replicas.items() if r.alive()]
+
+    def owner(self, run_id: str) -> str:
+        from sqlalchemy import create_engine, text
+
+        from agentrunner_host.store.db import sync_url
+
+        engine = create_engine(sync_url(self.url))
+        try:
+            with engine.connect() as conn:
+                return str(
+                    conn.execute(text("select owner from runs where run_id = :r"), {"r": run_id}).scalar()
+                )
+        finally:
+            engine.dispose()
+
+    def close(self) -> None:
+        self.runtime.stop()
+        for replica in self.replicas.values():
+            replica.kill(15)
+
+
+@pytest.fixture(scope="module")
+def rfleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RuntimeFleet]:
+    root = pathlib.Path(tempfile.mkdtemp(prefix="agentrunner-fleetrt-pg-"))
+    pg = OwnPostgres(root)
+    url = pg.create_database()
+    upgrade(url)
+    running = RuntimeFleet(tmp_path_factory.mktemp("fleetrt"), url)
+    try:
+        yield running
+    finally:
+        running.close()
+        pg.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _wait_listed(fleet: RuntimeFleet, replica: str, runtime_id: str, limit: float = 15.0) -> None:
+    """Until replica `replica` sees the runtime (its heartbeats reach the database in batches)."""
+    until = time.monotonic() + limit
+    async with fleet[replica].channel() as ch:
+        stub = fleet[replica].stub(ch)
+        while time.monotonic() < until:
+            listed = await stub.ListRuntimes(host_service_pb2.ListRuntimesRequest(), timeout=10)
+            if any(r.runtime_id == runtime_id for r in listed.runtimes):
+                return
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"replica {replica} never listed runtime {runtime_id}")
+
+
+def _terminal(updates: list[host_service_pb2.HostServiceRunResponse]) -> Any:
+    return [u.result for u in updates if u.HasField("result")][-1]
+
+
+async def _open(
+    fleet: RuntimeFleet, channel: grpc.aio.Channel, name: str, text: str, conv: str
+) -> tuple[Any, str]:
+    call = fleet[name].stub(channel).Run(run_request(text, conv), timeout=120)
+    accepted = await next_item(call)
+    assert accepted.HasField("accepted"), accepted
+    return call, accepted.accepted.run_id
+
+
+async def test_a_run_opened_on_b_runs_on_the_runtime_connected_to_a(rfleet: RuntimeFleet) -> None:
+    await _wait_listed(rfleet, "b", "rt-1")
+    async with rfleet["b"].channel() as cb, rfleet["c"].channel() as cc:
+        call, run_id = await _open(rfleet, cb, "b", "stream 30 10", "rt-stream")
+        rest = await read_rest(call)
+        got = await rfleet["c"].stub(cc).GetRun(host_service_pb2.GetRunRequest(run_id=run_id), timeout=10)
+        listed = await rfleet["c"].stub(cc).ListRuns(host_service_pb2.ListRunsRequest(), timeout=10)
+    assert (await runner_run(rfleet.tmp, run_id))["mode"] == "stream"  # the runtime ran it
+    assert rfleet.owner(run_id) == "a"  # the run lives where its runtime is
+    assert sequences(rest) == list(range(1, 32))  # 30 deltas and the terminal, gap-free, once each
+    assert _terminal(rest).HasField("run_completed")
+    assert rest[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED
+    assert got.run.status == common_pb2.RUN_STATUS_COMPLETED
+    assert run_id in [r.run_id for r in listed.runs]
+
+
+def _runtimes_list(*args: str) -> subprocess.CompletedProcess[str]:
+    """`agentrunner-host runtimes list ARGS` as an operator runs it (a wide terminal)."""
+    return subprocess.run(
+        [sys.executable, "-m", "agentrunner_host", "runtimes", "list", *args],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+
+
+async def test_runtimes_list_on_any_replica_shows_the_runtime_and_its_replica(rfleet: RuntimeFleet) -> None:
+    done = await asyncio.to_thread(_runtimes_list, "--host", rfleet["c"].address, "--json")
+    assert done.returncode == 0, done.stderr
+    listed = {r["runtime_id"]: r for r in json.loads(done.stdout)["runtimes"]}
+    assert listed["rt-1"]["status"] == "online"
+    assert listed["rt-1"]["host_instance_id"] == "a"
+    table = await asyncio.to_thread(_runtimes_list, "--host", rfleet["b"].address)
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if "rt-1" in line)
+    assert " a " in row and "online" in row, table.stdout
+
+
+async def test_cancel_from_b_and_from_c(rfleet: RuntimeFleet) -> None:
+    async with rfleet["b"].channel() as cb, rfleet["c"].channel() as cc:
+        calls = [await _open(rfleet, cb, "b", "hold 60", f"rt-cancel-{i}") for i in range(2)]
+        for call, _ in calls:
+            await next_item(call)  # the first delta: the run is on the runtime, its control stream open
+        await asyncio.sleep(0.3)
+        for (call, run_id), (name, channel) in zip(calls, (("b", cb), ("c", cc)), strict=True):
+            started = time.monotonic()
+            request = host_service_pb2.CancelRunRequest(run_id=run_id, reason=f"from {name}")
+            answer = await rfleet[name].stub(channel).CancelRun(request, timeout=10)
+            assert answer.run.HasField("cancel_request_time")
+            rest = await read_rest(call)
+            took = time.monotonic() - started
+            terminal = _terminal(rest)
+            # the runtime's runner stopped on the signal (the grace is 3 s): it reached `a`'s runtime
+            assert terminal.run_failed.code == "cancelled", terminal
+            assert terminal.run_failed.message == f"runner stopped: from {name}", terminal
+            assert rest[-1].finished.status == common_pb2.RUN_STATUS_CANCELLED
+            assert took < 2.5, took
+
+
+async def test_attach_from_c_is_gap_free_and_a_reply_reaches_b(rfleet: RuntimeFleet) -> None:
+    async with rfleet["b"].channel() as cb, rfleet["c"].channel() as cc:
+        call, run_id = await _open(rfleet, cb, "b", "stream 40 25", "rt-attach")
+        first = [await next_item(call) for _ in range(5)]
+        attached = (
+            rfleet["c"].stub(cc).AttachRun(host_service_pb2.AttachRunRequest(run_id=run_id), timeout=60)
+        )
+        followed, rest = await asyncio.gather(read_rest(attached), read_rest(call))
+        reply_call, _ = await _open(rfleet, cb, "b", "reply", "rt-reply")
+        replied = await read_rest(reply_call)
+    expected = list(range(1, 42))
+    assert sequences(first + rest) == expected
+    assert sequences(followed) == expected  # durable replay, then the live tail: no gap, no repeat
+    assert followed[0].accepted.run_id == run_id
+    assert followed[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED
+    assert [u.reply.message.content for u in replied if u.HasField("reply")] == ["a reply through the fleet"]
+
+
+async def test_the_runtime_killed_mid_run_fails_the_run_opened_on_b(rfleet: RuntimeFleet) -> None:
+    async with rfleet["b"].channel() as cb:
+        call, _ = await _open(rfleet, cb, "b", "hold 60", "rt-kill-runtime")
+        await next_item(call)
+        rfleet.runtime.signal(signal.SIGKILL)
+        rest = await asyncio.wait_for(read_rest(call), 20)
+    terminal = _terminal(rest)
+    assert terminal.run_failed.code == "runner.stream_broken", terminal
+    assert rest[-1].finished.status == common_pb2.RUN_STATUS_FAILED
+    rfleet.runtime.stop()
+    rfleet.runtime = rfleet.connect("rt-2")
+    await _wait_listed(rfleet, "b", "rt-2")
+
+
+async def test_replica_a_killed_interrupts_its_runs_opened_on_b(rfleet: RuntimeFleet) -> None:
+    async with rfleet["b"].channel() as cb, rfleet["c"].channel() as cc:
+        call, run_id = await _open(rfleet, cb, "b", "hold 60", "rt-kill-a")
+        await next_item(call)
+        rfleet["a"].kill(signal.SIGKILL)
+        killed = time.monotonic()
+        rest = await asyncio.wait_for(read_rest(call), LEASE + 20)
+        took = time.monotonic() - killed
+        got = await rfleet["c"].stub(cc).GetRun(host_service_pb2.GetRunRequest(run_id=run_id), timeout=10)
+    terminal = _terminal(rest)
+    assert terminal.run_failed.code == "host.restarted" and "'a'" in terminal.run_failed.message, terminal
+    assert rest[-1].finished.status == common_pb2.RUN_STATUS_INTERRUPTED
+    assert got.run.status == common_pb2.RUN_STATUS_INTERRUPTED
+    assert took <= LEASE + SWEEP + 3.0, took
+    done = db_check(rfleet.url, rfleet.live())
+    assert done.returncode == 0, done.stdout + done.stderr
