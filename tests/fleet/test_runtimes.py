@@ -222,6 +222,43 @@ async def test_attach_from_c_is_gap_free_and_a_reply_reaches_b(rfleet: RuntimeFl
     assert [u.reply.message.content for u in replied if u.HasField("reply")] == ["a reply through the fleet"]
 
 
+async def test_steering_and_an_interaction_answer_through_other_replicas(rfleet: RuntimeFleet) -> None:
+    async with rfleet["b"].channel() as cb, rfleet["c"].channel() as cc:
+        own, run_id = await _open(rfleet, cb, "b", "steer 30", "rt-steer")
+        await runner_run(rfleet.tmp, run_id)
+        await asyncio.sleep(0.5)  # (its control stream is open on `a`)
+        steered = rfleet["c"].stub(cc).Run(run_request("new input", "rt-steer"), timeout=60)
+        followed, mine = await asyncio.gather(read_rest(steered), read_rest(own))
+        assert followed[0].accepted.run_id == run_id and followed[0].accepted.attached
+        assert _terminal(mine).run_completed.message.content == "steered: new input"
+        assert _terminal(followed) == _terminal(mine)
+        # an interaction asked by a run opened on `b` (living on `a`), answered through `c`
+        asked = await read_rest(rfleet["b"].stub(cb).Run(run_request("ask", "rt-ask"), timeout=30))
+        interaction = next(u.interaction for u in asked if u.HasField("interaction"))
+        answer = host_service_pb2.SubmitInteractionRequest(
+            interaction_id=interaction.request.interaction_id, action_id="confirm"
+        )
+        answered = await read_rest(rfleet["c"].stub(cc).SubmitInteraction(answer, timeout=30))
+    assert _terminal(answered).run_completed.message.content == "answered: confirm"
+
+
+async def test_a_client_leaving_b_abandons_the_run_where_it_runs(rfleet: RuntimeFleet) -> None:
+    async with rfleet["b"].channel() as cb, rfleet["c"].channel() as cc:
+        call, run_id = await _open(rfleet, cb, "b", "hold 60", "rt-leave")
+        await next_item(call)
+        call.cancel()  # the client goes away
+        stub = rfleet["c"].stub(cc)
+        until = time.monotonic() + 10
+        while time.monotonic() < until:
+            run = (await stub.GetRun(host_service_pb2.GetRunRequest(run_id=run_id), timeout=10)).run
+            if run.status != common_pb2.RUN_STATUS_RUNNING:
+                break
+            await asyncio.sleep(0.1)
+    # as on one host: the run ends at once, cancelled because its client left (not after its 60 s)
+    assert run.status == common_pb2.RUN_STATUS_CANCELLED, run
+    assert run.status_reason == "client.cancelled", run
+
+
 async def test_the_runtime_killed_mid_run_fails_the_run_opened_on_b(rfleet: RuntimeFleet) -> None:
     async with rfleet["b"].channel() as cb:
         call, _ = await _open(rfleet, cb, "b", "hold 60", "rt-kill-runtime")
@@ -231,6 +268,13 @@ async def test_the_runtime_killed_mid_run_fails_the_run_opened_on_b(rfleet: Runt
     terminal = _terminal(rest)
     assert terminal.run_failed.code == "runner.stream_broken", terminal
     assert rest[-1].finished.status == common_pb2.RUN_STATUS_FAILED
+    # `runtimes list` on another replica: offline, its last heartbeat shown as history
+    listed = await asyncio.to_thread(_runtimes_list, "--all", "--host", rfleet["c"].address, "--json")
+    runtime = next(r for r in json.loads(listed.stdout)["runtimes"] if r["runtime_id"] == "rt-1")
+    assert runtime["status"] == "offline" and runtime["host_instance_id"] == "a", runtime
+    table = await asyncio.to_thread(_runtimes_list, "--all", "--host", rfleet["c"].address)
+    row = next(line for line in table.stdout.splitlines() if "rt-1" in line)
+    assert "offline (last heartbeat" in row, table.stdout
     rfleet.runtime.stop()
     rfleet.runtime = rfleet.connect("rt-2")
     await _wait_listed(rfleet, "b", "rt-2")
@@ -250,5 +294,9 @@ async def test_replica_a_killed_interrupts_its_runs_opened_on_b(rfleet: RuntimeF
     assert rest[-1].finished.status == common_pb2.RUN_STATUS_INTERRUPTED
     assert got.run.status == common_pb2.RUN_STATUS_INTERRUPTED
     assert took <= LEASE + SWEEP + 3.0, took
+    # the takeover marked `a`'s runtime offline (it was live a moment ago)
+    listed = await asyncio.to_thread(_runtimes_list, "--all", "--host", rfleet["c"].address, "--json")
+    runtime = next(r for r in json.loads(listed.stdout)["runtimes"] if r["runtime_id"] == "rt-2")
+    assert runtime["status"] == "offline" and runtime["status_reason"] == "host replica 'a' was lost", runtime
     done = db_check(rfleet.url, rfleet.live())
     assert done.returncode == 0, done.stdout + done.stderr
