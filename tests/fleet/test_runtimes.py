@@ -6,7 +6,6 @@ from any replica; the runtime's loss and `a`'s loss end the runs `b` opened with
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import pathlib
@@ -26,42 +25,23 @@ from agentrunner.v1 import common_pb2, host_service_pb2
 from agentrunner_host.store.migrate import upgrade
 from tests.fleet.support import (
     LEASE,
-    RUNNER_ID,
+    RUNTIME_KEY,
+    RUNTIME_TARGET,
     SWEEP,
     Replica,
     db_check,
     free_port,
     next_item,
     read_rest,
-    replica_config,
     run_request,
     runner_run,
+    runtime_replica_config,
     sequences,
 )
 from tests.hardening.conftest import OwnPostgres
 from tests.runtimes.processes import LineProc, start_runtime
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-
-KEY = "fleet-runtime-key"
-TARGET = "tests.fleet.fleet_runner:FleetRunner"
-
-
-def _config(name: str, port: int, url: str) -> dict[str, Any]:
-    config = replica_config(name, port, url, "127.0.0.1:1", None)
-    del config["runners"]  # (runs go to runtimes only)
-    config["runtimes"] = {
-        "heartbeat_interval_seconds": 0.5,
-        "offline_after_seconds": 2.0,
-        "clients": [
-            {
-                "id": "fleet",
-                "api_key_sha256": [hashlib.sha256(KEY.encode()).hexdigest()],
-                "runner_ids": [RUNNER_ID],
-            }
-        ],
-    }
-    return config
 
 
 class RuntimeFleet:
@@ -70,13 +50,15 @@ class RuntimeFleet:
     def __init__(self, tmp: pathlib.Path, url: str) -> None:
         self.tmp, self.url = tmp, url
         self.ports = {name: free_port() for name in "abc"}
-        self.replicas = {name: Replica(tmp, name, _config(name, self.ports[name], url)) for name in "abc"}
+        self.replicas = {
+            name: Replica(tmp, name, runtime_replica_config(name, self.ports[name], url)) for name in "abc"
+        }
         self.runtime = self.connect("rt-1")
 
     def connect(self, runtime_id: str) -> LineProc:
         """A runtime of the fleet runner connected to replica `a` (its runs logged under `tmp`)."""
         return start_runtime(
-            self.replicas["a"].address, runtime_id, key=KEY, target=TARGET, extra=["--slots", "4"],
+            self.replicas["a"].address, runtime_id, key=RUNTIME_KEY, target=RUNTIME_TARGET, extra=["--slots", "4"],
             env={"FLEET_RUNNER_LOG": str(self.tmp / "runner.jsonl")},
         )  # fmt: skip
 
