@@ -216,7 +216,9 @@ async def test_steering_and_an_interaction_answer_through_other_replicas(rfleet:
         assert _terminal(followed) == _terminal(mine)
         # an interaction asked by a run opened on `b` (living on `a`), answered through `c`
         asked = await read_rest(rfleet["b"].stub(cb).Run(run_request("ask", "rt-ask"), timeout=30))
-        interaction = next(u.interaction for u in asked if u.HasField("interaction"))
+        interactions = [u.interaction for u in asked if u.HasField("interaction")]
+        assert len(interactions) == 1, asked
+        interaction = interactions[0]
         answer = host_service_pb2.SubmitInteractionRequest(
             interaction_id=interaction.request.interaction_id, action_id="confirm"
         )
