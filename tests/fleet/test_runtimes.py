@@ -41,7 +41,8 @@ from tests.fleet.support import (
 from tests.hardening.conftest import OwnPostgres
 from tests.runtimes.processes import LineProc, start_runtime
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+#: (the module fixture starts PostgreSQL, three replicas and a runtime: minutes on a loaded 2-core machine)
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
 
 class RuntimeFleet:
