@@ -41,7 +41,7 @@ async def test_only_live_accepting_fresh_matching_runtimes_of_other_replicas(
             _info("mine", "a"),  # this replica's own: placed locally, never handed over
             _info("lost", "d"),  # its replica's lease expired
             _info("drained", "e"),
-            _info("stale", "f"),  # heartbeats stopped (its replica stopped recording it)
+            _info("stale", "f"),  # heartbeats not recorded lately (its replica writes them late)
             _info("other-runner", "g", runner="plugin:x/y/default"),
             _info("gone", "h"),
         ):
@@ -63,11 +63,13 @@ async def test_only_live_accepting_fresh_matching_runtimes_of_other_replicas(
             )
         live = {"a", "b", "c", "e", "f", "g", "h"}
         found = await replicas_serving(store, "a", RUNNER, {}, live, offline_after=2.0)
-        assert found == ["c", "b"]  # most free slots first
+        # most free slots first; a runtime without recent heartbeats last (its replica is live: it
+        # refuses the run if its runtime is gone, and the next replica is tried)
+        assert found == ["c", "b", "f"]
         assert await replicas_serving(store, "a", RUNNER, {"gpu": "a100"}, live, 2.0) == ["c"]
         assert await replicas_serving(store, "a", RUNNER, {"gpu": "h100"}, live, 2.0) == []
         # `d` live again: its runtime has all 4 slots free (none taken since it connected)
-        assert await replicas_serving(store, "a", RUNNER, {}, live | {"d"}, 2.0) == ["d", "c", "b"]
+        assert await replicas_serving(store, "a", RUNNER, {}, live | {"d"}, 2.0) == ["d", "c", "b", "f"]
     finally:
         await store.close()
         await db.dispose()
