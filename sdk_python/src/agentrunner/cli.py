@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # no C-core log lines (`I1201 ...`) on the runner's stderr
-
+# (grpc's C-core log level is set by `agentrunner._grpc_env`, which the package imports before grpc
+# loads: by the time this module runs, grpc has read GRPC_VERBOSITY and a value set here would reach
+# only the processes a runner starts)
 import importlib
 import sys
 from pathlib import Path
