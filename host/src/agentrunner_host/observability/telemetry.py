@@ -5,9 +5,10 @@
   open runs, time to first result, results by type, proxy calls by method, gRPC code and ErrorInfo
   reason with their latency, upstream model and tool call latency, tokens, runner endpoint health.
 - W3C trace context (OpenTelemetry): extracted from incoming gRPC metadata, injected into runner calls.
-  Spans: the run, the runner call, each proxy call, each model and tool call. Without an exporter they
-  are non-recording (ids only, for logs and propagation); `configure_tracing` with an OTLP endpoint
-  records and exports them.
+  Spans: the run, the runner call, each proxy call, each model and tool call. Without a tracer provider
+  of the deployment's (`telemetry.otlp_endpoint` installs the OpenTelemetry SDK's, with its exporter)
+  they are non-recording spans with ids this module draws (for logs and propagation): the
+  OpenTelemetry SDK is not imported for them (issue 37: ~2 MiB and psutil in every idle host).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -23,8 +25,6 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -135,27 +135,29 @@ def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     )
 
 
-#: the provider `configure_tracing` installed without an exporter (nothing records or exports)
-_own_provider: TracerProvider | None = None
-_ids = RandomIdGenerator()
+#: True once `configure_tracing` found no tracer provider installed: the host draws span ids itself
+_own_ids = False
+#: what `trace.get_tracer_provider()` returns while nobody installed a provider
+_UNSET = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 def configure_tracing() -> None:
-    """Installs an SDK tracer provider so spans get real ids, unless the deployment installed its own
-    (with its exporters, e.g. `telemetry.configure_otlp`) before the host started."""
-    global _own_provider
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        _own_provider = TracerProvider()
-        trace.set_tracer_provider(_own_provider)
-
-
-tracer = trace.get_tracer("agentrunner_host")
+    """Without a tracer provider of the deployment's (with its exporters, e.g. `telemetry.configure_otlp`,
+    installed before the host started), spans get ids drawn here and record nothing."""
+    global _own_ids
+    _own_ids = isinstance(trace.get_tracer_provider(), _UNSET)
 
 
 def recording() -> bool:
     """True when spans are recorded (a provider with exporters), False when only their ids matter."""
-    provider = trace.get_tracer_provider()
-    return isinstance(provider, TracerProvider) and provider is not _own_provider
+    return not isinstance(trace.get_tracer_provider(), _UNSET)
+
+
+def _random_id(bits: int) -> int:
+    """A random non-zero id (as the OpenTelemetry SDK's `RandomIdGenerator` draws them)."""
+    while not (value := random.getrandbits(bits)):
+        pass
+    return value
 
 
 def start_span(
@@ -165,17 +167,18 @@ def start_span(
     attributes: Mapping[str, str] | None = None,
 ) -> trace.Span:
     """A span, child of `parent` (the current context when None; a new trace when there is none).
-    With the host's own provider nothing records spans, so only their ids matter (logs, the run's trace
-    id, propagation to runners): a non-recording span carries them for a fraction of what the SDK
-    spends on a span. A provider with exporters gets real SDK spans."""
-    if _own_provider is None or recording():
+    Without a provider nothing records spans, so only their ids matter (logs, the run's trace id,
+    propagation to runners): a non-recording span carries them for a fraction of what the SDK spends on
+    a span. A provider with exporters gets real SDK spans."""
+    if not _own_ids or recording():
+        tracer = trace.get_tracer("agentrunner_host")
         return tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
     caller = trace.get_current_span(parent).get_span_context()
     if caller.is_valid:
         trace_id, flags, state = caller.trace_id, caller.trace_flags, caller.trace_state
     else:
-        trace_id, flags, state = _ids.generate_trace_id(), trace.TraceFlags(trace.TraceFlags.SAMPLED), None
-    return trace.NonRecordingSpan(trace.SpanContext(trace_id, _ids.generate_span_id(), False, flags, state))
+        trace_id, flags, state = _random_id(128), trace.TraceFlags(trace.TraceFlags.SAMPLED), None
+    return trace.NonRecordingSpan(trace.SpanContext(trace_id, _random_id(64), False, flags, state))
 
 
 def start_server_span(name: str, metadata: Iterable[tuple[str, str | bytes]] | None) -> trace.Span:
