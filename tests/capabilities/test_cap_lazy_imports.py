@@ -41,6 +41,7 @@ UNCONFIGURED = (
     "rich",
     "pygments",
     "opentelemetry.sdk",
+    "pydantic_settings",
 )
 
 
