@@ -112,3 +112,33 @@ def test_a_runner_served_from_the_command_line_imports_no_cli_toolkit(tmp_path: 
     finally:
         proc.kill()
     assert "LOADED []" in out.splitlines(), out
+
+
+def test_a_host_served_from_the_command_line_imports_no_rich(tmp_path: pathlib.Path) -> None:
+    """`agentrunner-host serve` prints no table: rich (and pygments) stay out of the served host, as the
+    unconfigured stacks do (the CLI commands that print load rich when they print)."""
+    database = tmp_path / "host.db"
+    upgrade(f"sqlite:///{database}")
+    config = tmp_path / "host.yaml"
+    config.write_text(
+        f"listen: {{address: '127.0.0.1:0'}}\ndatabase: {{url: 'sqlite+aiosqlite:///{database}'}}\n"
+    )
+    never = ("rich", "pygments", "opentelemetry.sdk", "pydantic_settings", "alembic", "psycopg")
+    script = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: print('LOADED', sorted(m for m in {never!r} if m in sys.modules), flush=True))\n"
+        f"sys.argv = ['agentrunner-host', 'serve', '--config', {str(config)!r}, '--log-level', 'WARNING']\n"
+        "from agentrunner_host.cli import main\n"
+        "main()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("AGENTRUNNER_HOST_LISTENING")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert "LOADED []" in out.splitlines(), out

@@ -16,7 +16,6 @@ import sys
 if "structlog" not in sys.modules and "rich" not in sys.modules:
     sys.modules["rich"] = None  # type: ignore[assignment]  # (import rich -> ImportError while it loads)
     try:
-        import structlog.dev
-        import structlog.tracebacks  # noqa: F401
+        import structlog  # noqa: F401  (its package loads structlog.dev and .tracebacks, the rich users)
     finally:
         del sys.modules["rich"]

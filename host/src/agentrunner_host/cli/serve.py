@@ -35,8 +35,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve HostService + ProxyService (+ health, reflection) until SIGINT/SIGTERM.
         Refuses to start on a database that is not migrated (run `agentrunner-host db upgrade`)."""
-        from rich.markup import escape
-
         from agentrunner.telemetry import TelemetryError, configure_otlp
         from agentrunner_host.config.extras import missing
         from agentrunner_host.observability.telemetry import configure_logging
@@ -47,8 +45,10 @@ def register(app: typer.Typer) -> None:
         for path, reason in entry_problems(cfg):
             fail(f"{config}: {path}: {reason}", 2)
         absent = missing(cfg)  # extras the config needs (PostgreSQL, OTLP, console, MCP) not installed
+        if absent:
+            from rich.markup import escape
         for line in absent:
-            err_console.print(
+            err_console().print(
                 f"[red]refusing to serve[/red]: {escape(line)}", highlight=False, soft_wrap=True
             )
         if absent:
@@ -82,7 +82,7 @@ async def _serve(cfg: Any, address: str | None) -> None:
     try:
         host = await HostApp.open(cfg)
     except DatabaseNotMigratedError as exc:
-        err_console.print(f"[red]refusing to serve[/red]: {exc}", highlight=False)
+        err_console().print(f"[red]refusing to serve[/red]: {exc}", highlight=False)
         raise typer.Exit(3) from None
     try:
         port = await host.start(address)
@@ -104,14 +104,14 @@ async def _serve(cfg: Any, address: str | None) -> None:
     gc.collect()
     gc.freeze()
     pusher = _metrics_pusher(cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # (before the ready line: a SIGTERM right after it stops
+        loop.add_signal_handler(sig, stop.set)  # the host gracefully instead of killing it)
     bound_host = (address or cfg.listen.address).rsplit(":", 1)[0]
     print(f"AGENTRUNNER_HOST_LISTENING {bound_host}:{port}", flush=True)
     if host.console is not None:
         print(f"AGENTRUNNER_CONSOLE {host.console.url}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await host.stop(5.0)
     if pusher is not None:
