@@ -42,6 +42,7 @@ UNCONFIGURED = (
     "pygments",
     "opentelemetry.sdk",
     "pydantic_settings",
+    "prometheus_client",
 )
 
 
@@ -123,7 +124,15 @@ def test_a_host_served_from_the_command_line_imports_no_rich(tmp_path: pathlib.P
     config.write_text(
         f"listen: {{address: '127.0.0.1:0'}}\ndatabase: {{url: 'sqlite+aiosqlite:///{database}'}}\n"
     )
-    never = ("rich", "pygments", "opentelemetry.sdk", "pydantic_settings", "alembic", "psycopg")
+    never = (
+        "rich",
+        "pygments",
+        "opentelemetry.sdk",
+        "pydantic_settings",
+        "prometheus_client",
+        "alembic",
+        "psycopg",
+    )
     script = (
         "import atexit, sys\n"
         f"atexit.register(lambda: print('LOADED', sorted(m for m in {never!r} if m in sys.modules), flush=True))\n"

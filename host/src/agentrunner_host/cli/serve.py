@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from agentrunner_host.cli.common import ConfigOpt, err_console, fail, load
+from agentrunner_host.observability.lazy_metrics import enable_metrics
 
 
 class LogLevel(enum.StrEnum):
@@ -71,8 +72,6 @@ def register(app: typer.Typer) -> None:
 
 
 async def _serve(cfg: Any, address: str | None) -> None:
-    from prometheus_client import start_http_server
-
     from agentrunner_host.console.auth import ConsoleAccessError
     from agentrunner_host.server.app import HostApp
     from agentrunner_host.store.leases import InstanceLeaseError
@@ -87,6 +86,9 @@ async def _serve(cfg: Any, address: str | None) -> None:
     try:
         port = await host.start(address)
         if cfg.metrics.address:
+            from prometheus_client import start_http_server
+
+            enable_metrics()
             mhost, _, mport = cfg.metrics.address.rpartition(":")
             try:
                 start_http_server(int(mport), addr=mhost or "127.0.0.1")
@@ -131,6 +133,7 @@ def _metrics_pusher(cfg: Any) -> Any:
 
     from agentrunner_host.observability.otlp_metrics import MetricsPusher, interval_seconds
 
+    enable_metrics()
     name = os.environ.get("OTEL_SERVICE_NAME") or cfg.telemetry.service_name
     resource = Resource.create({"service.name": name, "service.instance.id": cfg.instance_id})
     pusher = MetricsPusher(endpoint, interval_seconds(cfg.telemetry.metrics_interval_seconds), resource)

@@ -26,7 +26,8 @@ import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from prometheus_client import Counter, Gauge, Histogram
+
+from agentrunner_host.observability.lazy_metrics import LazyMetric
 
 if TYPE_CHECKING:
     from agentrunner_host.ports import RunRecord
@@ -36,53 +37,65 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 #: the run path's logger (`report_finished` logs the run's last line)
 _run_log = structlog.get_logger("agentrunner_host.run")
 
-RUNS = Counter("agentrunner_runs_total", "Runs by final status", ["status"])
-TIME_TO_FIRST_RESULT = Histogram(
+RUNS = LazyMetric("Counter", "agentrunner_runs_total", "Runs by final status", ["status"])
+TIME_TO_FIRST_RESULT = LazyMetric(
+    "Histogram",
     "agentrunner_time_to_first_result_seconds",
     "Time from accepting an event to the first validated result",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
-RESULTS = Counter("agentrunner_results_total", "Validated results by type", ["type"])
-RESULTS_REJECTED = Counter("agentrunner_results_rejected_total", "Dropped results by reason", ["reason"])
-RUN_DURATION = Histogram(
+RESULTS = LazyMetric("Counter", "agentrunner_results_total", "Validated results by type", ["type"])
+RESULTS_REJECTED = LazyMetric(
+    "Counter", "agentrunner_results_rejected_total", "Dropped results by reason", ["reason"]
+)
+RUN_DURATION = LazyMetric(
+    "Histogram",
     "agentrunner_run_duration_seconds",
     "Time from accepting an event to the run's end, by final status",
     ["status"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
 )
-RUNS_OPEN = Gauge("agentrunner_runs_open", "Runs open on this host (accepted and not yet finished)")
+RUNS_OPEN = LazyMetric(
+    "Gauge", "agentrunner_runs_open", "Runs open on this host (accepted and not yet finished)"
+)
 #: `code` is the gRPC status code's name (OK on success); `reason` the ErrorInfo reason ("" on success)
-PROXY_CALLS = Counter(
+PROXY_CALLS = LazyMetric(
+    "Counter",
     "agentrunner_proxy_calls_total",
     "Proxy calls by method, gRPC status code and ErrorInfo reason",
     ["method", "code", "reason"],
 )
 _CALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-PROXY_CALL_DURATION = Histogram(
+PROXY_CALL_DURATION = LazyMetric(
+    "Histogram",
     "agentrunner_proxy_call_duration_seconds",
     "Proxy call latency inside the host, by method and gRPC status code",
     ["method", "code"],
     buckets=_CALL_BUCKETS,
 )
-MODEL_CALL_DURATION = Histogram(
+MODEL_CALL_DURATION = LazyMetric(
+    "Histogram",
     "agentrunner_model_call_duration_seconds",
     "Upstream model calls by model id, operation (chat, chat_stream, embed, rerank) and outcome",
     ["model", "operation", "outcome"],
     buckets=_CALL_BUCKETS,
 )
-MODEL_TOKENS = Counter(
+MODEL_TOKENS = LazyMetric(
+    "Counter",
     "agentrunner_model_tokens_total",
     "Tokens the model providers reported, by model id and type",
     ["model", "type"],
 )
-TOOL_CALL_DURATION = Histogram(
+TOOL_CALL_DURATION = LazyMetric(
+    "Histogram",
     "agentrunner_tool_call_duration_seconds",
     "Tool calls by tool source and outcome",
     ["source", "outcome"],
     buckets=_CALL_BUCKETS,
 )
 
-RUNNER_ENDPOINT_UP = Gauge(
+RUNNER_ENDPOINT_UP = LazyMetric(
+    "Gauge",
     "agentrunner_runner_endpoint_up",
     "1 while the runner endpoint answers the registry's probes",
     ["endpoint"],
@@ -197,7 +210,7 @@ def end_span(span: trace.Span, error: BaseException | None = None) -> None:
 
 @contextlib.contextmanager
 def observed_call(
-    name: str, histogram: Histogram, attributes: Mapping[str, str], **labels: str
+    name: str, histogram: LazyMetric, attributes: Mapping[str, str], **labels: str
 ) -> Iterator[trace.Span]:
     """A client span (child of the current one) and a latency sample labelled with the outcome:
     `ok`, the ErrorInfo reason of a typed error, `cancelled`, or the exception's type."""
