@@ -35,6 +35,7 @@ def test_a_deployments_own_provider_gets_recording_spans(monkeypatch: pytest.Mon
     # as if the deployment had installed its provider (with its exporters) before the host started
     provider = TracerProvider()
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: provider)
+    monkeypatch.setattr(observability, "tracer", provider.get_tracer("agentrunner_host"))
     span = start_server_span("agentrunner.host.run", [("traceparent", CALLER)])
     try:
         assert span.is_recording()

@@ -161,6 +161,9 @@ def configure_tracing() -> None:
     _own_ids = isinstance(trace.get_tracer_provider(), _UNSET)
 
 
+tracer = trace.get_tracer("agentrunner_host")
+
+
 def recording() -> bool:
     """True when spans are recorded (a provider with exporters), False when only their ids matter."""
     return not isinstance(trace.get_tracer_provider(), _UNSET)
@@ -184,7 +187,6 @@ def start_span(
     propagation to runners): a non-recording span carries them for a fraction of what the SDK spends on
     a span. A provider with exporters gets real SDK spans."""
     if not _own_ids or recording():
-        tracer = trace.get_tracer("agentrunner_host")
         return tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
     caller = trace.get_current_span(parent).get_span_context()
     if caller.is_valid:
