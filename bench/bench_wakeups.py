@@ -12,7 +12,9 @@ runner via the SDK CLI. Their Python threads are named at the OS level for the b
 
 - wakeups_per_run_host / _runner / _client: voluntary context switches per run, all threads;
 - preemptions_per_run_host: involuntary ones (load-dependent: read with the load printed);
-- host_cpu_us_per_run: host user + system CPU per run (µs).
+- host_cpu_us_per_run: host user + system CPU per run (µs);
+- wakeups_per_s_idle_host: then the host's wake-ups per second over `--idle` seconds with no run (its
+  background loops; they also count into the per-run figure, in proportion to the runs' wall time).
 
 The breakdown by thread (event loop, gRPC's aio poller thread, gRPC's event engine threads, the SQLite
 writer thread, executor threads) goes to stderr. `--tree COMMIT` runs host and SDK as they were at
@@ -85,8 +87,11 @@ def per_run(
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-async def measure(address: str, pids: dict[str, int], runs: int) -> tuple[dict[str, dict], float]:
-    """(process -> thread kind -> switches per run, host CPU µs per run) over `runs` sequential runs."""
+async def measure(
+    address: str, pids: dict[str, int], runs: int, idle: float = 0
+) -> tuple[dict[str, dict], float]:
+    """(process -> thread kind -> switches per run, host CPU µs per run) over `runs` sequential runs;
+    with `idle` seconds, also `host_idle`: the host's switches per second with no run."""
     async with grpc.aio.insecure_channel(address) as channel:
         stub = host_service_pb2_grpc.HostServiceStub(channel)
         for _ in range(30):  # warm-up: connections, caches, the first runs' imports
@@ -99,7 +104,12 @@ async def measure(address: str, pids: dict[str, int], runs: int) -> tuple[dict[s
             await first_result(stub)
         cpu = sum(host.cpu_times()[:2]) - cpu0
         after = {name: threads(pid) for name, pid in pids.items()}
-    table = {name: per_run(before[name], after[name], pid, runs) for name, pid in pids.items()}
+        table = {name: per_run(before[name], after[name], pid, runs) for name, pid in pids.items()}
+        if idle:  # the host with nothing to do: its background loops' wake-ups per second
+            await asyncio.sleep(1.0)
+            before = {"host": threads(pids["host"])}
+            await asyncio.sleep(idle)
+            table["host_idle"] = per_run(before["host"], threads(pids["host"]), pids["host"], round(idle))
     return table, cpu / runs * 1e6
 
 
@@ -124,6 +134,7 @@ def _name_threads() -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=int(os.environ.get("BENCH_WAKEUP_RUNS", "500")))
+    parser.add_argument("--idle", type=float, default=10.0, help="then seconds of an idle host")
     parser.add_argument("--tree", help="host and SDK as they were at this commit")
     parser.add_argument("--env", action="append", default=[], help="K=V for host and runner")
     args = parser.parse_args()
@@ -150,7 +161,7 @@ def main() -> int:
             host, address = start([py, *args_], "AGENTRUNNER_HOST_LISTENING", env)
             procs.append(host)
             pids = {"host": host.pid, "runner": runner.pid, "client": os.getpid()}
-            table, cpu_us = asyncio.run(measure(address, pids, args.runs))
+            table, cpu_us = asyncio.run(measure(address, pids, args.runs, args.idle))
         finally:
             stop(procs)
     print(f"# {args.runs} sequential 1-delta runs; {os.getloadavg()[0]:.1f} load", file=sys.stderr)
