@@ -165,6 +165,7 @@ def main() -> int:
         finally:
             stop(procs)
     print(f"# {args.runs} sequential 1-delta runs; {os.getloadavg()[0]:.1f} load", file=sys.stderr)
+    idle = table.pop("host_idle", None)
     for name, kinds in table.items():
         for kind, (vol, invol) in sorted(kinds.items(), key=lambda kv: -kv[1][0]):
             print(f"# {name:6} {kind:28} wake-ups {vol:6.2f}  preemptions {invol:6.2f}", file=sys.stderr)
@@ -172,6 +173,10 @@ def main() -> int:
         f"wakeups_per_run_{name}": round(sum(v for v, _ in kinds.values()), 1)
         for name, kinds in table.items()
     }
+    if idle is not None:
+        line["wakeups_per_s_idle_host"] = round(sum(v for v, _ in idle.values()), 1)
+        for kind, (vol, _) in sorted(idle.items(), key=lambda kv: -kv[1][0]):
+            print(f"# idle host {kind:28} wake-ups per second {vol:6.2f}", file=sys.stderr)
     line["preemptions_per_run_host"] = round(sum(i for _, i in table["host"].values()), 1)
     line["host_cpu_us_per_run"] = round(cpu_us)
     print(" ".join(f"{k}={v}" for k, v in line.items()), flush=True)
