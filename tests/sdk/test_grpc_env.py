@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -56,13 +57,13 @@ PROBE = textwrap.dedent(
 )
 
 
-def probe(**env: str) -> dict[str, object]:
+def probe(**env: str) -> dict[str, Any]:
     clean = {k: v for k, v in os.environ.items() if k not in ("GRPC_EXPERIMENTS", "GRPC_VERBOSITY")}
     out = subprocess.run(
         [sys.executable, "-c", PROBE], env={**clean, **env}, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
-    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
