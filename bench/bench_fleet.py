@@ -12,6 +12,10 @@ the fleet test runner (`tests/fleet/fleet_runner.py`) as their runner.
   run's `finished` on its client's stream on a (the signal crosses the fleet bus, reaches the runner's
   control stream and the runner's own terminal comes back);
   (`cancel_same_replica_*`: the same sent to replica a itself, the baseline);
+- `runtime_first_result_cross_replica_ms`: a run opened on replica b whose only runtime is connected to
+  replica a (the run is handed to a and relayed back to b), `Run` to its first result (median);
+  `runtime_first_result_same_replica_ms`: the same run opened on a itself (the baseline; the pairs are
+  taken alternately, in swapped order, so load drifts hit both alike);
 - `takeover_s`: SIGKILL of the replica holding an open run, to its `finished` (interrupted) read through
   another replica (`fleet.lease_seconds` LEASE; target ≤ LEASE + 2 s).
 
@@ -37,7 +41,17 @@ sys.path.insert(0, str(ROOT))
 
 from agentrunner.v1 import common_pb2, host_service_pb2  # noqa: E402
 from agentrunner_host.store.migrate import upgrade  # noqa: E402
-from tests.fleet.support import LEASE, Replica, read_rest, replica_config, run_request, start_runner  # noqa: E402
+from tests.fleet.support import (  # noqa: E402
+    LEASE,
+    RUNTIME_KEY,
+    RUNTIME_TARGET,
+    Replica,
+    read_rest,
+    replica_config,
+    run_request,
+    runtime_replica_config,
+    start_runner,
+)
 from tests.hardening.conftest import OwnPostgres, Proc  # noqa: E402
 
 
@@ -187,6 +201,39 @@ class Bench:
         assert updates[-1].finished.status == common_pb2.RUN_STATUS_INTERRUPTED, updates[-1]
         return time.monotonic() - killed
 
+    async def runtime_first_result_ms(self, samples: int) -> tuple[float, float]:
+        """Replicas a and b on a fresh database with runs on runtimes only, one runtime connected to a:
+        the median time from `Run` to the first result, opened on b (handed to a) and on a itself."""
+        from tests.fleet.support import free_port
+        from tests.runtimes.processes import start_runtime
+
+        self.close_replicas()
+        url = self.pg.create_database()
+        upgrade(url)
+        for name in "ab":
+            config = runtime_replica_config(name, free_port(), url)
+            self.replicas[name] = Replica(self.tmp / "runtimes", name, config)
+        runtime = start_runtime(
+            self.replicas["a"].address, "bench-rt", key=RUNTIME_KEY, target=RUNTIME_TARGET
+        )
+        try:
+            await self.open_channels()
+            times: dict[str, list[float]] = {"a": [], "b": []}
+            await asyncio.sleep(1.5)  # (b reads a's runtime from the database: its heartbeats are written)
+            for i in range(samples + 1):
+                for via in "ab" if i % 2 else "ba":
+                    started = time.monotonic()
+                    call = self.stub(via).Run(run_request("stream 1 0", f"rt-{via}-{i}"), timeout=30)
+                    while not (await call.read()).HasField("result"):
+                        pass
+                    if i:  # (the first pair warms up)
+                        times[via].append((time.monotonic() - started) * 1000)
+                    await read_rest(call)
+            await self.close_channels()
+            return statistics.median(times["b"]), statistics.median(times["a"])
+        finally:
+            runtime.stop()
+
 
 async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, float]:
     out: dict[str, float] = {}
@@ -218,6 +265,8 @@ async def measure(bench: Bench, args: argparse.Namespace) -> dict[str, float]:
             out["takeover_s"] = await bench.takeover_s()
             out["lease_s"] = LEASE
         await bench.close_channels()
+    cross, same = await bench.runtime_first_result_ms(args.samples)
+    out["runtime_first_result_cross_replica_ms"], out["runtime_first_result_same_replica_ms"] = cross, same
     return out
 
 

@@ -96,6 +96,7 @@ def test_the_runtimes_page_shows_the_runtime_its_clis_its_runs_and_its_end(setup
         row = page.locator("tr[data-runtime=laptop]")
         expect(row.get_by_test_id("status")).to_have_text("online")
         expect(row.get_by_test_id("slots")).to_have_text("0/2")
+        expect(row.get_by_test_id("replica")).to_have_text("console-runtimes")  # the replica it is on
         expect(row).to_contain_text("workspace=team-a")
         expect(row.get_by_test_id("clis")).to_have_text(
             f"claude {versions['CLAUDE_CODE_VERSION']} (logged out), codex {versions['CODEX_VERSION']} (logged out)"
@@ -120,5 +121,9 @@ def test_the_runtimes_page_shows_the_runtime_its_clis_its_runs_and_its_end(setup
         setup["runtime"].signal(signal.SIGKILL)
         page.goto(setup["url"] + "#/runtimes")
         expect(page.locator("tr[data-runtime=laptop]").get_by_test_id("status")).to_have_text("offline")
+        # its last heartbeat is not shown as if it were current
+        expect(page.locator("tr[data-runtime=laptop]").get_by_test_id("last-seen")).to_contain_text(
+            "offline (last heartbeat"
+        )
         page.screenshot(path=str(ARTIFACTS / "runtimes-offline.png"), full_page=True)
         browser.close()

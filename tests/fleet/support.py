@@ -83,6 +83,30 @@ def replica_config(name: str, port: int, url: str, runner: str, advertise: str |
     }
 
 
+#: the runtime key of `runtime_replica_config`'s runtime client, and the runtime's runner
+RUNTIME_KEY = "fleet-runtime-key"
+RUNTIME_TARGET = "tests.fleet.fleet_runner:FleetRunner"
+
+
+def runtime_replica_config(name: str, port: int, url: str) -> dict[str, Any]:
+    """A replica whose runs go to runtimes only (the fleet runner, connected with `RUNTIME_KEY`)."""
+    import hashlib
+
+    config = replica_config(name, port, url, "127.0.0.1:1", None)
+    del config["runners"]
+    # (heartbeats reach the database in batches; on a loaded machine a tighter bound makes other
+    # replicas skip a live runtime as stale)
+    config["runtimes"] = {
+        "heartbeat_interval_seconds": 1.0,
+        "offline_after_seconds": 5.0,
+        "clients": [
+            {"id": "fleet", "api_key_sha256": [hashlib.sha256(RUNTIME_KEY.encode()).hexdigest()],
+             "runner_ids": [RUNNER_ID]}
+        ],
+    }  # fmt: skip
+    return config
+
+
 class Replica(Proc):
     """`agentrunner-host serve` for one replica (its config and stderr under `tmp/<name>/`)."""
 

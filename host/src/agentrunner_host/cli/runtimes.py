@@ -57,21 +57,30 @@ def _status(runtime: runtime_pb2.Runtime) -> Text:
     return Text(word + (" (drained)" if runtime.drained and word != "draining" else ""), style=style)
 
 
+def _last_seen(runtime: runtime_pb2.Runtime) -> str:
+    """When the host last heard from the runtime: its heartbeat while it is connected; once it is offline,
+    `offline` and its last heartbeat (never a heartbeat that reads as current)."""
+    if runtime.status != runtime_pb2.RUNTIME_STATUS_OFFLINE:
+        return _ago(runtime.heartbeat_time)
+    return f"offline (last heartbeat {_ago(runtime.heartbeat_time)})"
+
+
 def _print_list(runtimes: list[runtime_pb2.Runtime]) -> None:
     from rich.table import Table
 
-    table = Table("runtime", "status", "slots", "labels", "runners", "CLIs", "heartbeat")
-    table.columns[4].overflow = "fold"
+    table = Table("runtime", "status", "replica", "slots", "labels", "runners", "CLIs", "last seen")
+    table.columns[5].overflow = "fold"
     for r in runtimes:
         labels = ", ".join(f"{k}={v}" for k, v in sorted(r.labels.items())) or "-"
         table.add_row(
             r.runtime_id,
             _status(r),
+            r.host_instance_id or "-",
             f"{r.slots_in_use}/{r.slots}",
             labels,
             "\n".join(r.runner_ids),
             capabilities_text(r),
-            _ago(r.heartbeat_time),
+            _last_seen(r),
         )
     console().print(table)
 
@@ -91,10 +100,10 @@ def _print_detail(got: host_service_pb2.GetRuntimeResponse) -> None:
         ("labels", ", ".join(f"{k}={v}" for k, v in sorted(r.labels.items()))),
         ("slots", f"{r.slots_in_use} in use of {r.slots}"),
         ("runners", ", ".join(r.runner_ids)),
-        ("host instance", r.host_instance_id),
+        ("replica", r.host_instance_id),
         ("peer", r.peer),
         ("connected", _ago(r.connect_time)),
-        ("heartbeat", _ago(r.heartbeat_time)),
+        ("last seen", _last_seen(r)),
     ]
     for key, value in rows:
         if value:

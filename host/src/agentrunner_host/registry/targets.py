@@ -3,7 +3,7 @@ what the runner registry asks of the runtimes (`RuntimePlacement`, `runtimes/reg
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -19,6 +19,12 @@ class RuntimePlacement(Protocol):
     def serves(self, runner_id: str) -> bool: ...
 
     async def place(self, runner_id: str, selector: dict[str, str]) -> tuple[Any, str]: ...
+
+    async def takes(self, runner_id: str, selector: dict[str, str]) -> bool: ...
+
+    async def elsewhere(
+        self, runner_id: str, selector: dict[str, str], live: Collection[str]
+    ) -> list[str]: ...
 
 
 class CallTarget(Protocol):

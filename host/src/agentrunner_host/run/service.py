@@ -31,6 +31,7 @@ from agentrunner.errors import (
     FailedPreconditionError,
     NotFoundError,
     RateLimitedError,
+    RunnerUnavailableError,
 )
 from agentrunner.v1 import host_service_pb2, result_pb2
 from agentrunner_host.config.model import AgentConfig, HostConfig
@@ -54,6 +55,7 @@ from agentrunner_host.run import followers, steering
 from agentrunner_host.run.context import ContextBuilder
 from agentrunner_host.run.endings import Ending, Endings
 from agentrunner_host.run.execution import RunExecution
+from agentrunner_host.run.forwarding import RunForwarding
 from agentrunner_host.run.journal import DeltaBatcher
 from agentrunner_host.run.outcomes import RunStatus, terminal_status_name
 from agentrunner_host.run.relay import RunRelay
@@ -63,6 +65,16 @@ from agentrunner_host.run.streams import Update as Update  # (the stream item ty
 from agentrunner_host.run.validation import Limits
 
 log = structlog.get_logger("agentrunner_host.run")
+
+
+def _event_key(event: host_service_pb2.EventEnvelope) -> EventKey:
+    conv = event.conversation
+    return EventKey(
+        event.event_type,
+        bot_id=event.bot_id or conv.bot_id,
+        workspace_id=event.workspace_id or conv.workspace_id,
+        conversation_id=conv.conversation_id,
+    )
 
 
 class RunService:
@@ -105,6 +117,8 @@ class RunService:
         self.endings = Endings(stores)
         #: with several replicas on one database: the runs' operations across them (`attach_fleet`)
         self.relay: RunRelay | None = None
+        #: runs on runtimes connected to other replicas (`run/forwarding.py`)
+        self.forwarding: RunForwarding | None = None
         #: how often a follower of a run open on another replica reads the ledger without a wake-up
         self.poll_seconds = followers.POLL_SECONDS
 
@@ -112,6 +126,7 @@ class RunService:
         """Serves other replicas' operations on the runs open here and hands them this replica's on
         theirs (`run/relay.py`); their followers here are woken by their commits."""
         relay = self.relay = RunRelay(self, fleet, self.stores.ledger)
+        self.forwarding = RunForwarding(self, fleet, self.registry)
         self.batcher.on_stored = relay.stored
         self.deliveries.on_stored = relay.stored
         self.poll_seconds = max(fleet.bus.poll_seconds, followers.POLL_SECONDS)
@@ -155,13 +170,7 @@ class RunService:
         the event's binding when the caller resolved it already (from the same config: the client
         gate's check), else resolved here."""
         event = normalize_event(request.event)
-        conv = event.conversation
-        key = EventKey(
-            event.event_type,
-            bot_id=event.bot_id or conv.bot_id,
-            workspace_id=event.workspace_id or conv.workspace_id,
-            conversation_id=conv.conversation_id,
-        )
+        key = _event_key(event)
         if resolution is None:
             resolution = self.resolver.resolve(key, request.agent_id)
         if resolution.agent is None:
@@ -172,6 +181,43 @@ class RunService:
         steered_into = await self._steer_into_open_run(event, agent)
         if steered_into is not None:
             return steered_into
+        if self.forwarding is not None:  # a runtime of another replica takes it: the run lives there
+            forwarded = await self.forwarding.open(request, event.event_id, agent)
+            if forwarded is not None:
+                return forwarded
+        return await self._start_new(request, event, key, resolution, agent, metadata)
+
+    async def open_here(self, request: host_service_pb2.HostServiceRunRequest) -> UpdateStream[Update]:
+        """A run another replica hands this one because a runtime connected here takes it
+        (`run/forwarding.py`): no steering (that replica looked) and no second hand-over; refused with
+        RUNNER_UNAVAILABLE when no runtime here can take it now."""
+        event = normalize_event(request.event)
+        key = _event_key(event)
+        resolution = self.resolver.resolve(key, request.agent_id)
+        agent = resolution.agent
+        runtimes = self.registry.runtimes
+        if (
+            agent is None
+            or runtimes is None
+            or not await runtimes.takes(agent.runner_id, agent.runtime_selector)
+        ):
+            raise RunnerUnavailableError(
+                f"no runtime connected to host replica {self.config.instance_id!r} can take the run now",
+                metadata={"replica": self.config.instance_id},
+            )
+        return await self._start_new(request, event, key, resolution, agent, ())
+
+    async def _start_new(
+        self,
+        request: host_service_pb2.HostServiceRunRequest,
+        event: host_service_pb2.EventEnvelope,
+        key: EventKey,
+        resolution: Resolution,
+        agent: AgentConfig,
+        metadata: Iterable[tuple[str, Any]],
+    ) -> UpdateStream[Update]:
+        """A new run of the event, started here (or the stream of the run its event id already has)."""
+        conv = event.conversation
         # digest of the event as submitted (before the host fills in times), to tell a retry from a clash
         digest = hashlib.sha256(
             request.event.SerializeToString(deterministic=True) + request.agent_id.encode()
@@ -271,7 +317,10 @@ class RunService:
         return self.endings.refuses(run_id)
 
     async def close(self) -> None:
-        """Host stop: one last attempt at the endings still unwritten (`Endings.close`)."""
+        """Host stop: the forwarded runs still driven here end, then one last attempt at the endings
+        still unwritten (`Endings.close`)."""
+        if self.forwarding is not None:
+            await self.forwarding.close()
         await self.endings.close()
 
     def _admit(self) -> None:

@@ -17,6 +17,7 @@ import collections
 import contextlib
 import datetime as dt
 import time
+from collections.abc import Collection
 from typing import Any
 
 import grpc
@@ -30,6 +31,7 @@ from agentrunner_host.ports import utcnow
 from agentrunner_host.registry.endpoints import RunnerRegistry
 from agentrunner_host.runtimes import metrics
 from agentrunner_host.runtimes.calls import FailedCall, RuntimeCall, RuntimeRunner, Slot
+from agentrunner_host.runtimes.elsewhere import matches, replicas_serving
 from agentrunner_host.runtimes.gate import RuntimeClient, RuntimeGate
 from agentrunner_host.runtimes.hello import check_hello
 from agentrunner_host.runtimes.session import Connection
@@ -48,10 +50,6 @@ PENDING_SLOT_WAIT = 0.5
 
 def _as_dict(message: Any) -> dict[str, Any]:
     return json_format.MessageToDict(message, preserving_proto_field_name=True)
-
-
-def _matches(labels: dict[str, str], selector: dict[str, str]) -> bool:
-    return all(labels.get(k) == v for k, v in selector.items())
 
 
 def _selector_text(selector: dict[str, str]) -> str:
@@ -258,11 +256,22 @@ class RuntimeRegistry:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_added.wait(), left)
 
+    async def takes(self, runner_id: str, selector: dict[str, str]) -> bool:
+        """Whether a runtime connected here can take a run of `runner_id` now (`place` finds a slot)."""
+        placed, _ = await self.place(runner_id, selector)
+        return placed is not None
+
+    async def elsewhere(self, runner_id: str, selector: dict[str, str], live: Collection[str]) -> list[str]:
+        """The other live replicas whose runtimes can take the run (`runtimes/elsewhere.py`)."""
+        return await replicas_serving(
+            self.store, self.instance_id, runner_id, selector, live, self.config.offline_after_seconds
+        )
+
     def _pending(self, runner_id: str, selector: dict[str, str]) -> bool:
         return any(
             c.pending()
             for c in self.by_runtime.values()
-            if runner_id in c.manifests and _matches(c.labels, selector)
+            if runner_id in c.manifests and matches(c.labels, selector)
         )
 
     def place_now(self, runner_id: str, selector: dict[str, str]) -> tuple[RuntimeRunner | None, str]:
@@ -272,7 +281,7 @@ class RuntimeRegistry:
         serving = [c for c in self.by_runtime.values() if runner_id in c.manifests]
         if not serving:
             return None, f"no runtime serving {runner_id} is connected"
-        matching = [c for c in serving if _matches(c.labels, selector)]
+        matching = [c for c in serving if matches(c.labels, selector)]
         if not matching:
             return None, (
                 f"no connected runtime serving {runner_id} has the labels {_selector_text(selector)} "

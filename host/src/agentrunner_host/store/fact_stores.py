@@ -61,6 +61,7 @@ from agentrunner_host.store.ledger import (
 )
 from agentrunner_host.store.mailbox import purge_instance_sync
 from agentrunner_host.store.result_effects import SYNC_KINDS, apply_sync
+from agentrunner_host.store.runtimes import host_lost_sync
 from agentrunner_host.store.schema import HostSecret
 from agentrunner_host.store.sessions import SqlSessionRegistry, revoke_sync
 from agentrunner_host.store.state import StateStore, scope_name
@@ -313,13 +314,14 @@ class FactStores:
         """The fleet's takeover of a lost replica, in one transaction: its expired `lease` is ended
         (`leases.expire_sync`: of replicas racing, exactly one gets past it; the others get None), its
         open runs end as `mark_interrupted` ends them (with `ending`, which names the lost replica), and
-        its fleet mailbox rows are forgotten. The run ids it ended."""
+        its fleet mailbox rows are forgotten and the runtimes it held are offline. The run ids it ended."""
 
         def write(conn: Connection) -> list[str] | None:
             if not expire_sync(conn, lease, utcnow()):
                 return None
             ended = _interrupt_sync(conn, lease.instance_id, ending, status)
             purge_instance_sync(conn, lease.instance_id)
+            host_lost_sync(conn, lease.instance_id, utcnow())
             return ended
 
         return await self.db.run_write(write)

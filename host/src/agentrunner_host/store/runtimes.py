@@ -16,11 +16,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentrunner_host.ports import utcnow
 from agentrunner_host.store.db import Database
+from agentrunner_host.store.schema import table_of
 from agentrunner_host.store.schema.facts import (
     RuntimeClaimRow,
     RuntimeConnectionRow,
@@ -36,6 +38,33 @@ FLUSH_SECONDS = 0.2
 ONLINE, DRAINING, OFFLINE = "online", "draining", "offline"
 
 Write = Callable[[AsyncSession], Awaitable[None]]
+
+
+def host_lost_sync(conn: Connection, host_instance_id: str, now: dt.datetime) -> int:
+    """In the fleet's takeover of a lost replica (`FactStores.take_over`): the runtimes it held are
+    offline at once, with their last heartbeat as it was (`runtimes list` never shows a lost replica's
+    runtime as live, and the runtime may connect to another replica right away)."""
+    reason = f"host replica {host_instance_id!r} was lost"
+    runtimes, connections = table_of(RuntimeRow), table_of(RuntimeConnectionRow)
+    rows = conn.execute(
+        update(runtimes)
+        .where(runtimes.c.host_instance_id == host_instance_id, runtimes.c.status != OFFLINE)
+        .values(status=OFFLINE, status_reason=reason, disconnected_at=now, free_slots=0, updated_at=now)
+        .returning(runtimes.c.runtime_id, runtimes.c.connection_id)
+    ).all()
+    for runtime_id, connection_id in rows:
+        conn.execute(
+            update(connections)
+            .where(connections.c.connection_id == connection_id, connections.c.ended_at.is_(None))
+            .values(ended_at=now, end_reason=reason)
+        )
+        conn.execute(
+            insert(table_of(RuntimeEventRow)).values(
+                runtime_id=runtime_id, kind="offline", run_id="", client_id="", reason=reason, peer="",
+                created_at=now,
+            )
+        )  # fmt: skip
+    return len(rows)
 
 
 @dataclasses.dataclass(slots=True)

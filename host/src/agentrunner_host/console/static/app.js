@@ -411,6 +411,8 @@ function renderRunners() {
 // ------------------------------------------------------------------------------------------ runtimes
 const cliText = (caps) => (caps || []).map((c) => (c.present
   ? `${c.name} ${c.version || "?"} (${c.login_status})` : `${c.name} absent`)).join(", ") || "-";
+// when the host last heard from a runtime: an offline one says so (its last heartbeat is history)
+const lastSeen = (r) => (r.status === "offline" ? `offline (last heartbeat ${fmtTime(r.heartbeat_time)})` : fmtTime(r.heartbeat_time));
 const labelText = (labels) => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`).join(", ") || "-";
 
 function renderRuntimes() {
@@ -422,10 +424,11 @@ function renderRuntimes() {
       rows.replaceChildren(...data.runtimes.map((r) => el("tr", { "data-runtime": r.runtime_id, class: "clickable",
         onclick: () => (location.hash = `#/runtimes/${encodeURIComponent(r.runtime_id)}`) },
         el("td", {}, el("a", { href: `#/runtimes/${encodeURIComponent(r.runtime_id)}` }, r.runtime_id)),
-        el("td", {}, badge(r.status)), el("td", { "data-testid": "slots" }, `${r.slots_in_use || 0}/${r.slots || 0}`),
+        el("td", {}, badge(r.status)), el("td", { "data-testid": "replica" }, r.host_instance_id || "-"),
+        el("td", { "data-testid": "slots" }, `${r.slots_in_use || 0}/${r.slots || 0}`),
         el("td", {}, labelText(r.labels)), el("td", {}, (r.runner_ids || []).join(", ")),
-        el("td", { "data-testid": "clis" }, cliText(r.capabilities)), el("td", {}, fmtTime(r.heartbeat_time)))));
-      if (!data.runtimes.length) rows.replaceChildren(el("tr", {}, el("td", { colspan: 7, class: "dim" },
+        el("td", { "data-testid": "clis" }, cliText(r.capabilities)), el("td", { "data-testid": "last-seen" }, lastSeen(r)))));
+      if (!data.runtimes.length) rows.replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "dim" },
         "no runtime has connected: python -m agentrunner connect HOST:PORT module:Runner")));
       note.textContent = `refreshed ${new Date().toLocaleTimeString()}`;
     } catch (err) {
@@ -433,7 +436,7 @@ function renderRuntimes() {
     }
   };
   view.replaceChildren(el("h2", {}, "Runtimes"),
-    el("table", {}, el("thead", {}, el("tr", {}, ["runtime", "status", "slots in use", "labels", "runners", "CLIs", "last heartbeat"].map((h) => el("th", {}, h)))), rows),
+    el("table", {}, el("thead", {}, el("tr", {}, ["runtime", "status", "replica", "slots in use", "labels", "runners", "CLIs", "last seen"].map((h) => el("th", {}, h)))), rows),
     note);
   load();
   const timer = setInterval(load, 2000);
@@ -453,7 +456,7 @@ function renderRuntime(runtimeId) {
         el("dl", { class: "record" }, ...[["client", r.client_id], ["machine", `${m.hostname || ""} ${m.os || ""} ${m.arch || ""}`],
           ["sdk", `${(r.sdk || {}).language || ""} ${(r.sdk || {}).version || ""}`], ["labels", labelText(r.labels)],
           ["slots in use", `${r.slots_in_use || 0} of ${r.slots || 0}`], ["runners", (r.runner_ids || []).join(", ")],
-          ["last heartbeat", fmtTime(r.heartbeat_time)], ["connected", fmtTime(r.connect_time)], ["reason", r.status_reason],
+          ["replica", r.host_instance_id], ["last seen", lastSeen(r)], ["connected", fmtTime(r.connect_time)], ["reason", r.status_reason],
           ...(r.capabilities || []).map((c) => [c.name, c.present ? `${c.version || "?"}, ${c.login_status}${c.login_detail ? ` (${c.login_detail})` : ""}` : "not on PATH"])]
           .flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v || "-")])));
       runs.replaceChildren(...data.runs.map((run) => el("tr", { class: "clickable", onclick: () => (location.hash = `#/runs/${run.run_id}`) },
