@@ -319,7 +319,7 @@ class RunContext:
         self.config = config
         self.input = Input(raw.input)
         self.state = State(raw.state)
-        self.cancelled = asyncio.Event()
+        self._cancelled: asyncio.Event | None = None
         self.cancel_reason = ""
         self._deadline: float | None = None
         if raw.runtime.HasField("deadline_at"):
@@ -345,6 +345,14 @@ class RunContext:
         self.runs = RunRecords(self.api)
         self._emitter: Emitter | None = None
         self._reply_count = 0
+
+    @property
+    def cancelled(self) -> asyncio.Event:
+        """Set when the host cancels the run (made when first asked for: most runs are never cancelled
+        and never look, and an event per open run is ~0.7 KiB)."""
+        if self._cancelled is None:
+            self._cancelled = asyncio.Event()
+        return self._cancelled
 
     # -- plain views of the contract --------------------------------------------------------
 
