@@ -299,9 +299,10 @@ async def serve_async(
 
 
 #: the collector's thresholds once the server serves (Python's default: 700, 10, 10): an open run
-#: holds ~100 tracked objects, and with thousands open the default's frequent collections (each older
-#: one walking every open run) took most of the CPU of opening them (the host does the same)
-GC_THRESHOLDS = (10_000, 10, 10)
+#: holds ~100 tracked objects, and with thousands open the default's full collections (each walking
+#: every open run) took most of the CPU of opening them. Full collections 10 times less often, young
+#: ones as before (the host does the same).
+GC_THRESHOLDS = (700, 10, 100)
 
 
 async def _serve_until_stopped(
