@@ -37,6 +37,7 @@ from agentrunner.control import ControlClient
 from agentrunner.errors import AgentRunnerError
 from agentrunner.failures import HOST_CODE_KINDS, FailureKind, RunnerFailure, kind_for_error_reason
 from agentrunner.protocol import is_terminal
+from agentrunner.result_queue import ResultQueue
 from agentrunner.runner import Runner
 from agentrunner.v1 import result_pb2, runner_service_pb2
 
@@ -65,7 +66,7 @@ def exception_message(exc: BaseException) -> str:
 class SideChannel:
     """How `ctx.emit` reaches the engine: non-terminal results into the run's queue while it runs."""
 
-    def __init__(self, queue: asyncio.Queue[result_pb2.RunResult]) -> None:
+    def __init__(self, queue: ResultQueue) -> None:
         self._queue = queue
         self.closed = False
 
@@ -113,7 +114,7 @@ class RunExecution:
         self.run_id = request.context.run_id
         self.ctx: RunContext | None = None
         self._precheck = precheck
-        self._queue: asyncio.Queue[result_pb2.RunResult] = asyncio.Queue(_QUEUE_SIZE)
+        self._queue = ResultQueue(_QUEUE_SIZE)
         self._task: asyncio.Task[None] | None = None
         self._stop: tuple[str, str, bool] | None = None
         self._error: BaseException | None = None
