@@ -321,6 +321,8 @@ class RunContext:
         self.state = State(raw.state)
         self._cancelled: asyncio.Event | None = None
         self.cancel_reason = ""
+        #: called when the host moves the deadline (`_set_deadline`; the engine's deadline timer)
+        self._deadline_listener: Callable[[], None] | None = None
         self._deadline: float | None = None
         if raw.runtime.HasField("deadline_at"):
             self._deadline = raw.runtime.deadline_at.ToNanoseconds() / 1e9
@@ -699,6 +701,8 @@ class RunContext:
 
     def _set_deadline(self, epoch_seconds: float) -> None:
         self._deadline = epoch_seconds
+        if self._deadline_listener is not None:  # the engine's deadline timer is re-armed
+            self._deadline_listener()
 
     async def sleep_or_cancel(self, seconds: float) -> bool:
         """Sleeps, waking early when the run is cancelled; True when cancelled."""
