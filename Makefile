@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
 TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance release-check sdk-lowest soak demo demo-services demo-claude demo-codex demo-acp bench bench-scale clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance release-check sdk-lowest soak demo demo-services demo-claude demo-codex demo-acp bench bench-scale bench-wakeups clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -100,6 +100,9 @@ demo-acp: sync ## The acp runner through the host (the real `claude-agent-acp` a
 
 bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge, LangBot bridge vs native, footprint at scale (BENCH_SCALE_FAST=1: 1k open runs only); writes bench/results*.json
 	$(RUN) python bench/run_all.py
+
+bench-wakeups: sync ## Wake-ups per run of client, host and runner by thread, host CPU per run, idle host wake-ups per second (issue 37)
+	cd bench && $(RUN) python bench_wakeups.py
 
 bench-scale: sync ## Per-run cost and footprint alone (issue 37): open runs, RSS per open run, idle RSS, start, streaming high-water; `make bench-scale FAST=1` for the quick one
 	cd bench && $(RUN) python bench_scale.py $(if $(FAST),--fast)

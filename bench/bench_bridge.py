@@ -16,23 +16,22 @@ Writes bench/results_bridge.json and prints one key=value line.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 import grpc
 import yaml
 
-from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
+from agentrunner.v1 import host_service_pb2_grpc
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from bench_host import start, start_runner, stop  # noqa: E402
+from bench_host import delta_window, first_result, request, start_host, start_runner, stop  # noqa: E402
 
 TTFR_RUNS = int(os.environ.get("BENCH_BRIDGE_TTFR_RUNS", "100"))
 DELTAS = int(os.environ.get("BENCH_BRIDGE_DELTAS", "200"))
@@ -88,55 +87,25 @@ def config(tmp: pathlib.Path, runner_addr: str) -> pathlib.Path:
     return path
 
 
-def request(path: str, text: str) -> host_service_pb2.HostServiceRunRequest:
-    req = host_service_pb2.HostServiceRunRequest()
-    req.event.event_type = "message.received"
-    req.event.bot_id = path
-    req.event.conversation.conversation_id = f"bench-{path}"
-    req.event.input.text = text
-    req.event.delivery.supports_streaming = True
-    return req
-
-
-async def first_result(stub: host_service_pb2_grpc.HostServiceStub, path: str) -> float:
-    started = time.perf_counter()
-    first = None
-    async for update in stub.Run(request(path, "hello"), timeout=60):
-        if first is None and update.HasField("result"):
-            first = time.perf_counter() - started
-    return first or 0.0
-
-
-async def window(stub: host_service_pb2_grpc.HostServiceStub, path: str) -> tuple[int, float]:
-    """Deltas received and seconds: CONCURRENCY workers start burst runs for SECONDS, then finish them."""
-    deltas = 0
-    stop_at = time.perf_counter() + SECONDS
-
-    async def worker() -> None:
-        nonlocal deltas
-        while time.perf_counter() < stop_at:
-            async for update in stub.Run(request(path, f"burst:{DELTAS}"), timeout=120):
-                if update.HasField("result") and update.result.HasField("message_delta"):
-                    deltas += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    return deltas, time.perf_counter() - started
-
-
 async def measure(address: str) -> dict[str, dict[str, float]]:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = host_service_pb2_grpc.HostServiceStub(channel)
         ttfr: dict[str, list[float]] = {p: [] for p in PATHS}
         for i in range(TTFR_RUNS + 10):
             for path in PATHS if i % 2 == 0 else reversed(PATHS):
-                t = await first_result(stub, path)
+                t = await first_result(stub, request("hello", f"bench-{path}", bot=path), run_timeout=60)
                 if i >= 10:  # warm-up
                     ttfr[path].append(t)
         totals = {p: [0, 0.0] for p in PATHS}
         for round_ in range(ROUNDS):
             for path in PATHS if round_ % 2 == 0 else reversed(PATHS):
-                deltas, seconds = await window(stub, path)
+                deltas, seconds = await delta_window(
+                    stub,
+                    functools.partial(request, f"burst:{DELTAS}", f"bench-{path}", bot=path),
+                    SECONDS,
+                    CONCURRENCY,
+                    120,
+                )
                 totals[path][0] += deltas
                 totals[path][1] += seconds
     return {
@@ -150,21 +119,12 @@ async def measure(address: str) -> dict[str, dict[str, float]]:
 
 
 async def main() -> int:
-    py = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     runner, runner_addr = start_runner()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             cfg = config(pathlib.Path(tmp), runner_addr)
-            subprocess.run(  # noqa: ASYNC221 - setup, before anything is measured
-                [py, "-m", "agentrunner_host", "db", "upgrade", "--config", str(cfg)],
-                check=True,
-                capture_output=True,
-            )
-            host, address = start(
-                [py, "-m", "agentrunner_host", "serve", "--config", str(cfg), "--log-level", "WARNING"],
-                "AGENTRUNNER_HOST_LISTENING",
-            )
+            host, address = start_host(cfg)
             try:
                 results = await measure(address)
             finally:

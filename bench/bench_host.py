@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 import grpc
 import psutil
@@ -145,23 +146,70 @@ def host_config(tmp: pathlib.Path, runner_addr: str, name: str = "host") -> path
     return config
 
 
-def request(text: str) -> host_service_pb2.HostServiceRunRequest:
-    req = host_service_pb2.HostServiceRunRequest()
+def start_host(config: pathlib.Path) -> tuple[subprocess.Popen[str], str]:
+    """A host serving `config`, its database migrated first (setup, before anything is measured):
+    (process, address). The benches' common start (this file's, `bench_runtimes.py`, `bench_bridge.py`)."""
+    py = sys.executable
+    subprocess.run(
+        [py, "-m", "agentrunner_host", "db", "upgrade", "--config", str(config)],
+        check=True,
+        capture_output=True,
+    )
+    return start(
+        [py, "-m", "agentrunner_host", "serve", "--config", str(config), "--log-level", "WARNING"],
+        "AGENTRUNNER_HOST_LISTENING",
+    )
+
+
+def request(
+    text: str, conversation: str = "bench", *, agent: str = "", bot: str = ""
+) -> host_service_pb2.HostServiceRunRequest:
+    """A streaming `message.received` run request (`agent`: an explicit agent; `bot`: the bot id)."""
+    req = host_service_pb2.HostServiceRunRequest(agent_id=agent)
     req.event.event_type = "message.received"
-    req.event.conversation.conversation_id = "bench"
+    req.event.bot_id = bot
+    req.event.conversation.conversation_id = conversation
     req.event.input.text = text
     req.event.delivery.supports_streaming = True
     return req
 
 
-async def first_result(stub: host_service_pb2_grpc.HostServiceStub) -> float:
+async def first_result(
+    stub: host_service_pb2_grpc.HostServiceStub,
+    req: host_service_pb2.HostServiceRunRequest,
+    run_timeout: float = 30,
+) -> float:
     """Seconds from starting one `Run` to its first result (the stream is read to its end)."""
     started = time.perf_counter()
     first = None
-    async for update in stub.Run(request("hello"), timeout=30):
+    async for update in stub.Run(req, timeout=run_timeout):
         if first is None and update.HasField("result"):
             first = time.perf_counter() - started
     return first or 0.0
+
+
+async def delta_window(
+    stub: host_service_pb2_grpc.HostServiceStub,
+    make: Callable[[], host_service_pb2.HostServiceRunRequest],
+    seconds: float,
+    concurrency: int,
+    run_timeout: float = 60,
+) -> tuple[int, float]:
+    """`message.delta` results received and seconds taken: `concurrency` workers start runs (`make`)
+    for `seconds`, then the runs in flight finish (their deltas count, and so does their time)."""
+    deltas = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal deltas
+        while time.perf_counter() < stop_at:
+            async for update in stub.Run(make(), timeout=run_timeout):
+                if update.HasField("result") and update.result.HasField("message_delta"):
+                    deltas += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return deltas, time.perf_counter() - started
 
 
 async def ttfb(stubs: dict[str, host_service_pb2_grpc.HostServiceStub], n: int) -> dict[str, list[float]]:
@@ -171,28 +219,10 @@ async def ttfb(stubs: dict[str, host_service_pb2_grpc.HostServiceStub], n: int) 
     names = list(stubs)
     for i in range(n + 20):
         for name in names if i % 2 == 0 else reversed(names):
-            t = await first_result(stubs[name])
+            t = await first_result(stubs[name], request("hello"))
             if i >= 20:  # warm-up
                 out[name].append(t)
     return out
-
-
-async def throughput(stub: host_service_pb2_grpc.HostServiceStub) -> tuple[int, float]:
-    """`message.delta` results received and seconds taken: CONCURRENCY workers start `burst` runs for
-    TPUT_SECONDS, then the runs in flight finish (their deltas count, and so does their time)."""
-    deltas = 0
-    stop_at = time.perf_counter() + TPUT_SECONDS
-
-    async def worker() -> None:
-        nonlocal deltas
-        while time.perf_counter() < stop_at:
-            async for update in stub.Run(request(f"burst:{DELTAS}"), timeout=60):
-                if update.HasField("result") and update.result.HasField("message_delta"):
-                    deltas += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    return deltas, time.perf_counter() - started
 
 
 async def rss_per_open_run(stub: host_service_pb2_grpc.HostServiceStub, pid: int) -> float:
@@ -224,7 +254,9 @@ async def measure(addresses: dict[str, str], pids: dict[str, int]) -> dict[str, 
         names = list(stubs)
         for round_ in range(TPUT_ROUNDS):
             for name in names if round_ % 2 == 0 else reversed(names):
-                deltas, seconds = await throughput(stubs[name])
+                deltas, seconds = await delta_window(
+                    stubs[name], lambda: request(f"burst:{DELTAS}"), TPUT_SECONDS, CONCURRENCY
+                )
                 totals[name][0] += deltas
                 totals[name][1] += seconds
                 out[name].setdefault("delta_per_s_windows", []).append(round(deltas / seconds))  # type: ignore[union-attr]
@@ -249,15 +281,7 @@ async def main() -> int:
         procs.append(relay)
         with tempfile.TemporaryDirectory() as tmp:
             config = host_config(pathlib.Path(tmp), runner_addr)
-            subprocess.run(  # noqa: ASYNC221 - setup, before anything is measured
-                [py, "-m", "agentrunner_host", "db", "upgrade", "--config", str(config)],
-                check=True,
-                capture_output=True,
-            )
-            host, host_addr = start(
-                [py, "-m", "agentrunner_host", "serve", "--config", str(config), "--log-level", "WARNING"],
-                "AGENTRUNNER_HOST_LISTENING",
-            )
+            host, host_addr = start_host(config)
             procs.append(host)
             try:
                 results.update(

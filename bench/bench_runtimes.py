@@ -21,6 +21,7 @@ Writes bench/results_runtimes.json and prints one key=value line.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -35,11 +36,11 @@ import time
 import grpc
 import yaml
 
-from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
+from agentrunner.v1 import host_service_pb2_grpc
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from bench_host import REF_ID, start, start_runner, stop  # noqa: E402
+from bench_host import REF_ID, delta_window, first_result, request, start_host, start_runner, stop  # noqa: E402
 
 DELTAS = int(os.environ.get("BENCH_DELTAS", "200"))
 TTFB_RUNS = int(os.environ.get("BENCH_TTFB_RUNS", "300"))
@@ -167,40 +168,6 @@ class Relay:
         self.writers.clear()
 
 
-def request(text: str, agent: str) -> host_service_pb2.HostServiceRunRequest:
-    req = host_service_pb2.HostServiceRunRequest(agent_id=agent)
-    req.event.event_type = "message.received"
-    req.event.conversation.conversation_id = f"bench-{agent}"
-    req.event.input.text = text
-    req.event.delivery.supports_streaming = True
-    return req
-
-
-async def first_result(stub: host_service_pb2_grpc.HostServiceStub, agent: str) -> float:
-    started = time.perf_counter()
-    first = None
-    async for update in stub.Run(request("hello", agent), timeout=30):
-        if first is None and update.HasField("result"):
-            first = time.perf_counter() - started
-    return first or 0.0
-
-
-async def throughput(stub: host_service_pb2_grpc.HostServiceStub, agent: str) -> tuple[int, float]:
-    deltas = 0
-    stop_at = time.perf_counter() + TPUT_SECONDS
-
-    async def worker() -> None:
-        nonlocal deltas
-        while time.perf_counter() < stop_at:
-            async for update in stub.Run(request(f"burst:{DELTAS}", agent), timeout=60):
-                if update.HasField("result") and update.result.HasField("message_delta"):
-                    deltas += 1
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
-    return deltas, time.perf_counter() - started
-
-
 async def compare(stub: host_service_pb2_grpc.HostServiceStub) -> dict[str, dict[str, object]]:
     """Both paths, interleaved (ABBA): ttfb run by run, throughput window by window."""
     paths = ["dialed", "runtime"]
@@ -208,7 +175,7 @@ async def compare(stub: host_service_pb2_grpc.HostServiceStub) -> dict[str, dict
     times: dict[str, list[float]] = {p: [] for p in paths}
     for i in range(TTFB_RUNS + 20):
         for path in paths if i % 2 == 0 else reversed(paths):
-            t = await first_result(stub, path)
+            t = await first_result(stub, request("hello", f"bench-{path}", agent=path))
             if i >= 20:
                 times[path].append(t)
     for path, t in times.items():
@@ -217,7 +184,12 @@ async def compare(stub: host_service_pb2_grpc.HostServiceStub) -> dict[str, dict
     totals = {p: [0, 0.0] for p in paths}
     for round_ in range(TPUT_ROUNDS):
         for path in paths if round_ % 2 == 0 else reversed(paths):
-            deltas, seconds = await throughput(stub, path)
+            deltas, seconds = await delta_window(
+                stub,
+                functools.partial(request, f"burst:{DELTAS}", f"bench-{path}", agent=path),
+                TPUT_SECONDS,
+                CONCURRENCY,
+            )
             totals[path][0] += deltas
             totals[path][1] += seconds
             out[path].setdefault("delta_per_s_windows", []).append(round(deltas / seconds))  # type: ignore[union-attr]
@@ -248,7 +220,7 @@ async def kills(stub: host_service_pb2_grpc.HostServiceStub, host_addr: str) -> 
     out = []
     for i in range(REPEATS):
         runtime = await RuntimeProc.start(host_addr, f"bench-victim-{i}", "victim", 1)
-        call = stub.Run(request("trickle", "victim"), timeout=60)
+        call = stub.Run(request("trickle", "bench-victim", agent="victim"), timeout=60)
         assert (await call.read()).HasField("accepted")
         assert (await call.read()).HasField("result")  # (a result came: the run is live on the runtime)
         await asyncio.sleep(0.2)
@@ -265,7 +237,6 @@ async def kills(stub: host_service_pb2_grpc.HostServiceStub, host_addr: str) -> 
 
 
 async def main() -> int:
-    py = sys.executable
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     runner, runner_addr = start_runner()
     procs: list[subprocess.Popen[str]] = [runner]
@@ -273,15 +244,7 @@ async def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             config = host_config(pathlib.Path(tmp), runner_addr)
-            subprocess.run(  # noqa: ASYNC221 - setup, before anything is measured
-                [py, "-m", "agentrunner_host", "db", "upgrade", "--config", str(config)],
-                check=True,
-                capture_output=True,
-            )
-            host, host_addr = start(
-                [py, "-m", "agentrunner_host", "serve", "--config", str(config), "--log-level", "WARNING"],
-                "AGENTRUNNER_HOST_LISTENING",
-            )
+            host, host_addr = start_host(config)
             procs.append(host)
             runtime = await RuntimeProc.start(host_addr, "bench-runtime", "bench", CONCURRENCY + 8)
             try:

@@ -187,20 +187,37 @@ async def streaming(address: str, pid: int, deltas: int, probes: int) -> dict[st
             async for _ in stub.Run(request(f"burst:{deltas}"), timeout=300):
                 pass
 
+        accepted: list[float] = []
+
         async def probe() -> float:
             began = time.perf_counter()
             async for update in stub.Run(request("hello"), timeout=60):
+                if update.HasField("accepted"):
+                    accepted.append(time.perf_counter() - began)
                 if update.HasField("result"):
                     return time.perf_counter() - began
             raise RuntimeError("a probe run ended without a result")
 
+        await probe()  # (the channel connected, the first run's imports done)
+        before = rss_kib(pid) / 1024
         load = [asyncio.create_task(burst()) for _ in range(50)]
         times: list[float] = []
         while not all(t.done() for t in load) or len(times) < probes:
             times.append(await probe())
         await asyncio.gather(*load)
+    slowest = sorted(zip(times, accepted[1:], strict=False), reverse=True)[:5]
+    print(
+        "# slowest probes (first result / accepted, ms): "
+        + ", ".join(f"{t * 1000:.0f}/{a * 1000:.0f}" for t, a in slowest),
+        file=sys.stderr,
+    )
     quantiles = statistics.quantiles(times, n=100)
-    return {"hwm_mib_streaming": round(rss_kib(pid, "VmHWM") / 1024, 1), "ttfr_p99_ms": quantiles[98] * 1000}
+    return {
+        "hwm_mib_streaming": round(rss_kib(pid, "VmHWM") / 1024, 1),
+        "rss_mib_before_streaming": round(before, 1),
+        "ttfr_p99_ms": quantiles[98] * 1000,
+        "ttfr_p50_ms": quantiles[49] * 1000,
+    }
 
 
 def run_host(tmp: pathlib.Path, runner_addr: str, name: str, job):  # type: ignore[no-untyped-def]
@@ -211,17 +228,39 @@ def run_host(tmp: pathlib.Path, runner_addr: str, name: str, job):  # type: igno
         stop([host], timeout=60)
 
 
+def streaming_phase(tmp: pathlib.Path, deltas: int) -> dict[str, float]:
+    """`streaming` on a fresh runner and host: the high-water mark and the probes' p99."""
+    runner, runner_addr, _ = spawn_runner()
+    try:
+        flow = run_host(tmp, runner_addr, "stream", lambda a, p: streaming(a, p, deltas, 200))
+    finally:
+        stop([runner])
+    return {
+        "hwm_mib_streaming": flow["hwm_mib_streaming"],
+        "ttfr_p99_ms_under_load": round(flow["ttfr_p99_ms"], 1),
+        "ttfr_p50_ms_under_load": round(flow["ttfr_p50_ms"], 1),
+        "rss_mib_before_streaming": flow["rss_mib_before_streaming"],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fast", action="store_true", default=os.environ.get("BENCH_SCALE_FAST") == "1")
     parser.add_argument("--starts", type=int, default=None, help="fresh starts per process (median)")
+    parser.add_argument(
+        "--phase", action="append", choices=["idle", "open", "streaming"], help="only these phases (repeat)"
+    )
     args = parser.parse_args()
+    phases = set(args.phase or ["idle", "open", "streaming"])
     starts = args.starts or (1 if args.fast else 5)
     counts = [1000] if args.fast else [1000, 10_000]
+    if "open" not in phases:
+        counts = []
     line: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = pathlib.Path(tmp_name)
-        line.update(idle(starts, tmp))
+        if "idle" in phases:
+            line.update(idle(starts, tmp))
         for count in counts:  # a fresh runner and host per phase: no memory freed by a phase before
             runner, runner_addr, _ = spawn_runner()
             try:
@@ -240,14 +279,8 @@ def main() -> int:
             line[f"open_seconds_{label}"] = round(held["open_seconds"], 2)
             line[f"open_cpu_seconds_host_{label}"] = round(held["cpu_host"], 2)
             line[f"open_cpu_seconds_runner_{label}"] = round(held["cpu_runner"], 2)
-        runner, runner_addr, _ = spawn_runner()
-        try:
-            deltas = 200 if args.fast else 1000
-            flow = run_host(tmp, runner_addr, "stream", lambda a, p: streaming(a, p, deltas, 200))
-            line["hwm_mib_streaming"] = flow["hwm_mib_streaming"]
-            line["ttfr_p99_ms_under_load"] = round(flow["ttfr_p99_ms"], 1)
-        finally:
-            stop([runner])
+        if "streaming" in phases:
+            line.update(streaming_phase(tmp, 200 if args.fast else 1000))
     order = [
         "open_runs",
         "rss_kib_per_open_run_1k",

@@ -27,6 +27,14 @@ import pytest
 _EARLY_LANGFLOW = pytest.StashKey["object"]()
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The hosts these tests start in-process record Prometheus metrics (tests read the registry);
+    a host started from the CLI makes them only when it serves or pushes them (issue 37)."""
+    from agentrunner_host.observability.lazy_metrics import enable_metrics
+
+    enable_metrics()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """In the controlling process only (not in xdist workers): start the real Langflow now when its
     suite will run, so its 1–3 minute start overlaps the other suites instead of delaying its own."""

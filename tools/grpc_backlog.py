@@ -1,7 +1,7 @@
 """The minimal reproduction of issue 16 item 17, with no host code: a bare grpc.aio server (one
 server-streaming method that waits `--hold` seconds) and one client channel opening `--calls` calls at
 once. It prints how the calls ended, and how many the server's handler saw, once with gRPC's defaults
-and once with the pending-call options the host sets (`agentrunner_host.server.app.server_options`).
+and once with the pending-call options the host sets (`agentrunner_host.server.listener.server_options`).
 
     uv run python tools/grpc_backlog.py --calls 3000
 

@@ -146,6 +146,7 @@ type runtimeConn struct {
 	active       atomic.Int32
 	drained      atomic.Bool
 	connections  atomic.Int32
+	sessions     atomic.Int32 // sessions started: which replica of a fleet address the next one dials
 }
 
 func (rt *runtimeConn) hello() *pb.ConnectRequest {
@@ -165,9 +166,15 @@ func (rt *runtimeConn) hello() *pb.ConnectRequest {
 // session is one connection: register, then heartbeats, slot streams and the host's signals until it
 // ends (the stream broke, the host ended it, or ctx ended and the runtime drained).
 func (rt *runtimeConn) session(ctx context.Context) error {
-	conn, err := grpc.NewClient(rt.address, rt.creds,
+	// (a fleet address: this session's streams all go to one replica, the next session to the next one)
+	entries, err := fleetEntries(rt.address)
+	if err != nil {
+		return err
+	}
+	entry := entries[int(rt.sessions.Add(1)-1)%len(entries)]
+	conn, err := grpc.NewClient(entry.target, append(entry.dialOptions(), rt.creds,
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))...)
 	if err != nil {
 		return err
 	}

@@ -104,8 +104,12 @@ func (h *hostConns) get(endpoint string) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host TLS: %w", err)
 	}
-	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))
+	target, fleetOpts, err := fleetDial(endpoint) // several replicas: round robin (fleet.go)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := grpc.NewClient(target, append(fleetOpts, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20), grpc.MaxCallSendMsgSize(16<<20)))...)
 	if err != nil {
 		return nil, err
 	}

@@ -58,6 +58,14 @@ func checkKeyTransport(address, key string, tlsOn bool) error {
 }
 
 func isLoopbackTarget(address string) bool {
+	if strings.Contains(address, ",") { // a fleet's replicas: loopback when every one is
+		for _, entry := range strings.Split(address, ",") {
+			if strings.TrimSpace(entry) != "" && !isLoopbackTarget(strings.TrimSpace(entry)) {
+				return false
+			}
+		}
+		return true
+	}
 	if strings.HasPrefix(address, "unix:") {
 		return true
 	}

@@ -6,8 +6,6 @@
 import { hostname, arch, platform, release } from "node:os";
 import { clone, create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { readFileSync } from "node:fs";
 import { RunRequestSchema, RunResponseSchema } from "./gen/agentrunner/v1/runner_service_pb.js";
 import {
   type ClaimedRun, type ClaimRunRequest, ClaimRunRequestSchema, type ClaimRunResponse, type ConnectRequest,
@@ -15,7 +13,8 @@ import {
 } from "./gen/agentrunner/v1/runtime_service_pb.js";
 import { runControl } from "./control.js";
 import { detectHarnesses } from "./detect.js";
-import { type HostTls, HostTransports, hostTlsFromEnv } from "./host.js";
+import { resolveReplicas } from "./fleet.js";
+import { type HostTls, HostTransports, hostTlsFromEnv, hostTransport } from "./host.js";
 import { checkKeyTransport, runtimeKeyFromEnv } from "./runtimekey.js";
 import { log } from "./log.js";
 import { AsyncQueue } from "./queue.js";
@@ -66,6 +65,7 @@ class Runtime {
   drained = false;
   leaving = false;
   connections = 0;
+  sessions = 0;
   readonly hosts: HostTransports;
   readonly headers: Record<string, string>;
   capabilities: Awaited<ReturnType<typeof detectHarnesses>> = [];
@@ -79,15 +79,11 @@ class Runtime {
     return this.runners.find((r) => (id ? id === r.manifest.id || id === r.manifest.name : name === r.manifest.name));
   }
 
-  transport() {
-    const tls = this.options.hostTls;
-    const baseUrl = `${tls ? "https" : "http"}://${this.address}`;
-    const nodeOptions = tls
-      ? { ca: tls.caFile ? readFileSync(tls.caFile) : undefined, cert: tls.certFile ? readFileSync(tls.certFile) : undefined,
-          key: tls.keyFile ? readFileSync(tls.keyFile) : undefined, servername: tls.serverName }
-      : undefined;
-    const session = new Http2SessionManager(baseUrl, { pingIntervalMs: 15_000, pingTimeoutMs: 5_000 }, nodeOptions);
-    return { session, transport: createGrpcTransport({ baseUrl, sessionManager: session, nodeOptions }) };
+  /** This session's transport: to one replica of a fleet address, the next one each session (fleet.ts). */
+  async transport() {
+    const replicas = await resolveReplicas(this.address);
+    const replica = replicas[this.sessions++ % replicas.length];
+    return hostTransport(replica.target, this.options.hostTls, { pingIntervalMs: 15_000, pingTimeoutMs: 5_000 }, replica.servername);
   }
 
   hello(): ConnectRequest {
@@ -102,7 +98,7 @@ class Runtime {
 
   /** One session: register, then heartbeats, slots and the host's signals until it ends. */
   async session(stop: AbortSignal): Promise<void> {
-    const { session, transport } = this.transport();
+    const { close, transport } = await this.transport();
     const client = createClient(RuntimeService, transport);
     const ended = new AbortController();
     const outgoing = new AsyncQueue<ConnectRequest>();
@@ -156,7 +152,7 @@ class Runtime {
       ended.abort();
       outgoing.close();
       await Promise.allSettled(slots);
-      session.abort();
+      close();
     }
   }
 

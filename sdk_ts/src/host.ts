@@ -8,6 +8,7 @@ import { type CallOptions, type Client, createClient, type Transport } from "@co
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { ProxyService } from "./gen/agentrunner/v1/proxy_service_pb.js";
 import { AgentRunnerError } from "./errors.js";
+import { FleetTransport, isFleetAddress, type Replica } from "./fleet.js";
 
 export const RUN_TOKEN_HEADER = "x-agentrunner-run-token";
 export const RUN_ID_HEADER = "x-agentrunner-run-id";
@@ -47,32 +48,46 @@ export function traceparent(traceId: string): string | undefined {
   return `00-${tid}-${randomBytes(8).toString("hex")}-01`;
 }
 
-/** One HTTP/2 session per host endpoint for the whole process. */
+/** An HTTP/2 session and its gRPC transport to one host address (TLS when `tls` is given). */
+export function hostTransport(
+  target: string, tls: HostTls | undefined, session: { pingIntervalMs: number; pingTimeoutMs?: number }, servername?: string,
+): { transport: Transport; close: () => void } {
+  const baseUrl = `${tls ? "https" : "http"}://${target.replace(/^dns:\/\/\//, "")}`;
+  const nodeOptions = tls
+    ? {
+        ca: tls.caFile ? readFileSync(tls.caFile) : undefined,
+        cert: tls.certFile ? readFileSync(tls.certFile) : undefined,
+        key: tls.keyFile ? readFileSync(tls.keyFile) : undefined,
+        servername: tls.serverName ?? servername,
+      }
+    : undefined;
+  const manager = new Http2SessionManager(baseUrl, session, nodeOptions);
+  return { transport: createGrpcTransport({ baseUrl, sessionManager: manager, nodeOptions }), close: () => manager.abort() };
+}
+
+/** One transport per host endpoint for the whole process; an endpoint naming several replicas of a
+ * fleet (`h1:p,h2:p`, `dns:///name:p`) gets one that balances round robin over them (fleet.ts). */
 export class HostTransports {
-  private readonly transports = new Map<string, { transport: Transport; session: Http2SessionManager }>();
+  private readonly transports = new Map<string, { transport: Transport; close: () => void }>();
   constructor(private readonly tls: HostTls | undefined = hostTlsFromEnv()) {}
 
   get(endpoint: string): Transport {
     const known = this.transports.get(endpoint);
     if (known) return known.transport;
-    const target = endpoint.replace(/^dns:\/\/\//, "");
-    const baseUrl = `${this.tls ? "https" : "http"}://${target}`;
-    const nodeOptions = this.tls
-      ? {
-          ca: this.tls.caFile ? readFileSync(this.tls.caFile) : undefined,
-          cert: this.tls.certFile ? readFileSync(this.tls.certFile) : undefined,
-          key: this.tls.keyFile ? readFileSync(this.tls.keyFile) : undefined,
-          servername: this.tls.serverName,
-        }
-      : undefined;
-    const session = new Http2SessionManager(baseUrl, { pingIntervalMs: 60_000 }, nodeOptions);
-    const transport = createGrpcTransport({ baseUrl, sessionManager: session, nodeOptions });
-    this.transports.set(endpoint, { transport, session });
-    return transport;
+    const one = (replica: Replica) => hostTransport(replica.target, this.tls, { pingIntervalMs: 60_000 }, replica.servername);
+    let made: { transport: Transport; close: () => void };
+    if (isFleetAddress(endpoint)) {
+      const fleet = new FleetTransport(endpoint, one);
+      made = { transport: fleet, close: () => fleet.close() };
+    } else {
+      made = one({ target: endpoint });
+    }
+    this.transports.set(endpoint, made);
+    return made.transport;
   }
 
   close(): void {
-    for (const { session } of this.transports.values()) session.abort();
+    for (const { close } of this.transports.values()) close();
     this.transports.clear();
   }
 }

@@ -35,6 +35,8 @@ export function takeRuntimeKey(env: NodeJS.ProcessEnv = process.env): string {
 }
 
 export function isLoopbackTarget(address: string): boolean {
+  // (a fleet's replicas: loopback when every one is)
+  if (address.includes(",")) return address.split(",").filter((e) => e.trim()).every((e) => isLoopbackTarget(e.trim()));
   if (address.startsWith("unix:")) return true;
   let host = address.replace(/^dns:\/\/\//, "");
   const bracket = /^\[([^\]]+)\](?::\d+)?$/.exec(host);

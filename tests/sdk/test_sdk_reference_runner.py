@@ -61,7 +61,11 @@ async def test_slow_and_empty(host: HostDouble) -> None:
 
 
 async def test_stall_runs_into_the_deadline(host: HostDouble) -> None:
-    out = await host.run(ReferenceRunner, "stall", deadline=0.4)
+    """The runner ends a stalled run itself, `DEADLINE_MARGIN` (0.1 s) before the run deadline. The
+    call's own gRPC timeout is set past the deadline: left at the deadline (the double's default, as a
+    host sets it), a loaded machine delivers the runner's terminal after the transport gave up, and the
+    test would see DEADLINE_EXCEEDED from gRPC instead of what the runner did."""
+    out = await host.run(ReferenceRunner, "stall", deadline=0.4, call_timeout=10)
     assert out.failure is not None and out.failure.code == "deadline_exceeded"
 
 

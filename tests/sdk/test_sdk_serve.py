@@ -149,6 +149,18 @@ async def test_json_logs_carry_the_run_id_and_trace_id() -> None:
     assert "reference runner failure requested" in crash["error"]
 
 
+async def test_the_cli_leaves_grpc_verbosity_out_of_the_environment_its_agents_inherit() -> None:
+    """The C core's log level is set only while grpc loads (`agentrunner._grpc_env`): after the CLI's
+    module loads, GRPC_VERBOSITY is unset again, so a CLI agent a runner starts sees its own logs."""
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    code = "import os, agentrunner.cli; print(os.environ.get('GRPC_VERBOSITY'))"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, env=env, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert out.decode().strip() == "None"
+
+
 async def test_a_run_beyond_the_servers_open_run_cap_is_refused_with_retry_info() -> None:
     """Issue 37: a runner server holds at most `max_open_runs` runs at once; one more is refused
     RESOURCE_EXHAUSTED (`RATE_LIMITED`, retryable) with a `RetryInfo` delay before the runner sees it,

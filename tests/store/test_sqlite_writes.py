@@ -428,6 +428,37 @@ async def test_the_host_runs_the_checkpointer_and_stops_it_cleanly(tmp_path: Pat
         await db.dispose()
 
 
+async def test_an_idle_database_is_not_checkpointed_again_until_something_is_committed(
+    tmp_path: Path,
+) -> None:
+    """An idle host's checkpointer woke a thread and the event loop every round for nothing
+    (issue 37: wake-ups); it now skips rounds while the WAL is as the last complete checkpoint left it."""
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'idle.db'}")
+    rounds = 0
+    checkpoint = db.checkpoint
+
+    async def counted() -> tuple[int, int, int]:
+        nonlocal rounds
+        rounds += 1
+        return await checkpoint()
+
+    db.checkpoint = counted  # type: ignore[method-assign]
+    try:
+        await db.run_write(lambda conn: conn.exec_driver_sql("CREATE TABLE t (x)"))
+        task = asyncio.create_task(db.run_checkpointer(interval=0.01))
+        await asyncio.sleep(0.3)  # ~30 rounds
+        idle = rounds
+        assert 1 <= idle <= 2, idle  # the write above checkpointed, then nothing to do
+        await db.run_write(lambda conn: conn.exec_driver_sql("INSERT INTO t VALUES (1)"))
+        await asyncio.sleep(0.1)
+        assert rounds > idle  # a commit: checkpointed again
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await db.dispose()
+
+
 async def test_timestamps_are_stored_as_sqlalchemy_would_store_them() -> None:
     """`UTCDateTime` formats SQLite timestamps itself (a fast path): the stored text must be exactly
     SQLAlchemy's, or rows written before and after would compare and sort differently in SQL."""

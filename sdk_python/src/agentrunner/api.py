@@ -31,6 +31,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from agentrunner.errors import DeadlineExceededError, UnauthorizedError, from_rpc_error
 from agentrunner.protocol import RUN_ID_HEADER, RUN_TOKEN_HEADER
+from agentrunner.refusal import lost_refusal, recover_refusal
 from agentrunner.results import to_struct, to_value
 from agentrunner.v1 import (
     common_pb2,
@@ -676,6 +677,8 @@ class HostApi:
                     requests(), timeout=call_timeout, metadata=self.metadata()
                 )
             except grpc.RpcError as exc:
+                if lost_refusal(exc):  # (the host refused while a chunk was in flight: agentrunner.refusal)
+                    raise await recover_refusal("UploadArtifact", self.stub, self.metadata()) from None
                 raise from_rpc_error(exc) from None
         return response.artifact
 

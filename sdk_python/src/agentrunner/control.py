@@ -16,6 +16,7 @@ import structlog
 
 from agentrunner.context import RunContext
 from agentrunner.errors import AgentRunnerError
+from agentrunner.refusal import lost_refusal, recover_refusal
 from agentrunner.v1 import proxy_service_pb2 as P
 
 log = structlog.get_logger("agentrunner.control")
@@ -80,7 +81,11 @@ class ControlClient:
             call = api.stub.Control(metadata=api.metadata(), timeout=timeout)
             await self._serve(call)
         except grpc.RpcError as exc:
-            self._ended(exc)
+            if lost_refusal(exc):  # (the host refused while hello was in flight: agentrunner.refusal)
+                refused = await recover_refusal("Control", api.stub, api.metadata())
+                log.warning("control stream refused", run_id=self._ctx.run_id, reason=refused.reason)
+            else:
+                self._ended(exc)
         except AgentRunnerError as exc:
             log.warning("control stream unavailable", run_id=self._ctx.run_id, reason=exc.reason)
         finally:

@@ -205,6 +205,11 @@ class RuntimeFailureError(AgentRunnerError):
     spec_code = "runtime_error"
 
 
+class HostRefusedError(RuntimeFailureError):
+    """The host ended a client-streaming call (`UploadArtifact`, `Control`) before it had read the whole
+    request, and grpc lost the status it sent (`agentrunner.refusal`): the host refused the call."""
+
+
 class RunnerUnavailableError(AgentRunnerError):
     """The runner endpoint cannot be reached."""
 

@@ -46,12 +46,12 @@ def config_check(
     else:
         for p in problems:
             style = "red" if p.severity == "error" else "yellow"
-            console.print(f"[{style}]{p.severity}[/{style}]: {p.path}: {p.message}", highlight=False,
+            console().print(f"[{style}]{p.severity}[/{style}]: {p.path}: {p.message}", highlight=False,
                           soft_wrap=True)  # fmt: skip
         warned = len(problems) - errors
         summary = "ok" if not problems else f"{errors} error(s), {warned} warning(s)"
         scope = " (offline: runner endpoints not dialed)" if offline else ""
-        console.print(f"{config}: {summary}{scope}", highlight=False)
+        console().print(f"{config}: {summary}{scope}", highlight=False)
     if errors:
         raise typer.Exit(1)
 
@@ -90,7 +90,7 @@ def db_upgrade(
 
     url = database_url or (load(config).database.url if config else HostEnv().database_url)
     try:
-        migrate_cli(url or DEFAULT_DATABASE_URL, echo=lambda line: console.print(line, highlight=False))
+        migrate_cli(url or DEFAULT_DATABASE_URL, echo=lambda line: console().print(line, highlight=False))
     except Exception as exc:  # a database the host cannot reach or migrate: say why, no stack trace
         fail(f"upgrade failed: {type(exc).__name__}: {exc}")
 
@@ -110,19 +110,19 @@ def kb_ingest(
         report = asyncio.run(_kb_ingest(cfg, kb_id, directory))
     except AgentRunnerError as err:
         fail(f"{err.reason}: {err.message}")
-    console.print(
+    console().print(
         f"ingested {kb_id}: {report.added} added, {report.updated} updated, {report.unchanged} unchanged, "
         f"{report.removed} removed, {report.chunks} chunks"
         + (f", {len(report.failed)} failed" if report.failed else "")
     )
     for skipped in report.skipped:
-        console.print(f"[yellow]skipped[/yellow] {skipped}")
+        console().print(f"[yellow]skipped[/yellow] {skipped}")
     if report.degraded_reason:
-        err_console.print(f"[yellow]warning[/yellow] {report.degraded_reason}", highlight=False)
+        err_console().print(f"[yellow]warning[/yellow] {report.degraded_reason}", highlight=False)
     for path, reason in sorted(report.failed.items()):
-        err_console.print(f"[red]not indexed[/red] {path}: {reason}", highlight=False)
+        err_console().print(f"[red]not indexed[/red] {path}: {reason}", highlight=False)
     if report.failed:  # the others are indexed; the next ingest retries these
-        err_console.print(f"{len(report.failed)} document(s) not indexed: run the ingest again later")
+        err_console().print(f"{len(report.failed)} document(s) not indexed: run the ingest again later")
         raise typer.Exit(1)
 
 
@@ -167,7 +167,7 @@ def migrate_pipeline_cmd(
             fail(f"{target}: cannot write: {exc.strerror or exc}", 2)
         typer.echo(f"wrote {target}")
     if agent_id:
-        console.print_json(json.dumps({"agents": [pipeline_to_agent(migration.config, agent_id)]}))
+        console().print_json(json.dumps({"agents": [pipeline_to_agent(migration.config, agent_id)]}))
 
 
 def register(app: typer.Typer, db_app: typer.Typer, kb_app: typer.Typer, config_app: typer.Typer) -> None:
@@ -189,7 +189,7 @@ async def _kb_ingest(cfg: Any, kb_id: str, directory: pathlib.Path | None) -> An
     try:
         await asyncio.to_thread(ensure_current, cfg.database.url)
     except DatabaseNotMigratedError as exc:
-        err_console.print(f"[red]error[/red]: {exc}", highlight=False)
+        err_console().print(f"[red]error[/red]: {exc}", highlight=False)
         raise typer.Exit(3) from None
     db = Database(cfg.database.url)
     models = ModelRegistry(cfg.models)
@@ -197,7 +197,7 @@ async def _kb_ingest(cfg: Any, kb_id: str, directory: pathlib.Path | None) -> An
         knowledge = KnowledgeService(db.engine, cfg.knowledge_bases, embedder_for=models.embedder)
         with Progress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[file]}"),
-            console=console,
+            console=console(),
         ) as progress:  # fmt: skip
             task = progress.add_task(f"ingest {kb_id}", total=None, file="")
 

@@ -63,7 +63,7 @@ def register(artifacts_app: typer.Typer) -> None:
             fail(f"{target} exists (use --force to overwrite)")
         target.write_bytes(body)
         mime = ref.mime_type if ref is not None else ""
-        console.print(
+        console().print(
             f"saved {target} ({len(body)} bytes{', ' + mime if mime else ''})",
             highlight=False,
             soft_wrap=True,

@@ -8,8 +8,6 @@ from typing import Annotated, Any
 
 import grpc
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.cli.common import (
@@ -39,7 +37,7 @@ from agentrunner_host.views.jsonview import message_dict, status_name
 def print_finished(finished: host_service_pb2.RunFinished) -> None:
     status = status_name(finished.status)
     reason = f" ({finished.reason})" if finished.reason else ""
-    err_console.print(f"[dim]run {finished.run_id or '-'}: {status}{reason}[/dim]", highlight=False)
+    err_console().print(f"[dim]run {finished.run_id or '-'}: {status}{reason}[/dim]", highlight=False)
     if finished.status != common_pb2.RUN_STATUS_COMPLETED:
         raise typer.Exit(1)
 
@@ -47,7 +45,7 @@ def print_finished(finished: host_service_pb2.RunFinished) -> None:
 def _announce(accepted: host_service_pb2.RunAccepted) -> None:
     if accepted.run_id:
         via = f" via binding {accepted.binding_id}" if accepted.binding_id else ""
-        err_console.print(
+        err_console().print(
             f"[dim]started {accepted.run_id} (agent {accepted.agent_id}{via}, runner {accepted.runner_id})[/dim]",
             highlight=False,
             soft_wrap=True,
@@ -69,7 +67,7 @@ def _stream(target: HostTarget, start: Any) -> host_service_pb2.RunFinished:
         async with target.channel() as channel:
             stub = host_service_pb2_grpc.HostServiceStub(channel)
             try:
-                return await render_stream(start(stub), console, on_accepted=accepted)
+                return await render_stream(start(stub), console(), on_accepted=accepted)
             except asyncio.CancelledError:
                 if run_id:
                     await _cancel_quietly(stub, run_id, "cancelled from the CLI (Ctrl-C)")
@@ -81,12 +79,12 @@ def _stream(target: HostTarget, start: Any) -> host_service_pb2.RunFinished:
         fail_rpc(exc, target)
     except KeyboardInterrupt:
         if run_id:
-            err_console.print(
+            err_console().print(
                 f"interrupted: run {run_id} cancelled; see it with `agentrunner-host runs show {run_id}`",
                 highlight=False,
             )
         else:
-            err_console.print("interrupted before the host accepted the event", highlight=False)
+            err_console().print("interrupted before the host accepted the event", highlight=False)
         raise typer.Exit(130) from None
 
 
@@ -187,6 +185,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_runners(listed: host_service_pb2.HostServiceListRunnersResponse) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("runner id", "endpoint", "address", "available", "protocol")
     table.columns[0].overflow = "fold"  # ids are wrapped, never cropped, whatever the width
     served = set()
@@ -199,8 +200,8 @@ def _print_runners(listed: host_service_pb2.HostServiceListRunnersResponse) -> N
             table.add_row(Text("-", style="dim"), e.endpoint_id, e.address, Text("no", style="red"), "")
         elif e.endpoint_id not in served:
             table.add_row(Text("(serves no runner)", style="yellow"), e.endpoint_id, e.address, "yes", "")
-    console.print(table)
+    console().print(table)
     for e in listed.endpoints:
         if not e.available:
-            console.print(f"[red]down[/red] {e.endpoint_id}: {e.last_error or 'not probed yet'}",
+            console().print(f"[red]down[/red] {e.endpoint_id}: {e.last_error or 'not probed yet'}",
                           highlight=False, soft_wrap=True)  # fmt: skip

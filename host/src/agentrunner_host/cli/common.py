@@ -15,12 +15,10 @@ import pathlib
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import grpc
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from agentrunner.client import (
     ALLOW_PLAINTEXT_ENV,
@@ -37,8 +35,26 @@ from agentrunner.fleet import FleetAddressError
 from agentrunner.v1 import host_service_pb2_grpc
 from agentrunner_host.wire.transport_errors import explain_rpc_failure
 
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@functools.cache
+def console() -> Console:
+    """stdout's rich console, made on first use: `serve` prints no tables, so a host started from the
+    command line does not load rich (issue 37: idle memory)."""
+    from rich.console import Console
+
+    return Console()
+
+
+@functools.cache
+def err_console() -> Console:
+    """stderr's rich console, made on first use (see `console`)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
 
 HostOpt = Annotated[
     str,
@@ -114,7 +130,9 @@ def run_until_interrupted(main: Callable[[], Awaitable[T]]) -> T:
 
 def fail(message: str, code: int = 1) -> NoReturn:
     """One line on stderr and exit `code` (no traceback); the message is plain text (`[extra]` stays)."""
-    err_console.print(f"[red]error[/red]: {escape(message)}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    err_console().print(f"[red]error[/red]: {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -229,14 +247,14 @@ def load(config: pathlib.Path) -> Any:
     try:
         return load_config(config)
     except ConfigError as exc:
-        err_console.print(f"[red]invalid config[/red]\n{exc}", highlight=False, soft_wrap=True)
+        err_console().print(f"[red]invalid config[/red]\n{exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
 def print_json(data: Any) -> None:
     """JSON on stdout, plain (no colour codes) when piped."""
     text = json.dumps(data, ensure_ascii=False, indent=2, default=str)
-    if console.is_terminal:
-        console.print_json(text)
+    if console().is_terminal:
+        console().print_json(text)
     else:
         print(text)

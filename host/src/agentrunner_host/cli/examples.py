@@ -61,8 +61,8 @@ def register(config_app: typer.Typer) -> None:
         except (FileExistsError, FileNotFoundError, OSError) as exc:
             fail(str(exc))
         for path in written:
-            console.print(f"wrote {path}", highlight=False)
-        console.print(
+            console().print(f"wrote {path}", highlight=False)
+        console().print(
             "next: agentrunner-host db upgrade --config examples/host.yaml, then "
             "agentrunner-host serve --config examples/host.yaml",
             highlight=False,

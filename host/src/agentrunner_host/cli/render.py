@@ -4,18 +4,19 @@ interactions as blocks, and the run id as soon as the host accepted the event.""
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
 
 from agentrunner.results import kind_name
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.views.interactions import full_interaction_support
 
 LOG_LEVELS = {0: "info", 1: "debug", 2: "info", 3: "warning", 4: "error"}
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
 
 
 def run_request(
@@ -117,11 +118,15 @@ class StreamView:
     reply leaves). Lines that stand apart (`run.log`, interactions) print above the live view."""
 
     def __init__(self) -> None:
+        from rich.text import Text
+
         self.messages = MessageView()
         self.failure = Text()
         self.replies: dict[str, str] = {}
 
     def text(self) -> Text:
+        from rich.text import Text
+
         out = Text()
         self.messages.render(out)
         out.append_text(self.failure)
@@ -164,6 +169,8 @@ async def render_stream(
     in place; reasoning and progress dimmed apart from the answer), `run.log` lines as `[level] text`,
     interactions as a block. `on_accepted` sees the `accepted` item as it arrives (the CLI prints the
     run id at once). Returns the final status."""
+    from rich.live import Live
+
     view = StreamView()
     finished = host_service_pb2.RunFinished()
     with Live(view.text(), console=console, refresh_per_second=20, transient=False) as live:

@@ -8,8 +8,6 @@ from typing import Annotated, Any
 
 import grpc
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from agentrunner.v1 import common_pb2, host_service_pb2, host_service_pb2_grpc
 from agentrunner_host.cli.common import (
@@ -98,6 +96,9 @@ def runs_list(
     api_key_file: ApiKeyFileOpt = None,
 ) -> None:
     """List runs, newest first, with filters; a full page ends with the token of the next one."""
+    from rich.table import Table
+    from rich.text import Text
+
     request = host_service_pb2.ListRunsRequest(
         page_size=limit, page_token=page_token, statuses=_statuses(status), agent_id=agent,
         runner_id=runner, conversation_id=conversation, binding_id=binding,
@@ -117,11 +118,11 @@ def runs_list(
         style = {"completed": "green", "failed": "red", "running": "cyan"}.get(status_name(r.status), "")
         table.add_row(r.run_id, Text(status_name(r.status), style=style), r.agent_id, r.runner_id,
                       r.conversation_id, _when(r.create_time), _duration(r))  # fmt: skip
-    console.print(table)
+    console().print(table)
     if not page.runs:
-        err_console.print("no runs match", style="dim")
+        err_console().print("no runs match", style="dim")
     if page.next_page_token:
-        err_console.print(f"more: agentrunner-host runs list --page-token {page.next_page_token}",
+        err_console().print(f"more: agentrunner-host runs list --page-token {page.next_page_token}",
                           style="dim", highlight=False, soft_wrap=True)  # fmt: skip
 
 
@@ -151,12 +152,12 @@ def runs_show(
     if results and (follow or not live):
         if live and not as_json:
             _print_record(record)
-            console.rule(f"following {run_id} (Ctrl-C stops following; the run goes on)")
+            console().rule(f"following {run_id} (Ctrl-C stops following; the run goes on)")
         finished = _attach(target, run_id, timeline, render=live and not as_json)
         record = call_host(target, lambda s: s.GetRun(host_service_pb2.GetRunRequest(run_id=run_id),
                                                       timeout=READ_TIMEOUT)).run  # fmt: skip
         if live and not as_json:
-            err_console.print(f"[dim]run {run_id}: {status_name(finished.status)}[/dim]", highlight=False)
+            err_console().print(f"[dim]run {run_id}: {status_name(finished.status)}[/dim]", highlight=False)
             return
     if as_json:
         data = run_dict(record)
@@ -183,7 +184,9 @@ def runs_cancel(
     target = HostTarget(host, ca_file, cert_file, key_file, tls, api_key_file)
     request = host_service_pb2.CancelRunRequest(run_id=run_id, reason=reason)
     record = call_host(target, lambda s: s.CancelRun(request, timeout=READ_TIMEOUT)).run
-    console.print(f"cancel requested for run {run_id} (status {status_name(record.status)})", highlight=False)
+    console().print(
+        f"cancel requested for run {run_id} (status {status_name(record.status)})", highlight=False
+    )
 
 
 def register(runs_app: typer.Typer) -> None:
@@ -205,7 +208,7 @@ def _attach(target: HostTarget, run_id: str, timeline: Timeline, *, render: bool
         async with target.channel() as channel:
             stub = host_service_pb2_grpc.HostServiceStub(channel)
             if render:
-                return await render_stream(items(stub), console)
+                return await render_stream(items(stub), console())
             finished = host_service_pb2.RunFinished()
             async for update in items(stub):
                 if update.HasField("finished"):
@@ -217,7 +220,7 @@ def _attach(target: HostTarget, run_id: str, timeline: Timeline, *, render: bool
     except grpc.RpcError as exc:
         fail_rpc(exc, target)
     except KeyboardInterrupt:
-        err_console.print(f"stopped following; run {run_id} goes on", highlight=False)
+        err_console().print(f"stopped following; run {run_id} goes on", highlight=False)
         raise typer.Exit(130) from None
 
 
@@ -226,6 +229,8 @@ _FIELDS = ("run_id", "status", "status_reason", "agent_id", "runner_id", "runtim
 
 
 def _print_record(record: host_service_pb2.Run) -> None:
+    from rich.table import Table
+
     data = run_dict(record)
     info = Table(show_header=False, box=None)
     for key in _FIELDS:
@@ -239,10 +244,13 @@ def _print_record(record: host_service_pb2.Run) -> None:
     for model_id, entry in (meta.get("model_usage") or {}).items():
         numbers = {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in entry.items()}
         info.add_row(f"[bold]model {model_id}[/bold]", usage_text(numbers))
-    console.print(info)
+    console().print(info)
 
 
 def _print_timeline(entries: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table("seq", "entry", "detail")
     table.columns[2].overflow = "fold"
     for e in entries:
@@ -277,4 +285,4 @@ def _print_timeline(entries: list[dict[str, Any]]) -> None:
             seq, label = str(e.get("sequence", "")), kind
             detail = json.dumps(e.get("detail", {}), ensure_ascii=False)
         table.add_row(seq, label, Text(detail[:500]))
-    console.print(table)
+    console().print(table)

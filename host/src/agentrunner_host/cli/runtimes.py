@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from agentrunner.v1 import host_service_pb2, runtime_pb2
 from agentrunner_host.cli.common import (
@@ -28,6 +26,9 @@ from agentrunner_host.cli.common import (
 )
 from agentrunner_host.runtimes.views import LOGIN_WORDS, STATUS_WORDS, runtime_dict
 from agentrunner_host.views.jsonview import message_dict
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 
 def capabilities_text(runtime: runtime_pb2.Runtime) -> str:
@@ -49,12 +50,16 @@ def _ago(ts: Any) -> str:
 
 
 def _status(runtime: runtime_pb2.Runtime) -> Text:
+    from rich.text import Text
+
     word = STATUS_WORDS.get(runtime.status, "unknown")
     style = {"online": "green", "draining": "yellow", "offline": "red"}.get(word, "")
     return Text(word + (" (drained)" if runtime.drained and word != "draining" else ""), style=style)
 
 
 def _print_list(runtimes: list[runtime_pb2.Runtime]) -> None:
+    from rich.table import Table
+
     table = Table("runtime", "status", "slots", "labels", "runners", "CLIs", "heartbeat")
     table.columns[4].overflow = "fold"
     for r in runtimes:
@@ -68,10 +73,12 @@ def _print_list(runtimes: list[runtime_pb2.Runtime]) -> None:
             capabilities_text(r),
             _ago(r.heartbeat_time),
         )
-    console.print(table)
+    console().print(table)
 
 
 def _print_detail(got: host_service_pb2.GetRuntimeResponse) -> None:
+    from rich.table import Table
+
     r = got.runtime
     info = Table(show_header=False, box=None)
     rows: list[tuple[str, str | Text]] = [
@@ -102,7 +109,7 @@ def _print_detail(got: host_service_pb2.GetRuntimeResponse) -> None:
             )
         )
         info.add_row(f"[bold]{c.name}[/bold]", text)
-    console.print(info)
+    console().print(info)
     if got.runs:
         runs = Table("run", "status", "agent", "created")
         for run in got.runs:
@@ -110,7 +117,7 @@ def _print_detail(got: host_service_pb2.GetRuntimeResponse) -> None:
 
             created = run.create_time.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
             runs.add_row(run.run_id, status_name(run.status), run.agent_id, created)
-        console.print(runs)
+        console().print(runs)
     if got.events:
         events = Table("when", "event", "run", "reason")
         events.columns[3].overflow = "fold"
@@ -118,7 +125,7 @@ def _print_detail(got: host_service_pb2.GetRuntimeResponse) -> None:
             when = e.time.ToDatetime(dt.UTC).strftime("%H:%M:%S.%f")[:-3]
             took = f" ({e.duration.ToTimedelta().total_seconds():.3f} s)" if e.HasField("duration") else ""
             events.add_row(when, e.kind, e.run_id, e.reason + took)
-        console.print(events)
+        console().print(events)
 
 
 def register(runtimes_app: typer.Typer) -> None:
@@ -187,7 +194,7 @@ def register(runtimes_app: typer.Typer) -> None:
             print_json(runtime_dict(runtime))
             return
         word = "resumed" if resume else "drained"
-        console.print(
+        console().print(
             f"runtime {runtime_id} {word} (status {STATUS_WORDS.get(runtime.status, 'unknown')}, "
             f"{runtime.slots_in_use} runs open)",
             highlight=False,

@@ -58,7 +58,7 @@ def auth_new_key(
         given = (
             f"AGENTRUNNER_RUNTIME_KEY_FILE={key_file}" if key_file else "AGENTRUNNER_RUNTIME_KEY=<the key>"
         )
-        err_console.print(
+        err_console().print(
             f"on the runtime's machine: {given} python -m agentrunner connect HOST:PORT module:Runner",
             soft_wrap=True,
             highlight=False,
@@ -96,8 +96,8 @@ def db_check(
     except Exception as exc:  # a database the check cannot read: say why, no stack trace
         fail(f"check failed: {type(exc).__name__}: {exc}", 2)
     for problem in report.problems:
-        console.print(str(problem), highlight=False, soft_wrap=True)
-    console.print(report.summary(), highlight=False)
+        console().print(str(problem), highlight=False, soft_wrap=True)
+    console().print(report.summary(), highlight=False)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -150,8 +150,8 @@ def _print_entry(entry: dict[str, object], what: str) -> None:
 def _print_key(key: str, key_file: pathlib.Path | None, whose: str) -> None:
     """Says where the key went: the key file, or stderr once (never stdout, which goes in a config)."""
     if key_file is not None:
-        err_console.print(f"the API key of {whose} is in {key_file} (mode 0600)", highlight=False)
+        err_console().print(f"the API key of {whose} is in {key_file} (mode 0600)", highlight=False)
     else:
-        err_console.print(
+        err_console().print(
             f"API key (shown once, store it as a secret): {key}", soft_wrap=True, highlight=False
         )

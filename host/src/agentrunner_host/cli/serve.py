@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from agentrunner_host.cli.common import ConfigOpt, err_console, fail, load
+from agentrunner_host.observability.lazy_metrics import enable_metrics
 
 
 class LogLevel(enum.StrEnum):
@@ -43,8 +44,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve HostService + ProxyService (+ health, reflection) until SIGINT/SIGTERM.
         Refuses to start on a database that is not migrated (run `agentrunner-host db upgrade`)."""
-        from rich.markup import escape
-
         from agentrunner.telemetry import TelemetryError, configure_otlp
         from agentrunner_host.config.extras import missing
         from agentrunner_host.observability.telemetry import configure_logging
@@ -55,8 +54,10 @@ def register(app: typer.Typer) -> None:
         for path, reason in entry_problems(cfg):
             fail(f"{config}: {path}: {reason}", 2)
         absent = missing(cfg)  # extras the config needs (PostgreSQL, OTLP, console, MCP) not installed
+        if absent:
+            from rich.markup import escape
         for line in absent:
-            err_console.print(
+            err_console().print(
                 f"[red]refusing to serve[/red]: {escape(line)}", highlight=False, soft_wrap=True
             )
         if absent:
@@ -79,8 +80,6 @@ def register(app: typer.Typer) -> None:
 
 
 async def _serve(cfg: Any, address: str | None) -> None:
-    from prometheus_client import start_http_server
-
     from agentrunner_host.console.auth import ConsoleAccessError
     from agentrunner_host.server.app import HostApp
     from agentrunner_host.store.leases import InstanceLeaseError
@@ -90,11 +89,14 @@ async def _serve(cfg: Any, address: str | None) -> None:
     try:
         host = await HostApp.open(cfg)
     except DatabaseNotMigratedError as exc:
-        err_console.print(f"[red]refusing to serve[/red]: {exc}", highlight=False)
+        err_console().print(f"[red]refusing to serve[/red]: {exc}", highlight=False)
         raise typer.Exit(3) from None
     try:
         port = await host.start(address)
         if cfg.metrics.address:
+            from prometheus_client import start_http_server
+
+            enable_metrics()
             mhost, _, mport = cfg.metrics.address.rpartition(":")
             try:
                 start_http_server(int(mport), addr=mhost or "127.0.0.1")
@@ -113,14 +115,14 @@ async def _serve(cfg: Any, address: str | None) -> None:
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
     pusher = _metrics_pusher(cfg)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # (before the ready line: a SIGTERM right after it stops
+        loop.add_signal_handler(sig, stop.set)  # the host gracefully instead of killing it)
     bound_host = (address or cfg.listen.address).rsplit(":", 1)[0]
     print(f"AGENTRUNNER_HOST_LISTENING {bound_host}:{port}", flush=True)
     if host.console is not None:
         print(f"AGENTRUNNER_CONSOLE {host.console.url}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await host.stop(5.0)
     if pusher is not None:
@@ -140,6 +142,7 @@ def _metrics_pusher(cfg: Any) -> Any:
 
     from agentrunner_host.observability.otlp_metrics import MetricsPusher, interval_seconds
 
+    enable_metrics()
     name = os.environ.get("OTEL_SERVICE_NAME") or cfg.telemetry.service_name
     resource = Resource.create({"service.name": name, "service.instance.id": cfg.instance_id})
     pusher = MetricsPusher(endpoint, interval_seconds(cfg.telemetry.metrics_interval_seconds), resource)

@@ -7,14 +7,14 @@ rather than discovered at run time.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import socket
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentrunner_host.capabilities.knowledge import KnowledgeBaseConfig
 from agentrunner_host.capabilities.models import ModelConfig
@@ -435,10 +435,16 @@ def find_binding_ties(bindings: list[BindingConfig]) -> list[tuple[BindingConfig
     return out
 
 
-class HostEnv(BaseSettings):
-    """Environment overrides for secrets and deployment values (`AGENTRUNNER_*`)."""
+class HostEnv(BaseModel):
+    """Environment overrides for secrets and deployment values (`AGENTRUNNER_*`, any case; the dict
+    fields as JSON objects); values passed to the constructor win. Read here rather than with
+    pydantic-settings, which would load ~1.2 MiB of modules into every host for seven variables."""
 
-    model_config = SettingsConfigDict(env_prefix="AGENTRUNNER_", extra="ignore", protected_namespaces=())
+    #: (a token's value never reaches an error message)
+    model_config = ConfigDict(extra="ignore", protected_namespaces=(), hide_input_in_errors=True)
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**{**_environment(type(self)), **values})
 
     database_url: str | None = None
     listen_address: str | None = None
@@ -452,6 +458,25 @@ class HostEnv(BaseSettings):
     instance_id: str | None = None
     #: `console.address` (e.g. 127.0.0.1:8080)
     console_address: str | None = None
+
+
+def _environment(model: type[BaseModel], prefix: str = "AGENTRUNNER_") -> dict[str, Any]:
+    """`model`'s fields found in the environment as PREFIX + NAME (case-insensitive); a dict field's
+    value parsed as JSON (a `ValueError` naming the variable when it does not parse)."""
+    found = {key.upper(): value for key, value in os.environ.items()}
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        variable = f"{prefix}{name}".upper()
+        if variable not in found:
+            continue
+        value: Any = found[variable]
+        if get_origin(field.annotation) is dict:
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{variable}: not a JSON object ({exc})") from None
+        out[name] = value
+    return out
 
 
 def cross_check(config: HostConfig) -> list[tuple[str, str]]:

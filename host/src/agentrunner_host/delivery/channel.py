@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import weakref
 from collections.abc import Callable, Iterator
 
 import structlog
@@ -172,13 +173,24 @@ class RunChannel:
 
     def __init__(self, hub: DeliveryHub, run: RunView, delivery: context_pb2.DeliveryContext) -> None:
         self.hub = hub
-        self.run = run
+        # weak: the run holds its channel, and a cycle between them kept each ended run's objects (its
+        # calls, tasks, journal, ~60 objects) alive until a full collection, which comes rarely: the
+        # host's high-water mark under streaming load grew with them (docs/performance.md)
+        self._run = weakref.ref(run)
         self.run_id: str = run.run_id
         self.delivery = delivery
         self.outbox = Outbox()
         self.book = ReplyBook(self.run_id, delivery.supports_streaming)
         self.lock = asyncio.Lock()
         self.closed = False
+
+    @property
+    def run(self) -> RunView:
+        """The open run; `FailedPreconditionError` once it is gone (it ended and nothing holds it)."""
+        run = self._run()
+        if run is None:
+            raise FailedPreconditionError("the run has ended", metadata={"runId": self.run_id})
+        return run
 
     @property
     def interactions(self) -> common_pb2.InteractionCapabilities | None:

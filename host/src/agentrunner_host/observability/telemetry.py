@@ -5,9 +5,10 @@
   open runs, time to first result, results by type, proxy calls by method, gRPC code and ErrorInfo
   reason with their latency, upstream model and tool call latency, tokens, runner endpoint health.
 - W3C trace context (OpenTelemetry): extracted from incoming gRPC metadata, injected into runner calls.
-  Spans: the run, the runner call, each proxy call, each model and tool call. Without an exporter they
-  are non-recording (ids only, for logs and propagation); `configure_tracing` with an OTLP endpoint
-  records and exports them.
+  Spans: the run, the runner call, each proxy call, each model and tool call. Without a tracer provider
+  of the deployment's (`telemetry.otlp_endpoint` installs the OpenTelemetry SDK's, with its exporter)
+  they are non-recording spans with ids this module draws (for logs and propagation): the
+  OpenTelemetry SDK is not imported for them (issue 37: ~2 MiB and psutil in every idle host).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -23,10 +25,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from prometheus_client import Counter, Gauge, Histogram
+
+from agentrunner_host.observability.lazy_metrics import LazyMetric
 
 if TYPE_CHECKING:
     from agentrunner_host.ports import RunRecord
@@ -36,53 +37,65 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 #: the run path's logger (`report_finished` logs the run's last line)
 _run_log = structlog.get_logger("agentrunner_host.run")
 
-RUNS = Counter("agentrunner_runs_total", "Runs by final status", ["status"])
-TIME_TO_FIRST_RESULT = Histogram(
+RUNS = LazyMetric("Counter", "agentrunner_runs_total", "Runs by final status", ["status"])
+TIME_TO_FIRST_RESULT = LazyMetric(
+    "Histogram",
     "agentrunner_time_to_first_result_seconds",
     "Time from accepting an event to the first validated result",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
-RESULTS = Counter("agentrunner_results_total", "Validated results by type", ["type"])
-RESULTS_REJECTED = Counter("agentrunner_results_rejected_total", "Dropped results by reason", ["reason"])
-RUN_DURATION = Histogram(
+RESULTS = LazyMetric("Counter", "agentrunner_results_total", "Validated results by type", ["type"])
+RESULTS_REJECTED = LazyMetric(
+    "Counter", "agentrunner_results_rejected_total", "Dropped results by reason", ["reason"]
+)
+RUN_DURATION = LazyMetric(
+    "Histogram",
     "agentrunner_run_duration_seconds",
     "Time from accepting an event to the run's end, by final status",
     ["status"],
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
 )
-RUNS_OPEN = Gauge("agentrunner_runs_open", "Runs open on this host (accepted and not yet finished)")
+RUNS_OPEN = LazyMetric(
+    "Gauge", "agentrunner_runs_open", "Runs open on this host (accepted and not yet finished)"
+)
 #: `code` is the gRPC status code's name (OK on success); `reason` the ErrorInfo reason ("" on success)
-PROXY_CALLS = Counter(
+PROXY_CALLS = LazyMetric(
+    "Counter",
     "agentrunner_proxy_calls_total",
     "Proxy calls by method, gRPC status code and ErrorInfo reason",
     ["method", "code", "reason"],
 )
 _CALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-PROXY_CALL_DURATION = Histogram(
+PROXY_CALL_DURATION = LazyMetric(
+    "Histogram",
     "agentrunner_proxy_call_duration_seconds",
     "Proxy call latency inside the host, by method and gRPC status code",
     ["method", "code"],
     buckets=_CALL_BUCKETS,
 )
-MODEL_CALL_DURATION = Histogram(
+MODEL_CALL_DURATION = LazyMetric(
+    "Histogram",
     "agentrunner_model_call_duration_seconds",
     "Upstream model calls by model id, operation (chat, chat_stream, embed, rerank) and outcome",
     ["model", "operation", "outcome"],
     buckets=_CALL_BUCKETS,
 )
-MODEL_TOKENS = Counter(
+MODEL_TOKENS = LazyMetric(
+    "Counter",
     "agentrunner_model_tokens_total",
     "Tokens the model providers reported, by model id and type",
     ["model", "type"],
 )
-TOOL_CALL_DURATION = Histogram(
+TOOL_CALL_DURATION = LazyMetric(
+    "Histogram",
     "agentrunner_tool_call_duration_seconds",
     "Tool calls by tool source and outcome",
     ["source", "outcome"],
     buckets=_CALL_BUCKETS,
 )
 
-RUNNER_ENDPOINT_UP = Gauge(
+RUNNER_ENDPOINT_UP = LazyMetric(
+    "Gauge",
     "agentrunner_runner_endpoint_up",
     "1 while the runner endpoint answers the registry's probes",
     ["endpoint"],
@@ -135,18 +148,17 @@ def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
     )
 
 
-#: the provider `configure_tracing` installed without an exporter (nothing records or exports)
-_own_provider: TracerProvider | None = None
-_ids = RandomIdGenerator()
+#: True once `configure_tracing` found no tracer provider installed: the host draws span ids itself
+_own_ids = False
+#: what `trace.get_tracer_provider()` returns while nobody installed a provider
+_UNSET = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 def configure_tracing() -> None:
-    """Installs an SDK tracer provider so spans get real ids, unless the deployment installed its own
-    (with its exporters, e.g. `telemetry.configure_otlp`) before the host started."""
-    global _own_provider
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        _own_provider = TracerProvider()
-        trace.set_tracer_provider(_own_provider)
+    """Without a tracer provider of the deployment's (with its exporters, e.g. `telemetry.configure_otlp`,
+    installed before the host started), spans get ids drawn here and record nothing."""
+    global _own_ids
+    _own_ids = isinstance(trace.get_tracer_provider(), _UNSET)
 
 
 tracer = trace.get_tracer("agentrunner_host")
@@ -154,8 +166,14 @@ tracer = trace.get_tracer("agentrunner_host")
 
 def recording() -> bool:
     """True when spans are recorded (a provider with exporters), False when only their ids matter."""
-    provider = trace.get_tracer_provider()
-    return isinstance(provider, TracerProvider) and provider is not _own_provider
+    return not isinstance(trace.get_tracer_provider(), _UNSET)
+
+
+def _random_id(bits: int) -> int:
+    """A random non-zero id (as the OpenTelemetry SDK's `RandomIdGenerator` draws them)."""
+    while not (value := random.getrandbits(bits)):
+        pass
+    return value
 
 
 def start_span(
@@ -165,17 +183,17 @@ def start_span(
     attributes: Mapping[str, str] | None = None,
 ) -> trace.Span:
     """A span, child of `parent` (the current context when None; a new trace when there is none).
-    With the host's own provider nothing records spans, so only their ids matter (logs, the run's trace
-    id, propagation to runners): a non-recording span carries them for a fraction of what the SDK
-    spends on a span. A provider with exporters gets real SDK spans."""
-    if _own_provider is None or recording():
+    Without a provider nothing records spans, so only their ids matter (logs, the run's trace id,
+    propagation to runners): a non-recording span carries them for a fraction of what the SDK spends on
+    a span. A provider with exporters gets real SDK spans."""
+    if not _own_ids or recording():
         return tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
     caller = trace.get_current_span(parent).get_span_context()
     if caller.is_valid:
         trace_id, flags, state = caller.trace_id, caller.trace_flags, caller.trace_state
     else:
-        trace_id, flags, state = _ids.generate_trace_id(), trace.TraceFlags(trace.TraceFlags.SAMPLED), None
-    return trace.NonRecordingSpan(trace.SpanContext(trace_id, _ids.generate_span_id(), False, flags, state))
+        trace_id, flags, state = _random_id(128), trace.TraceFlags(trace.TraceFlags.SAMPLED), None
+    return trace.NonRecordingSpan(trace.SpanContext(trace_id, _random_id(64), False, flags, state))
 
 
 def start_server_span(name: str, metadata: Iterable[tuple[str, str | bytes]] | None) -> trace.Span:
@@ -194,7 +212,7 @@ def end_span(span: trace.Span, error: BaseException | None = None) -> None:
 
 @contextlib.contextmanager
 def observed_call(
-    name: str, histogram: Histogram, attributes: Mapping[str, str], **labels: str
+    name: str, histogram: LazyMetric, attributes: Mapping[str, str], **labels: str
 ) -> Iterator[trace.Span]:
     """A client span (child of the current one) and a latency sample labelled with the outcome:
     `ok`, the ErrorInfo reason of a typed error, `cancelled`, or the exception's type."""

@@ -17,12 +17,11 @@ returns the stream:
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import hashlib
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
 import structlog
@@ -33,7 +32,7 @@ from agentrunner.errors import (
     NotFoundError,
     RateLimitedError,
 )
-from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2, result_pb2
+from agentrunner.v1 import host_service_pb2, result_pb2
 from agentrunner_host.config.model import AgentConfig, HostConfig
 from agentrunner_host.delivery.channel import DeliveryHub
 from agentrunner_host.delivery.store import InteractionStore
@@ -59,59 +58,11 @@ from agentrunner_host.run.journal import DeltaBatcher
 from agentrunner_host.run.outcomes import RunStatus, terminal_status_name
 from agentrunner_host.run.relay import RunRelay
 from agentrunner_host.run.start import start_run
+from agentrunner_host.run.streams import RunStream, discarded, normalize_event
+from agentrunner_host.run.streams import Update as Update  # (the stream item type callers import from here)
 from agentrunner_host.run.validation import Limits
 
 log = structlog.get_logger("agentrunner_host.run")
-
-Update = host_service_pb2.HostServiceRunResponse
-
-
-def normalize_event(event: host_service_pb2.EventEnvelope) -> host_service_pb2.EventEnvelope:
-    """A copy with the host's defaults filled in: an event id, `message.received`, the receive time and
-    the API trigger source."""
-    out = host_service_pb2.EventEnvelope()
-    out.CopyFrom(event)
-    if not out.event_id:
-        out.event_id = f"evt_{uuid.uuid4().hex}"
-    if not out.event_type:
-        out.event_type = "message.received"
-    if not out.HasField("event_time"):
-        out.event_time.seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
-        out.event_time.nanos = nanos - nanos % 1000  # (microseconds, as `GetCurrentTime` keeps)
-    if not out.trigger_source:
-        out.trigger_source = context_pb2.TRIGGER_SOURCE_API
-    return out
-
-
-@dataclasses.dataclass(slots=True)
-class _RunStream:
-    """A new run's stream: released even if the caller closes it before reading anything."""
-
-    execution: RunExecution
-    stream: AsyncGenerator[Update, None]
-    started: bool = False
-
-    def __aiter__(self) -> _RunStream:
-        return self
-
-    def __anext__(self) -> Awaitable[Update]:
-        self.started = True
-        return self.stream.__anext__()
-
-    async def aclose(self) -> None:
-        if not self.started:  # abandoned before anything streamed
-            self.started = True
-            await self.execution.abandon_unstarted()
-        await self.stream.aclose()
-
-
-async def _discarded(binding_id: str, event_id: str) -> AsyncGenerator[Update, None]:
-    yield Update(accepted=host_service_pb2.RunAccepted(binding_id=binding_id, event_id=event_id))
-    yield Update(
-        finished=host_service_pb2.RunFinished(
-            status=common_pb2.RUN_STATUS_DISCARDED, reason="binding.discard"
-        )
-    )
 
 
 class RunService:
@@ -216,7 +167,7 @@ class RunService:
         if resolution.agent is None:
             RUNS.labels("discarded").inc()
             log.info("run.discarded", event_id=event.event_id, binding_id=resolution.binding_id)
-            return _discarded(resolution.binding_id, event.event_id)
+            return discarded(resolution.binding_id, event.event_id)
         agent = resolution.agent
         steered_into = await self._steer_into_open_run(event, agent)
         if steered_into is not None:
@@ -266,7 +217,7 @@ class RunService:
         self._by_conversation.setdefault(execution.record.conversation_id, {})[run_id] = execution
         RUNS_OPEN.inc()
         self.hub.open(run_id)
-        return _RunStream(execution, execution.stream())
+        return RunStream(execution, execution.stream())
 
     async def _steer_into_open_run(
         self, event: host_service_pb2.EventEnvelope, agent: AgentConfig

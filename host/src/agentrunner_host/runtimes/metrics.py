@@ -5,26 +5,32 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import Counter, Gauge
+from agentrunner_host.observability.lazy_metrics import LazyMetric
 
 if TYPE_CHECKING:
     from agentrunner_host.runtimes.session import Connection
 
-CONNECTED = Gauge("agentrunner_runtimes_connected", "Runtimes connected to this host")
-SLOTS = Gauge("agentrunner_runtime_slots", "Slots a connected runtime announced", ["runtime"])
-SLOTS_USED = Gauge("agentrunner_runtime_slots_used", "Runs a connected runtime executes now", ["runtime"])
-SLOTS_WAITING = Gauge(
+CONNECTED = LazyMetric("Gauge", "agentrunner_runtimes_connected", "Runtimes connected to this host")
+SLOTS = LazyMetric("Gauge", "agentrunner_runtime_slots", "Slots a connected runtime announced", ["runtime"])
+SLOTS_USED = LazyMetric(
+    "Gauge", "agentrunner_runtime_slots_used", "Runs a connected runtime executes now", ["runtime"]
+)
+SLOTS_WAITING = LazyMetric(
+    "Gauge",
     "agentrunner_runtime_slots_waiting",
     "Free slots of a runtime the host can place a run on now",
     ["runtime"],
 )
-CLAIMS = Counter("agentrunner_runtime_claims_total", "Runs placed on runtimes", ["runtime"])
-DISCONNECTS = Counter(
+CLAIMS = LazyMetric("Counter", "agentrunner_runtime_claims_total", "Runs placed on runtimes", ["runtime"])
+DISCONNECTS = LazyMetric(
+    "Counter",
     "agentrunner_runtime_disconnects_total",
     "Runtime connections that ended, by kind (disconnected, offline, superseded, host_stop)",
     ["kind"],
 )
-REFUSALS = Counter("agentrunner_runtime_refusals_total", "Refused runtime connections by reason", ["reason"])
+REFUSALS = LazyMetric(
+    "Counter", "agentrunner_runtime_refusals_total", "Refused runtime connections by reason", ["reason"]
+)
 
 
 def connected(conn: Connection) -> None:

@@ -9,25 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from agentrunner.errors import NotFoundError, UnauthorizedError
 from agentrunner.reflection import enable_reflection
-from agentrunner.v1 import common_pb2, host_service_pb2, result_pb2
-from agentrunner_host.auth.clients import ClientGate, is_loopback_address
+from agentrunner.v1 import host_service_pb2, result_pb2
+from agentrunner_host.auth.clients import ClientGate
 from agentrunner_host.capabilities.knowledge import KnowledgeService
 from agentrunner_host.capabilities.models import ModelRegistry
 from agentrunner_host.capabilities.tools import ToolRegistry
-from agentrunner_host.config.model import AgentConfig, HostConfig, HostEnv, LimitsConfig
+from agentrunner_host.config.model import HostConfig, HostEnv
 from agentrunner_host.console.auth import ConsoleAccessError
 from agentrunner_host.delivery.adapters import AdapterRegistry, GrpcDeliveryAdapter
 from agentrunner_host.delivery.channel import DeliveryHub
-from agentrunner_host.delivery.handlers import delivery_handlers
 from agentrunner_host.delivery.interactions import InteractionService
 from agentrunner_host.delivery.store import DeliveryStore, InteractionStore
 from agentrunner_host.fleet.bus import FleetBus
@@ -35,9 +32,8 @@ from agentrunner_host.fleet.replicas import Replicas
 from agentrunner_host.fleet.routing import Fleet
 from agentrunner_host.observability.memory import trimmer
 from agentrunner_host.observability.telemetry import configure_tracing
-from agentrunner_host.proxy.capabilities import AgentModelOptions, Backends, capability_handlers
+from agentrunner_host.proxy.capabilities import Backends
 from agentrunner_host.proxy.control import ControlHub
-from agentrunner_host.proxy.facts import fact_handlers
 from agentrunner_host.proxy.servicer import SERVICE_NAME as PROXY_SERVICE_NAME
 from agentrunner_host.proxy.servicer import ProxyServicer
 from agentrunner_host.registry.check import (
@@ -56,6 +52,8 @@ from agentrunner_host.runtimes.gate import RuntimeGate
 from agentrunner_host.runtimes.registry import RuntimeRegistry
 from agentrunner_host.runtimes.service import SERVICE_NAME as RUNTIME_SERVICE_NAME
 from agentrunner_host.runtimes.service import RuntimeServicer
+from agentrunner_host.server.handlers import artifact_for_model, register_proxy_handlers
+from agentrunner_host.server.listener import check_listener, server_credentials, server_options
 from agentrunner_host.server.managed import ManagedRunners
 from agentrunner_host.services.host_service import HostServicer, add_host_service
 from agentrunner_host.store.db import Database
@@ -73,76 +71,6 @@ log = structlog.get_logger("agentrunner_host.server.app")
 #: on stop, a run whose runner has been silent this long is cancelled instead of drained
 IDLE_CANCEL_SECONDS = 0.5
 HOST_SERVICE_NAME = host_service_pb2.DESCRIPTOR.services_by_name["HostService"].full_name
-SERVER_OPTIONS = [
-    ("grpc.so_reuseport", 0),
-    ("grpc.max_receive_message_length", 16 * 1024 * 1024),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
-]
-
-
-def server_options(limits: LimitsConfig) -> list[tuple[str, Any]]:
-    """`SERVER_OPTIONS` plus the pending-call backlog of `limits`: soft limit = hard limit, so gRPC core
-    drops no call below `max_pending_calls` (its random early drop starts at the soft limit)."""
-    return [
-        *SERVER_OPTIONS,
-        ("grpc.server.max_pending_requests", limits.max_pending_calls),
-        ("grpc.server.max_pending_requests_hard_limit", limits.max_pending_calls),
-        ("grpc.server_max_unrequested_time_in_server", limits.max_pending_seconds),
-    ]
-
-
-def _server_credentials(config: HostConfig) -> grpc.ServerCredentials | None:
-    tls = config.listen.tls
-    if tls is None or tls.cert_file is None or tls.key_file is None:
-        return None
-    client_ca = tls.client_ca_file.read_bytes() if tls.client_ca_file else None
-    return grpc.ssl_server_credentials(
-        [(tls.key_file.read_bytes(), tls.cert_file.read_bytes())],
-        root_certificates=client_ca,
-        require_client_auth=client_ca is not None,
-    )
-
-
-def check_listener(config: HostConfig, address: str, *, tls: bool) -> None:
-    """Plaintext is for loopback: a non-loopback address needs TLS or `listen.allow_plaintext`."""
-    if tls or config.listen.allow_plaintext or is_loopback_address(address):
-        return
-    raise ListenerRefusedError(
-        f"refusing to serve plaintext on {address}: API keys and run tokens would cross the network in "
-        "clear. Configure listen.tls (with client_ca_file for mutual TLS), listen on a loopback address, "
-        "or set listen.allow_plaintext: true behind a proxy that terminates TLS"
-    )
-
-
-def agent_prompt(agent: AgentConfig | None) -> list[common_pb2.ModelMessage]:
-    """`GetPrompt`: the agent config's `prompt` (messages, or one string taken as the system prompt)."""
-    if agent is None or not agent.prompt:
-        return []
-    if isinstance(agent.prompt, str):
-        return [common_pb2.ModelMessage(role="system", content=agent.prompt)]
-    return [
-        common_pb2.ModelMessage(role=str(m.get("role", "system")), content=str(m.get("content", "")))
-        for m in agent.prompt
-    ]
-
-
-def agent_model_options(agent: AgentConfig | None, model_id: str) -> AgentModelOptions:
-    """Model options the host applies for an agent: `model_options[<model id>]` (else `["*"]`), falling
-    back to the LangBot runner-config keys `extra-args` / `remove-think`."""
-    if agent is None:
-        return AgentModelOptions()
-    configured = agent.model_options.get(model_id) or agent.model_options.get("*")
-    if configured is not None:
-        return AgentModelOptions(dict(configured.extra_args), configured.remove_think)
-    rc = agent.runner_config
-    extra = rc.get("extra-args", rc.get("extra_args"))
-    remove = rc.get("remove-think", rc.get("remove_think"))
-    return AgentModelOptions(dict(extra) if isinstance(extra, dict) else {}, remove is True)
-
-
-class ListenerRefusedError(ListenError):
-    """The listen configuration would expose credentials in clear; the message says what to change."""
 
 
 class HostApp:
@@ -202,7 +130,7 @@ class HostApp:
         )
         self.runs.contexts.adapter_actions = self.adapters.actions()
         self.interactions = InteractionService(self.runs, self.runs.interaction_store, stores.artifacts)
-        self._register_proxy_handlers(config, stores)
+        register_proxy_handlers(self)
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.console: ConsoleServer | None = None
@@ -213,38 +141,6 @@ class HostApp:
         self.runtimes: RuntimeRegistry | None = None
         self.port = 0
         self._tasks: list[asyncio.Task[Any]] = []
-
-    def _register_proxy_handlers(self, config: HostConfig, stores: FactStores) -> None:
-        """The ProxyService's handler families: delivery, facts (run records through the run service,
-        so a run on another replica is reached through the fleet), capabilities."""
-        self.proxy.register(
-            delivery_handlers(
-                self.runs.deliveries,
-                self.adapters,
-                self.stores.transcript,
-                self.runs.deliveries.store,
-                self.fleet,
-                stores.ledger,
-            )
-        )
-        self.proxy.register(
-            fact_handlers(
-                stores,
-                prompt_lookup=lambda agent_id: agent_prompt(config.agent(agent_id)),
-                on_cancel=self.runs.cancel_run,
-                on_append=self.runs.append_to_open_run,
-            )
-        )
-        self.proxy.register(
-            capability_handlers(
-                self.models,
-                self.tools,
-                self.knowledge,
-                agent_model_options=lambda call, model_id: agent_model_options(
-                    self.config.agent(call.snapshot.agent_id), model_id
-                ),
-            )
-        )
 
     # -- wiring ----------------------------------------------------------------------------------------
     @classmethod
@@ -272,7 +168,7 @@ class HostApp:
             )
 
             async def resolve_artifact(run_id: str, artifact_id: str) -> tuple[bytes, str]:
-                return await _artifact_for_model(stores, run_id, artifact_id)
+                return await artifact_for_model(stores, run_id, artifact_id)
 
             models = ModelRegistry(config.models, usage_sink=stores, artifact_resolver=resolve_artifact)
             opened.append(models)
@@ -327,7 +223,7 @@ class HostApp:
         """Recovers crashed runs, binds, starts serving and probes the runner endpoints and tool
         sources. Returns the bound port."""
         address = address or self.config.listen.address
-        creds = _server_credentials(self.config)
+        creds = server_credentials(self.config)
         check_listener(self.config, address, tls=creds is not None)
         server = self._build_server(address)
         try:  # bind first: a busy port fails before anything is recovered or started
@@ -484,18 +380,3 @@ class HostApp:
     async def wait(self) -> None:
         assert self.server is not None
         await self.server.wait_for_termination()
-
-
-async def _artifact_for_model(stores: FactStores, run_id: str, artifact_id: str) -> tuple[bytes, str]:
-    """`artifact://` image URIs in model requests: only artifacts the run may read, whole (capped)."""
-    row = await stores.artifacts.get(artifact_id)
-    run = await stores.ledger.get_run(run_id)
-    if row is None or run is None:
-        raise NotFoundError("artifact not found", metadata={"artifactId": artifact_id})
-    visible = row.run_id == run_id or (run.conversation_id and row.conversation_id == run.conversation_id)
-    if not visible:
-        raise UnauthorizedError(
-            "the artifact belongs to another conversation", metadata={"resource": f"artifact:{artifact_id}"}
-        )
-    chunks: Sequence[bytes] = [chunk async for _, chunk in stores.artifacts.iter_chunks(row)]
-    return b"".join(chunks), row.mime_type

@@ -17,6 +17,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -305,9 +306,28 @@ class Database:
     async def run_checkpointer(self, interval: float = WAL_CHECKPOINT_SECONDS) -> None:
         """SQLite: `checkpoint` every `interval` seconds until cancelled, so the WAL stays short without
         any commit paying for it (connections do not checkpoint on commit); returns at once elsewhere.
-        Once a checkpoint caught up, the next commit starts the WAL file from its beginning again."""
+        Once a checkpoint caught up, the next commit starts the WAL file from its beginning again.
+        A round after a complete checkpoint with nothing committed since is skipped (`when_written`)."""
         if self._checkpointer is not None:
-            await repeat(self.checkpoint, interval, "WAL checkpoint")  # (the WAL only grows meanwhile)
+
+            async def complete() -> bool:
+                busy, frames, done = await self.checkpoint()
+                return busy == 0 and done == frames
+
+            # (the WAL only grows meanwhile)
+            await repeat(when_written(self, complete), interval, "WAL checkpoint")
+
+    def wal_mark(self) -> tuple[int, int] | None:
+        """SQLite: the WAL file's size and modification time, which a commit of any connection or
+        process moves (it writes frames to the file; a checkpoint does not); None elsewhere, or when
+        there is no WAL file."""
+        if self._checkpointer is None:
+            return None
+        try:
+            stat = os.stat(self._checkpointer.path + "-wal")
+        except OSError:
+            return None
+        return stat.st_size, stat.st_mtime_ns
 
     async def dispose(self) -> None:
         if self._writer is not None:
@@ -319,6 +339,33 @@ class Database:
         if self._read_engine is not self.engine:
             await self._read_engine.dispose()
         await self.engine.dispose()
+
+
+#: rounds `when_written` skips at most in a row (a commit within the file system's timestamp
+#: granularity of the mark, with the file's size unchanged, is caught up at the latest then)
+WHEN_WRITTEN_MAX_SKIPS = 30
+
+
+def when_written(db: Database, step: Callable[[], Awaitable[bool]]) -> Callable[[], Awaitable[None]]:
+    """`step` for `repeat`, skipped while nothing was committed to `db` since the last round whose
+    `step` returned True (its WAL as it was: `Database.wal_mark`), at most `WHEN_WRITTEN_MAX_SKIPS`
+    rounds in a row; on PostgreSQL every round runs. What it is for: an idle host's background loops
+    (checkpointer, transcript indexer) woke a thread and the event loop several times a second for
+    rounds with nothing to do (docs/performance.md, "Wake-ups per run")."""
+    last: tuple[int, int] | None = None
+    skipped = 0
+
+    async def round_() -> None:
+        nonlocal last, skipped
+        mark = db.wal_mark()
+        if mark is not None and mark == last and skipped < WHEN_WRITTEN_MAX_SKIPS:
+            skipped += 1
+            return
+        last, skipped = None, 0  # (a round that raises is not skipped next time)
+        if await step():
+            last = mark
+
+    return round_
 
 
 async def repeat(step: Callable[[], Awaitable[object]], interval: float, what: str) -> None:

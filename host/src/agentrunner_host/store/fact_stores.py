@@ -200,7 +200,9 @@ class FactStores:
                 revoke_sync(conn, run_id)
             return record
 
-        return await self.db.run_write(write)
+        # inline: on the event loop when no other write waits (as the run start), which saves the
+        # hand-off to the writer thread and back (two wake-ups per run, docs/performance.md)
+        return await self.db.run_write(write, inline=True)
 
     async def record_results(
         self, snapshot: AuthorizationSnapshot, results: Sequence[result_pb2.RunResult]

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, literal_column, select, text
 from sqlalchemy.engine import Connection
 
-from agentrunner_host.store.db import Database, repeat
+from agentrunner_host.store.db import Database, repeat, when_written
 from agentrunner_host.store.schema import TranscriptRow
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -62,9 +62,15 @@ class TranscriptSearch:
         return True
 
     async def run_indexer(self, interval: float = FTS_INDEX_INTERVAL) -> None:
-        """`index_pending` every `interval` seconds until cancelled (SQLite; returns at once otherwise)."""
+        """`index_pending` every `interval` seconds until cancelled (SQLite; returns at once otherwise),
+        skipping rounds with nothing committed since the last (`db.when_written`)."""
         if self.db.is_sqlite:
-            await repeat(self.index_pending, interval, "transcript indexing")
+
+            async def index() -> bool:
+                await self.index_pending()
+                return True  # the index holds every row committed before the round began
+
+            await repeat(when_written(self.db, index), interval, "transcript indexing")
 
     async def search(
         self,

@@ -7,12 +7,12 @@ Keys keep the public runner's names so `migrate-pipeline` copies them; JSON keys
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, field_validator
 
 from agentrunner.config import JsonConfig
-from agentrunner.harness.turns import env_names, mcp_servers
+from agentrunner.harness.settings import HarnessConfig, RemoteSshConfig
 
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions", "dontAsk")
 #: what the model may do without asking by default (Claude Code permission rules): write into the
@@ -47,32 +47,19 @@ def _rules(value: Any) -> list[str]:
     return rules
 
 
-class ClaudeCodeConfig(BaseModel):
+class ClaudeCodeConfig(HarnessConfig, RemoteSshConfig):
     """Validated config."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     command: str = Field("claude", min_length=1)
     args: JsonConfig[list[str]] = Field(default_factory=list, alias="args-json")
-    env: JsonConfig[dict[str, str]] = Field(default_factory=dict, alias="env-json")
-    workspace: str = ""
-    timeout: float = Field(300, gt=0, le=86400)
     streaming: bool = True
-    reuse_session: bool = Field(True, alias="reuse-session")
     permission_mode: str = Field("dontAsk", alias="permission-mode")
     max_turns: int = Field(10, alias="max-turns", ge=1, le=1000)
     allowed_tools: list[str] = Field(
         default_factory=lambda: list(DEFAULT_ALLOWED_TOOLS), alias="allowed-tools"
     )
     disallowed_tools: list[str] = Field(default_factory=lambda: ["AskUserQuestion"], alias="disallowed-tools")
-    mcp_servers: JsonConfig[dict[str, dict[str, Any]]] = Field(default_factory=dict, alias="mcp-servers-json")
-    enable_langbot_mcp: bool = Field(True, alias="enable-langbot-mcp")
-    mcp_bridge_transport: Literal["auto", "http", "stdio"] = Field("auto", alias="mcp-bridge-transport")
     include_partial_messages: bool = Field(True, alias="include-partial-messages")
-    location: Literal["local", "remote-ssh"] = "local"
-    ssh_target: str = Field("", alias="ssh-target", validate_default=True)
-    ssh_port: int = Field(22, alias="ssh-port", ge=1, le=65535)
-    ssh_command: str = Field("ssh", alias="ssh-command", min_length=1)
 
     @field_validator("disallowed_tools", mode="before")
     @classmethod
@@ -84,28 +71,9 @@ class ClaudeCodeConfig(BaseModel):
     def _allowed(cls, value: Any) -> list[str]:
         return _rules(value)
 
-    @field_validator("mcp_servers", mode="before")
-    @classmethod
-    def _servers(cls, value: Any) -> dict[str, dict[str, Any]]:
-        return mcp_servers(value)
-
     @field_validator("permission_mode")
     @classmethod
     def _mode(cls, value: str) -> str:
         if value not in PERMISSION_MODES:
             raise ValueError(f"must be one of {', '.join(PERMISSION_MODES)}")
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        return env_names(value)
-
-    @field_validator("ssh_target")
-    @classmethod
-    def _ssh(cls, value: str, info: ValidationInfo) -> str:
-        if info.data.get("location") == "remote-ssh" and not value:
-            raise ValueError("is required when location is remote-ssh")
-        if value.startswith("-"):
-            raise ValueError("cannot start with '-'")
         return value

@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from agentrunner.config import JsonConfig
-from agentrunner.harness.turns import env_names, mcp_servers
+from agentrunner.harness.settings import HarnessConfig
 
 SANDBOX_MODES = ("read-only", "workspace-write", "danger-full-access")
 APPROVAL_POLICIES = ("never", "on-request", "on-failure", "untrusted")
@@ -22,18 +22,12 @@ APPROVAL_ANSWERS = ("workspace", "decline", "ask", "accept")
 _CONFIG_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
-class CodexConfig(BaseModel):
+class CodexConfig(HarnessConfig):
     """Validated config."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     command: str = Field("codex", min_length=1)
     transport: Literal["app-server", "exec"] = "app-server"
     args: JsonConfig[list[str]] = Field(default_factory=list, alias="args-json")
-    env: JsonConfig[dict[str, str]] = Field(default_factory=dict, alias="env-json")
-    workspace: str = ""
-    timeout: float = Field(300, gt=0, le=86400)
-    reuse_session: bool = Field(True, alias="reuse-session")
     model: str = ""
     profile: str = ""
     sandbox: Literal["read-only", "workspace-write", "danger-full-access"] = "workspace-write"
@@ -48,25 +42,12 @@ class CodexConfig(BaseModel):
     config_overrides: JsonConfig[dict[str, Any]] = Field(default_factory=dict, alias="config-overrides-json")
     skip_git_repo_check: bool = Field(True, alias="skip-git-repo-check")
     codex_home: str = Field("", alias="codex-home")
-    mcp_servers: JsonConfig[dict[str, dict[str, Any]]] = Field(default_factory=dict, alias="mcp-servers-json")
-    enable_langbot_mcp: bool = Field(True, alias="enable-langbot-mcp")
     #: `auto` = `http`: ready in ~0.05 s, before Codex starts its turn (the stdio proxy takes 1.5-3 s)
-    mcp_bridge_transport: Literal["auto", "http", "stdio"] = Field("auto", alias="mcp-bridge-transport")
 
     @property
     def effective_approval_policy(self) -> str:
         """The policy sent to Codex (the transport's default when the config leaves it empty)."""
         return self.approval_policy or ("on-request" if self.transport == "app-server" else "never")
-
-    @field_validator("mcp_servers", mode="before")
-    @classmethod
-    def _servers(cls, value: Any) -> dict[str, dict[str, Any]]:
-        return mcp_servers(value)
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        return env_names(value)
 
     @field_validator("config_overrides")
     @classmethod

@@ -14,6 +14,7 @@
 - `steering`: follow-up messages as resumed turns, one terminal result;
 - `asking`: a yes/no question to the user in the middle of a turn (structured interactions);
 - `run`: the shared preparation of a local harness run, turn deadlines, the per-session turn lock;
+- `settings`: the runner-config keys every harness runner takes (`HarnessConfig`, `RemoteSshConfig`);
 - `detect_harnesses`: which harness CLIs are on `PATH`, their versions and login status (what a runtime
   reports to the host; `agentrunner.detect`, importable without this extra).
 
