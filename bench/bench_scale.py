@@ -8,8 +8,10 @@ harness of `bench_host.py`. Memory is read from /proc (RSS, `VmHWM`): unlike CPU
   runner process (default limits): how many of the 10,000 were accepted (stderr says what the others
   got);
 - rss_kib_per_open_run_1k / _10k: host RSS growth per open run with 1,000 / 10,000 open
-  (`rss_kib_per_open_run_runner_10k`: the SDK runner's, the same runs); open_seconds_10k: from the
-  first `Run` to the last `accepted`;
+  (`rss_kib_per_open_run_runner_10k`: the SDK runner's, the same runs), read once RSS has settled
+  (two readings a second apart without a move); open_seconds_10k: from the first `Run` to the last
+  `accepted`; open_cpu_seconds_host_10k / _runner_10k: the CPU each process spent on it (a steadier
+  figure than the wall time under the shared machine's load);
 - idle_rss_mib_host / _runner: RSS 1 s after the ready line (host: default configuration, SQLite, one
   runner endpoint), median over `--starts` fresh processes; start_seconds_host / _runner: spawn to the
   ready line, median (wall time: this figure does move with the machine's load);
@@ -51,6 +53,29 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} for {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def settled_rss(pids: dict[str, int], limit: float = 60.0) -> dict[str, int]:
+    """RSS of each process once it has settled: read every second until no process moved more than
+    max(256 KiB, 0.5 %) over two readings in a row (calls still queued in gRPC core, the runner's side of
+    the last runs and the allocator take a while after the last `accepted` with 10,000 runs), at most
+    `limit` seconds."""
+    last = {name: rss_kib(pid) for name, pid in pids.items()}
+    quiet = 0
+    deadline = time.monotonic() + limit
+    while quiet < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        now = {name: rss_kib(pid) for name, pid in pids.items()}
+        still = all(abs(now[n] - last[n]) <= max(256, last[n] // 200) for n in now)
+        quiet = quiet + 1 if still else 0
+        last = now
+    return last
 
 
 def spawn(args: list[str], marker: str) -> tuple[subprocess.Popen[str], str, float]:
@@ -121,11 +146,13 @@ def stall(i: int) -> host_service_pb2.HostServiceRunRequest:
 
 async def hold_open(address: str, pids: dict[str, int], count: int) -> dict[str, float]:
     """Opens `count` `stall` runs at once, waits for every answer (`accepted` or a refusal), reads the
-    RSS growth per accepted run of each process in `pids`, then cancels them all."""
+    RSS growth per accepted run of each process in `pids` once it has settled (`settled_rss`) and the
+    CPU seconds each spent from the first `Run` to then, then cancels them all."""
     async with grpc.aio.insecure_channel(address) as channel:
         stub = host_service_pb2_grpc.HostServiceStub(channel)
         await asyncio.sleep(1.0)
         before = {name: rss_kib(pid) for name, pid in pids.items()}
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         began = time.perf_counter()
         calls = [stub.Run(stall(i), timeout=600) for i in range(count)]
         answers = await asyncio.gather(*(c.read() for c in calls), return_exceptions=True)
@@ -138,14 +165,15 @@ async def hold_open(address: str, pids: dict[str, int], count: int) -> dict[str,
         )
         if failed:
             print(f"# {count} runs: {accepted} accepted, not accepted: {dict(failed)}", file=sys.stderr)
-        await asyncio.sleep(2.0)  # the runner's side of the last runs, and the allocator settles
-        after = {name: rss_kib(pid) for name, pid in pids.items()}
+        after = await settled_rss(pids)
+        cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
         for c in calls:
             c.cancel()
         await asyncio.sleep(1.0)
     out = {"accepted": accepted, "open_seconds": took}
     for name in pids:
         out[f"kib_{name}"] = (after[name] - before[name]) / max(accepted, 1)
+        out[f"cpu_{name}"] = cpu[name]
     return out
 
 
@@ -249,6 +277,8 @@ def main() -> int:
             line[f"rss_kib_per_open_run_{label}"] = round(held["kib_host"], 1)
             line[f"rss_kib_per_open_run_runner_{label}"] = round(held["kib_runner"], 1)
             line[f"open_seconds_{label}"] = round(held["open_seconds"], 2)
+            line[f"open_cpu_seconds_host_{label}"] = round(held["cpu_host"], 2)
+            line[f"open_cpu_seconds_runner_{label}"] = round(held["cpu_runner"], 2)
         if "streaming" in phases:
             line.update(streaming_phase(tmp, 200 if args.fast else 1000))
     order = [

@@ -319,8 +319,10 @@ class RunContext:
         self.config = config
         self.input = Input(raw.input)
         self.state = State(raw.state)
-        self.cancelled = asyncio.Event()
+        self._cancelled: asyncio.Event | None = None
         self.cancel_reason = ""
+        #: called when the host moves the deadline (`_set_deadline`; the engine's deadline timer)
+        self._deadline_listener: Callable[[], None] | None = None
         self._deadline: float | None = None
         if raw.runtime.HasField("deadline_at"):
             self._deadline = raw.runtime.deadline_at.ToNanoseconds() / 1e9
@@ -345,6 +347,14 @@ class RunContext:
         self.runs = RunRecords(self.api)
         self._emitter: Emitter | None = None
         self._reply_count = 0
+
+    @property
+    def cancelled(self) -> asyncio.Event:
+        """Set when the host cancels the run (made when first asked for: most runs are never cancelled
+        and never look, and an event per open run is ~0.7 KiB)."""
+        if self._cancelled is None:
+            self._cancelled = asyncio.Event()
+        return self._cancelled
 
     # -- plain views of the contract --------------------------------------------------------
 
@@ -691,6 +701,8 @@ class RunContext:
 
     def _set_deadline(self, epoch_seconds: float) -> None:
         self._deadline = epoch_seconds
+        if self._deadline_listener is not None:  # the engine's deadline timer is re-armed
+            self._deadline_listener()
 
     async def sleep_or_cancel(self, seconds: float) -> bool:
         """Sleeps, waking early when the run is cancelled; True when cancelled."""
