@@ -1,12 +1,16 @@
 """The A2A peer of `bench_peers.py`: the official A2A Python SDK's gRPC binding (`a2a-sdk[grpc]==1.3.0`).
 
-Runs in its own venv (`.tools/peers/a2a`, made by `bench_peers.py` with uv from PyPI), never in the
-workspace's. Two modes:
+Runs in its own venv (`.tools/real/a2a`: `.ci/install-real-tools a2a`, uv from PyPI; `bench_peers.py`
+runs it when the venv is missing), never in the workspace's. Two modes:
 
-- `serve`: one server process (a fresh one per measurement): `DefaultRequestHandler` over an
+- `serve`: one server process (a fresh one per measurement): the SDK's `LegacyRequestHandler` over an
   `InMemoryTaskStore`, `GrpcHandler` on a `grpc.aio` server on a free loopback port, and a streaming
   echo agent: `burst:N:B` enqueues the task, N artifact chunks of B bytes (`TaskUpdater.add_artifact`,
-  `append`), then `completed`; prints `A2A_LISTENING host:port`.
+  `append`), then `completed`; prints `A2A_LISTENING host:port`. Why not the SDK's newer
+  `DefaultRequestHandler` (V2; `A2A_HANDLER=default` selects it): it drops a streaming subscriber that
+  falls 1,024 events behind (`ActiveTask.subscribe` taps with `evict_on_full=True`, not configurable),
+  and at load 12-18 on this machine 50 runs x 1,000 deltas lost streams (`CANCELLED`) in both full
+  runs; the legacy handler back-pressures the agent instead, as our host does, and is the faster peer.
 - `measure`: starts `serve`, drives it with the SDK's own client (`ClientFactory`, gRPC transport,
   streaming, 120 s deadline per call) and prints `common.measure`'s JSON object. The first result is
   the first artifact chunk (the task's `submitted` snapshot before it is the analogue of our
@@ -19,6 +23,7 @@ import argparse
 import asyncio
 import functools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -29,7 +34,7 @@ from a2a.client import ClientCallContext, ClientConfig, ClientFactory
 from a2a.helpers.proto_helpers import new_task_from_user_message, new_text_message, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
-from a2a.server.request_handlers import DefaultRequestHandler, GrpcHandler
+from a2a.server.request_handlers import DefaultRequestHandler, GrpcHandler, LegacyRequestHandler
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from a2a.types.a2a_pb2 import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, SendMessageRequest
@@ -54,6 +59,9 @@ class Echo(AgentExecutor):
             await updater.add_artifact(
                 [new_text_part(piece)], artifact_id=artifact, append=i > 0, last_chunk=i == count - 1
             )
+            # a turn of the loop per chunk, as an agent awaiting its model's next token gives one (the V2
+            # handler lost streams under load even so: see the module docstring)
+            await asyncio.sleep(0)
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -79,9 +87,10 @@ async def serve() -> None:
     server = grpc.aio.server()
     port = server.add_insecure_port("127.0.0.1:0")
     address = f"127.0.0.1:{port}"
-    handler = DefaultRequestHandler(
-        agent_executor=Echo(), task_store=InMemoryTaskStore(), agent_card=card(address)
+    handler_class = (
+        DefaultRequestHandler if os.environ.get("A2A_HANDLER") == "default" else LegacyRequestHandler
     )
+    handler = handler_class(agent_executor=Echo(), task_store=InMemoryTaskStore(), agent_card=card(address))
     a2a_pb2_grpc.add_A2AServiceServicer_to_server(GrpcHandler(handler), server)
     await server.start()
     print(f"A2A_LISTENING {address}", flush=True)
