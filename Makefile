@@ -104,7 +104,7 @@ bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge, L
 bench-scale: sync ## Per-run cost and footprint alone (issue 37): open runs, RSS per open run, idle RSS, start, streaming high-water; `make bench-scale FAST=1` for the quick one
 	cd bench && $(RUN) python bench_scale.py $(if $(FAST),--fast)
 
-bench-peers: sync ## This host vs the LangBot plugin runtime 0.7.18 and the A2A SDK 1.3.0 (gRPC) on one echo workload, ratios on one line (~7 min; `make bench-peers FAST=1` ~2 min); the A2A venv is installed on first use
+bench-peers: sync ## This host vs the LangBot plugin runtime 0.7.18 and the A2A SDK 1.3.0 (gRPC) on one echo workload, ratios on one line (~10 min at load 20-40; `make bench-peers FAST=1` ~2 min); the A2A venv is installed on first use
 	$(RUN) python bench/bench_peers.py $(if $(FAST),--fast)
 
 clean: ## Remove generated scratch and local state
