@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 GENERATED := sdk_python/src/agentrunner/v1 sdk_go/agentrunnerv1 sdk_ts/src/gen
 TS_DEPS := sdk_ts/node_modules/.package-lock.json
 
-.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance release-check sdk-lowest soak demo demo-services demo-claude demo-codex demo-acp bench bench-scale bench-wakeups clean
+.PHONY: help sync gen gen-check lint format breaking baseline test test-py test-go test-ts conformance release-check sdk-lowest soak demo demo-services demo-claude demo-codex demo-acp bench bench-scale bench-wakeups bench-peers clean
 
 help: ## List targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -98,7 +98,7 @@ demo-codex: sync ## The codex runner through the host (the real `codex` against 
 demo-acp: sync ## The acp runner through the host (the real `claude-agent-acp` against a local API mock if installed, else the bundled scripted ACP agent)
 	PATH="$(CURDIR)/.tools/real/claude_acp/node_modules/.bin:$$PATH" $(RUN) python -m agentrunner_host.demos.harness acp
 
-bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge, LangBot bridge vs native, footprint at scale (BENCH_SCALE_FAST=1: 1k open runs only); writes bench/results*.json
+bench: sync ## Benchmarks: host path vs bare relay, history paging, knowledge, LangBot bridge vs native, the peers (bench-peers), footprint at scale (BENCH_SCALE_FAST=1: 1k open runs only; FAST=1: the peers' quick counts); writes bench/results*.json
 	$(RUN) python bench/run_all.py
 
 bench-wakeups: sync ## Wake-ups per run of client, host and runner by thread, host CPU per run, idle host wake-ups per second (issue 37)
@@ -106,6 +106,9 @@ bench-wakeups: sync ## Wake-ups per run of client, host and runner by thread, ho
 
 bench-scale: sync ## Per-run cost and footprint alone (issue 37): open runs, RSS per open run, idle RSS, start, streaming high-water; `make bench-scale FAST=1` for the quick one
 	cd bench && $(RUN) python bench_scale.py $(if $(FAST),--fast)
+
+bench-peers: sync ## This host vs the LangBot plugin runtime 0.7.18 and the A2A SDK 1.3.0 (gRPC) on one echo workload, ratios on one line (~10 min at load 20-40; `make bench-peers FAST=1` ~2 min); the A2A venv is installed on first use
+	$(RUN) python bench/bench_peers.py $(if $(FAST),--fast)
 
 clean: ## Remove generated scratch and local state
 	rm -rf .gen var .pytest_cache sdk_ts/dist .tools

@@ -1,6 +1,6 @@
-"""The benchmark's runner (SDK): `burst:N` streams N `message.delta` results as fast as it can, then
-`run.completed`; `stall` waits until cancelled; `trickle` sends a delta every 100 ms until cancelled;
-anything else is one delta and a completed message.
+"""The benchmark's runner (SDK): `burst:N` streams N `message.delta` results as fast as it can (`burst:N:B`:
+each B bytes), then `run.completed`; `stall` waits until cancelled; `trickle` sends a delta every 100 ms
+until cancelled; anything else is one delta and a completed message.
 Served with `python -m agentrunner serve bench_runner:BenchRunner` (cwd `bench/`)."""
 
 from __future__ import annotations
@@ -29,7 +29,13 @@ class BenchRunner(Runner):
             for i in range(100_000):
                 yield results.delta(f"t{i} ")
                 await asyncio.sleep(0.1)
-        count = int(text.removeprefix("burst:")) if text.startswith("burst:") else 1
-        for i in range(count):
-            yield results.delta(f"d{i} ")
+        parts = text.split(":")
+        count = int(parts[1]) if parts[0] == "burst" else 1
+        if len(parts) > 2:  # `burst:N:B`: N deltas of B bytes each (bench_peers.py)
+            piece = "x" * int(parts[2])
+            for _ in range(count):
+                yield results.delta(piece)
+        else:
+            for i in range(count):
+                yield results.delta(f"d{i} ")
         yield results.completed(f"{count} deltas")

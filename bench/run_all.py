@@ -1,6 +1,7 @@
 """`make bench`: runs every `bench/bench_*.py` in turn (each prints its own summary line): the host
 path (`bench_host.py`), history paging, knowledge, and a LangBot plugin through the bridge next to a
-native runner (`bench_bridge.py`)."""
+native runner (`bench_bridge.py`), this host against the LangBot runtime and the A2A SDK
+(`bench_peers.py`, ~7 min; `FAST=1` for its quick counts) and the footprint at scale (`bench_scale.py`)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,15 @@
 """Where one sequential run's time goes, stage by stage, host vs the bare relay (not part of `make bench`).
 
-    uv run python bench/ttfb_timeline.py [--runs N]
+    uv run python bench/ttfb_timeline.py [--runs N] [--conversations]
 
 Copies `host/src` and the SDK to a temp dir and inserts a timestamp mark (`time.perf_counter_ns`:
 CLOCK_MONOTONIC, the same clock in every process) before each line of `MARKS`; the benchmark client,
 the relay of `bench_host.py` and the bench runner get marks of their own. Then it runs N sequential
 one-delta runs per path, alternated run by run (the `ttfb_p50_ratio` workload), joins every process's
 marks by the client's start mark of each run and prints, per path, the median time of each mark from
-the client's `Run` call and the step from the mark before. A mark whose anchor line is gone is reported
+the client's `Run` call and the step from the mark before. `--conversations`: the host only, every other
+run in one shared conversation and the others each in a new one (issue 37's shared-conversation
+latency), reported per kind. A mark whose anchor line is gone is reported
 and skipped (update `MARKS` when the run path moves).
 """
 
@@ -62,15 +64,17 @@ if os.environ.get("TTFB_TIMELINE_GRPC"):
 MARKS: list[tuple[str, str, str]] = [
     (
         "agentrunner_host/services/host_service.py",
-        'principal = await self._admit(context, "Run", "run")',
+        'caller = await self._admit(context, "Run", "run")',
         "!h0.handler",
     ),
-    ("agentrunner_host/services/host_service.py", "check_envelope(request.event)", "h1.gate"),
+    ("agentrunner_host/services/host_service.py", "request = admit(request)\n        resolution", "h1.gate"),
     (
         "agentrunner_host/services/host_service.py",
-        "metadata = context.invocation_metadata() or ()\n            async with contextlib.aclosing(await self.runs.open",
+        "return await self.runs.open(request, context.invocation_metadata()",
         "h2.authorized",
     ),
+    ("agentrunner_host/run/service.py", "steered_into = await self._steer_into_open_run(", "h2s.resolved"),
+    ("agentrunner_host/run/service.py", "if steered_into is not None:", "h2t.steering_looked_up"),
     (
         "agentrunner_host/run/start.py",
         "start = RunStart(record=record, event=event, agent=agent)",
@@ -134,7 +138,7 @@ def _instrument(tmp: pathlib.Path) -> pathlib.Path:
     return out
 
 
-def _report(directory: pathlib.Path, warmup: int) -> None:
+def _report(directory: pathlib.Path, warmup: int, conversations: bool = False) -> None:
     events: list[tuple[int, str]] = []
     for name in glob.glob(str(directory / "*.txt")):
         for line in pathlib.Path(name).read_text().splitlines():
@@ -148,7 +152,12 @@ def _report(directory: pathlib.Path, warmup: int) -> None:
         if runs:
             runs[-1].append((t, n))
     runs = runs[warmup:]
-    for path, key in (("host", "h0.handler"), ("relay", "R0.handler")):
+    paths = (
+        (("host, shared conversation", "c0.shared"), ("host, new conversation", "c0.fresh"))
+        if conversations
+        else (("host", "h0.handler"), ("relay", "R0.handler"))
+    )
+    for path, key in paths:
         at: dict[str, list[float]] = collections.defaultdict(list)
         for run in runs:
             if key not in (n for _, n in run):
@@ -174,27 +183,37 @@ sys.path.insert(0, sys.argv[1])
 import _ttfb_probe, grpc
 from agentrunner.v1 import host_service_pb2, host_service_pb2_grpc
 
-def request():
+def request(conversation="bench"):
     req = host_service_pb2.HostServiceRunRequest()
     req.event.event_type = "message.received"
-    req.event.conversation.conversation_id = "bench"
+    req.event.conversation.conversation_id = conversation
     req.event.input.text = "hello"
     req.event.delivery.supports_streaming = True
     return req
 
-async def one(stub):
+async def one(stub, conversation="bench", tag=""):
     _ttfb_probe.mark("c0.start", True)
-    async for update in stub.Run(request(), timeout=30):
+    if tag:
+        _ttfb_probe.mark(tag)
+    async for update in stub.Run(request(conversation), timeout=30):
         _ttfb_probe.mark("c1.got_" + update.WhichOneof("update"))
 
-async def main(host, relay, runs):
+async def main(host, relay, runs, conversations):
+    if conversations:  # the host only: one conversation for every run vs a new one per run, alternated
+        stub = host_service_pb2_grpc.HostServiceStub(grpc.aio.insecure_channel(host))
+        for i in range(runs):
+            for mode in ("shared", "fresh") if i % 2 == 0 else ("fresh", "shared"):
+                conv = "bench" if mode == "shared" else f"fresh-{i}"
+                await one(stub, conv, "c0." + mode)
+        _ttfb_probe.flush()
+        return
     stubs = [host_service_pb2_grpc.HostServiceStub(grpc.aio.insecure_channel(a)) for a in (host, relay)]
     for i in range(runs):
         for stub in stubs if i % 2 == 0 else stubs[::-1]:
             await one(stub)
     _ttfb_probe.flush()
 
-asyncio.run(main(sys.argv[2], sys.argv[3], int(sys.argv[4])))
+asyncio.run(main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] == "conversations"))
 """
 
 RELAY_MARKS = [
@@ -210,6 +229,11 @@ RELAY_MARKS = [
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument(
+        "--conversations",
+        action="store_true",
+        help="the host only: one conversation for every run vs a new conversation per run, alternated",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     import bench_host  # (its process helpers and relay, once the path is set)
@@ -259,11 +283,20 @@ def main() -> int:
             )
             procs.append(host)
             subprocess.run(
-                [py, str(tmp / "client.py"), str(src), host_addr, relay_addr, str(args.runs + 30)], check=True
+                [
+                    py,
+                    str(tmp / "client.py"),
+                    str(src),
+                    host_addr,
+                    relay_addr,
+                    str(args.runs + 30),
+                    "conversations" if args.conversations else "relay",
+                ],
+                check=True,
             )
         finally:
             bench_host.stop(procs)
-        _report(marks, warmup=60)
+        _report(marks, warmup=60, conversations=args.conversations)
     return 0
 
 
