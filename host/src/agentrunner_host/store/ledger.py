@@ -30,6 +30,9 @@ from agentrunner_host.store.schema import RunResultRow, RunRow, table_of
 from agentrunner_host.store.sqlite.compiled import bind_processor, driver_execute, fast_execute
 
 _OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
+#: where a cancel request is noted: an open run, or one its runner already ended `cancelled` (the
+#: signal goes out before the request is written, and the runner's terminal may commit first)
+_CANCELLABLE = (*_OPEN_STATUSES, common_pb2.RUN_STATUS_CANCELLED)
 
 
 def run_values(record: RunRecord, owner: str) -> dict[str, Any]:
@@ -76,7 +79,7 @@ def _statements(dialect: str) -> dict[str, Any]:
         "cancel": update(_RUNS)
         .where(
             _RUNS.c.run_id == bindparam("b_run"),
-            _RUNS.c.status.in_(_OPEN_STATUSES),
+            _RUNS.c.status.in_(_CANCELLABLE),
             _RUNS.c.cancel_requested_at.is_(None),
         )
         .values(cancel_requested_at=bindparam("b_at", type_=_RUNS.c.cancel_requested_at.type)),
@@ -199,7 +202,8 @@ def finish_run_sync(
 
 
 def request_cancel_sync(conn: Connection, run_id: str, at: dt.datetime) -> RunRecord | None:
-    """Marks an open run's cancel request (the first one's time is kept); the record as stored."""
+    """Marks the cancel request of an open run, or of one just ended `cancelled` (the first request's
+    time is kept); the record as stored."""
     stmts = _statements(conn.dialect.name)
     conn.execute(stmts["cancel"], {"b_run": run_id, "b_at": at})
     row = fast_execute(conn, stmts["by_run"], {"b_run": run_id}, typed=True).first()
