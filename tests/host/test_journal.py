@@ -108,6 +108,42 @@ async def test_pending_deltas_are_written_when_the_oldest_is_old_enough() -> Non
     assert sink.stored == {"a": [1, 2]} and a.unstored() == []
 
 
+class SlowSink(FakeSink):
+    """Each delta write takes `seconds` (a loaded database): when each delta's write committed."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.committed: dict[int, float] = {}
+
+    async def record_deltas(self, batches: Sequence[tuple[str, Sequence[result_pb2.RunResult]]]) -> None:
+        await asyncio.sleep(self.seconds)
+        now = asyncio.get_running_loop().time()
+        for _, results in batches:
+            self.committed.update((r.sequence, now) for r in results)
+
+
+async def test_a_delta_is_committed_within_the_bound_when_each_write_is_slow() -> None:
+    """The bound counts to the COMMIT: with writes taking a fifth of it, a delta streamed every 5 ms
+    is committed within the bound of its arrival (a batch started a whole bound after its oldest
+    delta would commit a write's time too late), and batches stay few (not one per delta)."""
+    bound, write = 0.25, 0.05
+    sink = SlowSink(write)
+    batcher = DeltaBatcher(sink, batch=10_000, seconds=bound)
+    a = journal(batcher, "a")
+    loop = asyncio.get_running_loop()
+    added: dict[int, float] = {}
+    for seq in range(1, 241):  # 1.2 s of deltas
+        added[seq] = loop.time()
+        a.add_delta(delta(seq))
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(bound + write)
+    late = {seq: sink.committed[seq] - at for seq, at in added.items() if seq in sink.committed}
+    assert len(late) == 240, sorted(set(added) - set(late))[:5]
+    assert max(late.values()) <= bound + 0.03, max(late.values())  # (0.03: the event loop's jitter)
+    assert len({round(t, 4) for t in sink.committed.values()}) <= 20
+
+
 async def test_unstored_is_gap_free_while_a_batch_is_being_written() -> None:
     sink = FakeSink()
     sink.hold = asyncio.Event()

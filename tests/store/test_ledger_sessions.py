@@ -97,6 +97,32 @@ async def test_delta_batches_read_back_one_result_at_a_time_from_any_point(store
     assert run is not None and run.last_sequence == 8
 
 
+async def test_a_delta_batch_of_several_runs_is_stored_whole_or_not_at_all(stores: FactStores) -> None:
+    """The host-wide delta batch (one statement on PostgreSQL): every run's deltas and last sequence,
+    or, when one run's batch does not follow its stored results, nothing of any run in it."""
+    ledger = stores.ledger
+    for run in ("run_a", "run_b", "run_c"):
+        await add_run(stores, _record(run, f"evt_{run}", status=common_pb2.RUN_STATUS_RUNNING))
+    await stores.record_deltas([("run_a", [_delta(1, "a1"), _delta(2, "a2")]), ("run_b", [_delta(1, "b1")])])
+    with pytest.raises(AlreadyExistsError) as clash:
+        await stores.record_deltas(
+            [("run_a", [_delta(3, "a3")]), ("run_b", [_delta(1, "again")]), ("run_c", [_delta(1, "c1")])]
+        )
+    assert clash.value.metadata["runId"] == "run_b"
+    assert [r.message_delta.text for r in await ledger.list_results("run_a")] == ["a1", "a2"]
+    assert [r.message_delta.text for r in await ledger.list_results("run_b")] == ["b1"]
+    assert await ledger.list_results("run_c") == []
+    await stores.record_deltas([("run_a", [_delta(3, "a3")]), ("run_c", [_delta(1, "c1"), _delta(2, "c2")])])
+    assert [r.sequence for r in await ledger.list_results("run_a")] == [1, 2, 3]
+    assert [r.message_delta.text for r in await ledger.list_results("run_c")] == ["c1", "c2"]
+    runs = {run: await ledger.get_run(run) for run in ("run_a", "run_b", "run_c")}
+    assert {run: r.last_sequence for run, r in runs.items() if r is not None} == {
+        "run_a": 3,
+        "run_b": 1,
+        "run_c": 2,
+    }
+
+
 async def test_results_are_unique_and_ordered_and_finish_is_set_once(stores: FactStores) -> None:
     ledger = stores.ledger
     await add_run(stores, _record("run_1", "evt_1", status=common_pb2.RUN_STATUS_RUNNING))

@@ -110,6 +110,10 @@ class RunExecution:
         if self.validator is not None:
             self.validator.saw_message = True
 
+    def running(self) -> bool:
+        """Accepted (its start committed) and without a terminal yet: a cancel needs no ledger read."""
+        return self._accepted_sent and self.terminal is None and not self.finished
+
     def steerable(self) -> bool:
         return (
             not self.finished

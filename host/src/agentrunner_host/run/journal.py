@@ -44,9 +44,13 @@ log = structlog.get_logger("agentrunner_host.run")
 #: Large on purpose: each run's deltas in a batch share one ledger row, and with many runs streaming a
 #: batch writes about one index page per run whatever its size (docs/performance.md).
 DELTA_BATCH = 2048
-#: pending deltas are written at the latest this long after the oldest of them arrived (the window in
-#: which a delta already streamed to the client is not yet durable; README "Durability")
+#: a delta streamed to the client is committed at the latest this long after it arrived (the window in
+#: which it is not yet durable; README "Durability"): the batch holding it is started early enough
+#: for its commit to end within the bound (`DeltaBatcher.window`)
 DELTA_BATCH_SECONDS = 0.25
+#: how fast the estimate of a batch's write time forgets a slow one (per batch written), and where it
+#: starts (before the first write is measured)
+_SLOW_DECAY, _SLOW_FIRST = 0.9, 0.02
 
 RunStatus: TypeAlias = common_pb2.RunStatus.ValueType
 
@@ -172,7 +176,16 @@ class RunJournal:
 class DeltaBatcher:
     """Host-wide `message.delta` batching: one write for the pending deltas of every queued run, so the
     fixed cost of a commit is shared by concurrent runs. Writes run as tasks of their own, one after
-    another (a run's cancellation never leaves a write's outcome unknown)."""
+    another (a run's cancellation never leaves a write's outcome unknown).
+
+    The bound (`seconds`) counts from the oldest pending delta's arrival to its batch's COMMIT, not to
+    the batch's start: on a loaded machine a write waits for the one before it, for the database and
+    for turns of the event loop, and the timer itself fires late. So a batch starts `window()` after
+    its oldest delta: the bound less twice the recent write time and timer lateness (a decaying
+    maximum: one write to wait for, one to make), down to zero (the write starts as soon as the one
+    before it ends). Each delta checks the deadline too (no wait for a late timer), and a batch due
+    while a write runs starts the moment that write ends. Idle, the window is the bound less a few
+    milliseconds: batches stay as large as before."""
 
     def __init__(
         self, sink: ResultSink, batch: int = DELTA_BATCH, seconds: float = DELTA_BATCH_SECONDS
@@ -183,6 +196,11 @@ class DeltaBatcher:
         #: journals with deltas in `pending` not yet taken by a write -> how many
         self.queued: dict[RunJournal, int] = {}
         self.rows = 0
+        #: when the oldest pending delta arrived (`loop.time()`; 0: none pending)
+        self.oldest = 0.0
+        #: recent write time plus timer lateness, seconds (a decaying maximum)
+        self.slow = _SLOW_FIRST
+        self._due = False
         self._timer: asyncio.TimerHandle | None = None
         self._last: asyncio.Task[None] | None = None
         #: told the run id of each run whose results a write committed (followers elsewhere are woken)
@@ -191,12 +209,22 @@ class DeltaBatcher:
     def journal(self, run_id: str, snapshot: AuthorizationSnapshot) -> RunJournal:
         return RunJournal(run_id, snapshot, self)
 
+    def window(self) -> float:
+        """How long after its oldest delta a batch starts (see the class docstring)."""
+        return max(0.0, self.seconds - 2 * self.slow)
+
     def add(self, journal: RunJournal) -> bool:
-        """One more pending delta of `journal`; True when a write is due now."""
+        """One more pending delta of `journal`; True when a write is due now (the batch is full)."""
         self.queued[journal] = self.queued.get(journal, 0) + 1
         self.rows += 1
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.seconds, self._on_timer)
+        loop = asyncio.get_running_loop()
+        if self._timer is None and not self._due:
+            now = loop.time()
+            if not self.oldest:
+                self.oldest = now
+            self._timer = loop.call_at(self.oldest + self.window(), self._on_timer)
+        elif self._timer is not None and loop.time() >= self._timer.when():  # the timer is late
+            self._on_timer()
         return self.rows >= self.batch
 
     def discard(self, journal: RunJournal) -> None:
@@ -204,9 +232,18 @@ class DeltaBatcher:
         self.rows -= self.queued.pop(journal, 0)
 
     def _on_timer(self) -> None:
-        self._timer = None
-        if self.queued:
-            self.flush()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.queued:
+            self.oldest = 0.0
+            return
+        late = asyncio.get_running_loop().time() - (self.oldest + self.window())
+        self.slow = max(self.slow, late)
+        if self._last is not None:  # a write runs: this batch starts the moment it ends
+            self._due = True
+            return
+        self.flush()
 
     def flush(self) -> asyncio.Task[None]:
         """Takes every queued journal's pending deltas into one write; returns its task."""
@@ -216,6 +253,8 @@ class DeltaBatcher:
         journals = list(self.queued)
         self.queued.clear()
         self.rows = 0
+        self.oldest = 0.0
+        self._due = False
         batches: list[tuple[str, list[result_pb2.RunResult]]] = []
         for journal in journals:
             batches.append((journal.run_id, journal.pending))
@@ -235,6 +274,8 @@ class DeltaBatcher:
     ) -> None:
         if previous is not None:  # in order: a run's later deltas never commit before its earlier ones
             await asyncio.wait([previous])
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             await self.sink.record_deltas(batches)
         except Exception as exc:
@@ -253,5 +294,8 @@ class DeltaBatcher:
                 del journal.writing[: len(results)]  # writes end in order: this batch is the oldest
                 if journal.inflight is asyncio.current_task():
                     journal.inflight = None
+            self.slow = max(loop.time() - started, self.slow * _SLOW_DECAY)
             if self._last is asyncio.current_task():
                 self._last = None
+                if self._due:  # a batch fell due meanwhile
+                    self.flush()

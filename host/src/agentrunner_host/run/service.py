@@ -361,7 +361,10 @@ class RunService:
     async def cancel_run(self, run_id: str, reason: str = "") -> RunRecord:
         """Pushes a cancel signal on the control stream, then cancels the runner call after the grace;
         a run open on another replica is cancelled there (`relay`), the same way. FAILED_PRECONDITION
-        for a run that ended."""
+        for a run that ended. A run running here is signalled before anything is read or written."""
+        execution = self.open_run(run_id)
+        if execution is not None and execution.running():
+            return await self._cancel_here(execution, reason) or await self.get_run(run_id)
         record = await self.get_run(run_id)
         if record.status in TERMINAL_STATUSES or self.endings.refuses(run_id):
             raise FailedPreconditionError(
@@ -377,10 +380,16 @@ class RunService:
                 )
             await self.relay.cancel(record, reason)
             return await self.get_run(run_id)
-        updated = await self.stores.ledger.request_cancel(run_id, utcnow()) or record
+        return await self._cancel_here(execution, reason) or record
+
+    async def _cancel_here(self, execution: RunExecution, reason: str) -> RunRecord | None:
+        """The cancel signal, then the request noted in the ledger (the runner stops meanwhile; the
+        ledger notes it on a run its runner has ended `cancelled` meanwhile too); the stored record."""
+        at = utcnow()
         grace = self.config.limits.cancel_grace_seconds
         if execution.cancel(reason or "cancelled by request", grace):
-            log.info("run.cancel_requested", run_id=run_id, grace_seconds=grace)
+            log.info("run.cancel_requested", run_id=execution.run_id, grace_seconds=grace)
+        updated = await self.stores.ledger.request_cancel(execution.run_id, at)
         return updated
 
     def cancel_idle(self, idle_seconds: float, reason: str = "host.shutdown") -> int:

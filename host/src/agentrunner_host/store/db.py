@@ -45,6 +45,7 @@ from agentrunner_host.store.sqlite.writer import with_then as with_then  # (for 
 
 if TYPE_CHECKING:  # psycopg and its pool are imported when a PostgreSQL database is opened
     from agentrunner_host.store.pg_reads import HotReads
+    from agentrunner_host.store.pg_writer import PgWriter
 
 DEFAULT_URL = "sqlite+aiosqlite:///var/agentrunner-host.db"
 
@@ -172,10 +173,13 @@ class Database:
         #: `driver_rows`' SQL per statement (and per value of its literal parameters)
         self._driver_sql: dict[tuple[ClauseElement, tuple[Any, ...]], str] = {}
         self._hot_reads: HotReads | None = None
+        self._pg_writer: PgWriter | None = None
         if self.dialect != "sqlite":
             from agentrunner_host.store.pg_reads import HotReads  # psycopg: the postgres extra
+            from agentrunner_host.store.pg_writer import PgWriter
 
             self._hot_reads = HotReads(self.url, read_engine.dialect, pool_size * 3)
+            self._pg_writer = PgWriter(sync_url(self.url), pool_size, json_text)
         self._read_sessions = async_sessionmaker(read_engine, expire_on_commit=False)
         self._writer: SqliteWriter | None = None
         self._checkpointer: Checkpointer | None = None
@@ -271,6 +275,10 @@ class Database:
         to the writer thread and back; if another process holds the database lock it falls back to the
         writer thread, so the loop never waits on a lock."""
         try:
+            if (
+                self._pg_writer is not None
+            ):  # (a worker thread: one wake-up of the loop, not one per statement)
+                return await self._pg_writer.run(fn)
             if self._writer is None:
                 async with self.engine.begin() as conn:
                     return await conn.run_sync(fn)
@@ -290,6 +298,8 @@ class Database:
         What it is for: the run start sends the runner call first and commits right after, so the
         commit and the statements nothing before it needs overlap the runner's start."""
         try:
+            if self._pg_writer is not None:
+                return await self._pg_writer.run(with_then(fn, then)), None
             if self._writer is None:
                 async with self.engine.begin() as conn:
                     return await conn.run_sync(with_then(fn, then)), None
@@ -336,6 +346,8 @@ class Database:
             self._checkpointer.close()
         if self._hot_reads is not None:
             await self._hot_reads.close()
+        if self._pg_writer is not None:
+            await asyncio.to_thread(self._pg_writer.close)
         if self._read_engine is not self.engine:
             await self._read_engine.dispose()
         await self.engine.dispose()

@@ -56,6 +56,7 @@ from agentrunner_host.store.leases import Lease, expire_sync
 from agentrunner_host.store.ledger import (
     SqlRunLedger,
     finish_run_sync,
+    insert_deltas_sync,
     insert_results_sync,
     open_runs_sync,
 )
@@ -246,11 +247,7 @@ class FactStores:
         if not batches:
             return
 
-        def write(conn: Connection) -> None:
-            for run_id, results in batches:
-                insert_results_sync(conn, run_id, results)
-
-        await self.db.run_write(write)
+        await self.db.run_write(lambda conn: insert_deltas_sync(conn, batches))
 
     async def _apply(
         self, s: AsyncSession, snapshot: AuthorizationSnapshot, result: result_pb2.RunResult

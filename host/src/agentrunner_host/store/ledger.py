@@ -30,6 +30,9 @@ from agentrunner_host.store.schema import RunResultRow, RunRow, table_of
 from agentrunner_host.store.sqlite.compiled import bind_processor, driver_execute, fast_execute
 
 _OPEN_STATUSES = (common_pb2.RUN_STATUS_CREATED, common_pb2.RUN_STATUS_RUNNING)
+#: where a cancel request is noted: an open run, or one its runner already ended `cancelled` (the
+#: signal goes out before the request is written, and the runner's terminal may commit first)
+_CANCELLABLE = (*_OPEN_STATUSES, common_pb2.RUN_STATUS_CANCELLED)
 
 
 def run_values(record: RunRecord, owner: str) -> dict[str, Any]:
@@ -76,7 +79,7 @@ def _statements(dialect: str) -> dict[str, Any]:
         "cancel": update(_RUNS)
         .where(
             _RUNS.c.run_id == bindparam("b_run"),
-            _RUNS.c.status.in_(_OPEN_STATUSES),
+            _RUNS.c.status.in_(_CANCELLABLE),
             _RUNS.c.cancel_requested_at.is_(None),
         )
         .values(cancel_requested_at=bindparam("b_at", type_=_RUNS.c.cancel_requested_at.type)),
@@ -178,6 +181,59 @@ def insert_results_sync(conn: Connection, run_id: str, results: Sequence[result_
         conn.execute(stmts["insert_results"], result_rows(run_id, results))
 
 
+#: PostgreSQL: the delta batch of several runs as ONE statement (`insert_deltas_sync`)
+_PG_DELTAS = """
+WITH v AS (
+  SELECT * FROM unnest(%(runs)s::varchar[], %(firsts)s::bigint[], %(lasts)s::bigint[]) AS v(run_id, first_seq, last_seq)
+), adv AS (
+  UPDATE runs SET last_sequence = v.last_seq FROM v
+  WHERE runs.run_id = v.run_id AND runs.last_sequence < v.first_seq
+  RETURNING runs.run_id
+), ins AS (
+  INSERT INTO run_results (run_id, sequence, result_type, payload, result_count, created_at)
+  SELECT r.run_id, r.seq, r.kind, r.payload, r.n, %(at)s
+  FROM unnest(%(r_runs)s::varchar[], %(r_seqs)s::bigint[], %(r_kinds)s::varchar[], %(r_payloads)s::bytea[],
+              %(r_counts)s::int[]) AS r(run_id, seq, kind, payload, n)
+  WHERE r.run_id IN (SELECT run_id FROM adv)
+)
+SELECT run_id FROM adv
+"""
+
+
+def insert_deltas_sync(
+    conn: Connection, batches: Sequence[tuple[str, Sequence[result_pb2.RunResult]]]
+) -> None:
+    """`insert_results_sync` for the batches of several runs in the caller's transaction. On PostgreSQL
+    it is ONE statement (every run's `last_sequence` advanced and every row inserted): a round trip
+    is what a write waits for on a loaded machine, and the delta batch's commit time is the durability
+    bound's (README "Durability"). A run whose batch does not start after its stored results raises
+    `AlreadyExistsError` as `insert_results_sync` does (the caller's transaction is then rolled back)."""
+    batches = [(run_id, results) for run_id, results in batches if results]
+    if conn.dialect.name != "postgresql" or len(batches) < 2:
+        for run_id, results in batches:
+            insert_results_sync(conn, run_id, results)
+        return
+    params: dict[str, Any] = {k: [] for k in ("runs", "firsts", "lasts", "r_runs", "r_seqs", "r_kinds")}
+    params.update(r_payloads=[], r_counts=[], at=_created_at_bind(conn.dialect)(utcnow()))
+    for run_id, results in batches:
+        first, last = min(r.sequence for r in results), max(r.sequence for r in results)
+        if first <= 0:
+            raise InvalidArgumentError("result sequence must start at 1", field="sequence")
+        params["runs"].append(run_id)
+        params["firsts"].append(first)
+        params["lasts"].append(last)
+        for sequence, kind, payload, count in packed_rows(results):
+            params["r_runs"].append(run_id)
+            params["r_seqs"].append(sequence)
+            params["r_kinds"].append(kind)
+            params["r_payloads"].append(payload)
+            params["r_counts"].append(count)
+    advanced = {row[0] for row in conn.exec_driver_sql(_PG_DELTAS, params).all()}
+    for run_id, results in batches:
+        if run_id not in advanced:  # (the whole batch is rolled back with the caller's transaction)
+            insert_results_sync(conn, run_id, results)  # raises the typed error (or the foreign key's)
+
+
 def finish_run_sync(
     conn: Connection,
     run_id: str,
@@ -199,7 +255,8 @@ def finish_run_sync(
 
 
 def request_cancel_sync(conn: Connection, run_id: str, at: dt.datetime) -> RunRecord | None:
-    """Marks an open run's cancel request (the first one's time is kept); the record as stored."""
+    """Marks the cancel request of an open run, or of one just ended `cancelled` (the first request's
+    time is kept); the record as stored."""
     stmts = _statements(conn.dialect.name)
     conn.execute(stmts["cancel"], {"b_run": run_id, "b_at": at})
     row = fast_execute(conn, stmts["by_run"], {"b_run": run_id}, typed=True).first()

@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, Update, func, select, update
+from sqlalchemy.engine import Connection
 
 from agentrunner.v1 import proxy_service_pb2
 from agentrunner_host.store.common import new_id, utcnow
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.schema import SteeringRow
+
+
+def _take(pick: Select[Any], run_id: str, ids: list[int] | None = None) -> Update:
+    """Marks the rows `pick` selects (or `ids`) claimed by `run_id`, returning their ids and payloads."""
+    # A CTE runs once; a LIMIT … FOR UPDATE subquery inside IN may be re-run by the planner.
+    chosen: Any = ids if ids is not None else select(pick.cte("picked").c.id)
+    return (
+        update(SteeringRow)
+        .where(SteeringRow.id.in_(chosen), SteeringRow.claimed_by_run.is_(None))
+        .values(claimed_by_run=run_id, claimed_at=utcnow())
+        .returning(SteeringRow.id, SteeringRow.payload)
+    )
 
 
 class SteeringQueue:
@@ -53,30 +66,25 @@ class SteeringQueue:
         )
         if limit > 0:
             pick = pick.limit(limit)
+        if max_bytes is None:  # one statement: a hot-path write (`run_write`; a run's release waits on it)
+
+            def take(conn: Connection) -> list[tuple[int, bytes]]:
+                return [(int(r[0]), bytes(r[1])) for r in conn.execute(_take(pick, run_id)).all()]
+
+            taken = await self.db.run_write(take)
+            return [proxy_service_pb2.SteeringInput.FromString(p) for _, p in sorted(taken)]
         async with self.db.write() as s:
-            if max_bytes is not None:
-                sized = (
-                    await s.execute(pick.with_only_columns(SteeringRow.id, func.length(SteeringRow.payload)))
-                ).all()
-                ids: list[int] = []
-                used = 0
-                for item_id, size in sized:
-                    used += int(size or 0) + 6
-                    if used > max_bytes and ids:
-                        break
-                    ids.append(item_id)
-                chosen: Any = ids
-            else:
-                # A CTE runs once; a LIMIT … FOR UPDATE subquery inside IN may be re-run by the planner.
-                chosen = select(pick.cte("picked").c.id)
-            rows = (
-                await s.execute(
-                    update(SteeringRow)
-                    .where(SteeringRow.id.in_(chosen), SteeringRow.claimed_by_run.is_(None))
-                    .values(claimed_by_run=run_id, claimed_at=utcnow())
-                    .returning(SteeringRow.id, SteeringRow.payload)
-                )
+            sized = (
+                await s.execute(pick.with_only_columns(SteeringRow.id, func.length(SteeringRow.payload)))
             ).all()
+            ids: list[int] = []
+            used = 0
+            for item_id, size in sized:
+                used += int(size or 0) + 6
+                if used > max_bytes and ids:
+                    break
+                ids.append(item_id)
+            rows = (await s.execute(_take(pick, run_id, ids))).all()
         return [proxy_service_pb2.SteeringInput.FromString(p) for _, p in sorted(rows)]
 
     async def pending(self, conversation_id: str) -> int:
