@@ -179,3 +179,18 @@ async def test_every_replica_refusing_is_said_in_the_refusals() -> None:
     text = refused.text()
     assert text.startswith("the runtimes on host replicas a, c refused the run ("), text
     assert why in text and "host replica 'c'" in text, text
+
+
+async def test_a_relay_closed_before_anything_streamed_abandons_the_run() -> None:
+    peers: dict[str, Bus] = {}
+    runs_a = Runs()
+    a = _replica("a", peers, runs_a, [], 10.0)
+    b = _replica("b", peers, Runs(), ["a"], 10.0)
+    stream = await b.open(_request(), "ev-4", AGENT)
+    assert stream is not None and not isinstance(stream, Refusals)
+    assert list(a.driving) == ["run-0"]
+    await stream.aclose()  # the client's call ended before its first item was read
+    assert await _until(lambda: runs_a.closed == ["run-0"]), runs_a.closed
+    assert a.driving == {}
+    await a.close()
+    await b.close()

@@ -8,8 +8,8 @@ runner call on the runtime's slot, validation, the journal) and answers the stre
 then on it is an ordinary run of A: cancel, steering, replies, interaction answers, `AppendRunResult`,
 `AttachRun` reach A from any replica as they do for any run another replica holds. B relays the run to
 its client as a follower of the shared ledger (gap-free; deltas in the batches A commits). A client that
-leaves B before the run ended has A abandon it (`abandon`: it ends `cancelled`, as any run whose client
-left). When the runtime disconnects the run fails on A (`runner.stream_broken`); when A is lost another
+leaves B before the run ended (even before its first item: `Relayed`) has A abandon it (`abandon`: it
+ends `cancelled`, as any run whose client left). When the runtime disconnects the run fails on A (`runner.stream_broken`); when A is lost another
 replica's takeover ends it `interrupted`: B's client sees either terminal. A replica that cannot take
 the run after all (its runtime's slots filled meanwhile) refuses with `RUNNER_UNAVAILABLE`: B tries the
 next replica, then starts the run itself (failing it `runner.unavailable` as a single host would, with
@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -69,6 +70,29 @@ class ForwardedRuns(Protocol):
     def follow(
         self, run_id: str, after_sequence: int = 0, attached: bool = False
     ) -> AsyncGenerator[Update, None]: ...
+
+
+@dataclass
+class Relayed:
+    """The relayed stream of a run opened on another replica: abandoned there even when its caller
+    closes it before reading anything (its generator's `finally` then never runs)."""
+
+    stream: AsyncGenerator[Update, None]
+    abandon: Callable[[], None] | None
+    started: bool = False
+
+    def __aiter__(self) -> Relayed:
+        return self
+
+    def __anext__(self) -> Awaitable[Update]:
+        self.started = True
+        return self.stream.__anext__()
+
+    async def aclose(self) -> None:
+        if not self.started and self.abandon is not None:
+            self.started = True
+            self.abandon()
+        await self.stream.aclose()
 
 
 class RunForwarding:
@@ -131,7 +155,11 @@ class RunForwarding:
                 raise
             first = Update.FromString(answer)
             log.info("run.forwarded", replica=replica, run_id=first.accepted.run_id, event_id=event_id)
-            return self._relay(first, replica)
+            run_id = first.accepted.run_id
+            abandon = (
+                None if first.accepted.attached else functools.partial(self._send, replica, "abandon", run_id)
+            )
+            return Relayed(self._relay(first, replica), abandon)
         return refusals
 
     async def _relay(self, first: Update, replica: str) -> AsyncGenerator[Update, None]:
