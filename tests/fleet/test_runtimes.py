@@ -1,7 +1,8 @@
 """Item 3 of issue 36: runtimes on any replica. One runtime (`python -m agentrunner connect`, the fleet
 suite's runner) is connected to replica `a`; clients open runs through `b`: each run lives on `a` (the
 replica holding the runtime's stream) and `b` relays it. Every operation of item 1 then reaches the run
-from any replica; the runtime's loss and `a`'s loss end the runs `b` opened with typed failures."""
+from any replica; the runtime's loss and `a`'s loss end the runs opened elsewhere with typed failures, and `b`'s loss
+while it relays a run leaves the run going on `a` for a client to re-attach through `c`."""
 
 from __future__ import annotations
 
@@ -187,6 +188,27 @@ async def test_cancel_from_b_and_from_c(rfleet: RuntimeFleet) -> None:
             assert took < 2.5, took
 
 
+async def test_a_run_every_replica_refuses_fails_naming_them(rfleet: RuntimeFleet) -> None:
+    async with rfleet["b"].channel() as cb:
+        holds: list[tuple[Any, str]] = []
+        refused = None
+        for i in range(6):  # (the runtime has 4 slots; the one past them is handed to `a` and refused)
+            call, run_id = await _open(rfleet, cb, "b", "hold 60", f"rt-full-{i}")
+            item = await next_item(call)
+            if item.HasField("result") and item.result.HasField("run_failed"):
+                refused = item.result.run_failed
+                break
+            holds.append((call, run_id))
+        for call, run_id in holds:
+            await rfleet["b"].stub(cb).CancelRun(host_service_pb2.CancelRunRequest(run_id=run_id), timeout=10)
+            await read_rest(call)
+    assert refused is not None and len(holds) == 4, holds
+    assert refused.code == "runner.unavailable", refused
+    # what happened, not "no runtime is connected": the runtime is connected to `a`, and full
+    assert "the runtimes on host replicas a refused the run (a: " in refused.message, refused.message
+    assert "all 4 slots" in refused.message, refused.message
+
+
 async def test_attach_from_c_is_gap_free_and_a_reply_reaches_b(rfleet: RuntimeFleet) -> None:
     async with rfleet["b"].channel() as cb, rfleet["c"].channel() as cc:
         call, run_id = await _open(rfleet, cb, "b", "stream 40 25", "rt-attach")
@@ -265,9 +287,24 @@ async def test_the_runtime_killed_mid_run_fails_the_run_opened_on_b(rfleet: Runt
     await _wait_listed(rfleet, "b", "rt-2")
 
 
-async def test_replica_a_killed_interrupts_its_runs_opened_on_b(rfleet: RuntimeFleet) -> None:
+async def test_replica_b_killed_while_relaying_the_run_goes_on_and_c_reattaches(rfleet: RuntimeFleet) -> None:
     async with rfleet["b"].channel() as cb, rfleet["c"].channel() as cc:
-        call, run_id = await _open(rfleet, cb, "b", "hold 60", "rt-kill-a")
+        call, run_id = await _open(rfleet, cb, "b", "stream 40 100", "rt-kill-b")
+        seen = [await next_item(call) for _ in range(3)]
+        rfleet["b"].kill(signal.SIGKILL)  # the relaying replica dies; the run lives on `a`
+        request = host_service_pb2.AttachRunRequest(run_id=run_id)
+        followed = await asyncio.wait_for(read_rest(rfleet["c"].stub(cc).AttachRun(request, timeout=60)), 60)
+    # the client re-attaches through another replica: every result once, and the run's own terminal
+    assert sequences(seen) == [1, 2, 3]
+    assert sequences(followed) == list(range(1, 42))
+    assert followed[-1].finished.status == common_pb2.RUN_STATUS_COMPLETED
+    assert rfleet.owner(run_id) == "a"
+
+
+async def test_replica_a_killed_interrupts_its_runs_opened_on_c(rfleet: RuntimeFleet) -> None:
+    await _wait_listed(rfleet, "c", "rt-2")
+    async with rfleet["c"].channel() as cc:
+        call, run_id = await _open(rfleet, cc, "c", "hold 60", "rt-kill-a")
         await next_item(call)
         rfleet["a"].kill(signal.SIGKILL)
         killed = time.monotonic()

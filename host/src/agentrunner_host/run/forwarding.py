@@ -8,18 +8,28 @@ runner call on the runtime's slot, validation, the journal) and answers the stre
 then on it is an ordinary run of A: cancel, steering, replies, interaction answers, `AppendRunResult`,
 `AttachRun` reach A from any replica as they do for any run another replica holds. B relays the run to
 its client as a follower of the shared ledger (gap-free; deltas in the batches A commits). A client that
-leaves B before the run ended has A abandon it (`abandon`: it ends `cancelled`, as any run whose client
-left). When the runtime disconnects the run fails on A (`runner.stream_broken`); when A is lost another
+leaves B before the run ended (even before its first item: `Relayed`) has A abandon it (`abandon`: it
+ends `cancelled`, as any run whose client left). When the runtime disconnects the run fails on A (`runner.stream_broken`); when A is lost another
 replica's takeover ends it `interrupted`: B's client sees either terminal. A replica that cannot take
 the run after all (its runtime's slots filled meanwhile) refuses with `RUNNER_UNAVAILABLE`: B tries the
-next replica, then starts the run itself (failing it `runner.unavailable` as a single host would).
+next replica, then starts the run itself (failing it `runner.unavailable` as a single host would, with
+the refusals in its message: `Refusals`).
+
+Each hand-over carries a token of its own (the `open` operation's key). When B stops waiting for the
+answer (A slower than `fleet.call_timeout_seconds`: B's client gets UNAVAILABLE; or B's client left
+meanwhile), B withdraws the token (`withdraw`): a run A opened for it is abandoned as above, and a
+hand-over A has not opened yet is refused when it comes, so no run drives with nobody to read it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+import functools
+import time
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
@@ -36,6 +46,21 @@ log = structlog.get_logger("agentrunner_host.run")
 Update = host_service_pb2.HostServiceRunResponse
 Request = host_service_pb2.HostServiceRunRequest
 
+#: how long a replica remembers a hand-over withdrawn before it opened (far beyond any call timeout)
+WITHDRAWN_KEEP_SECONDS = 600.0
+
+
+@dataclass
+class Refusals:
+    """Every replica a run was handed to refused it (its runtime could not take the run after all)."""
+
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    def text(self) -> str:
+        """For the `runner.unavailable` failure of the run the client's replica then starts itself."""
+        listed = "; ".join(f"{replica}: {why}" for replica, why in self.reasons.items())
+        return f"the runtimes on host replicas {', '.join(self.reasons)} refused the run ({listed})"
+
 
 class ForwardedRuns(Protocol):
     """What forwarding uses of `run.service.RunService` (a protocol: the service imports this module)."""
@@ -45,6 +70,29 @@ class ForwardedRuns(Protocol):
     def follow(
         self, run_id: str, after_sequence: int = 0, attached: bool = False
     ) -> AsyncGenerator[Update, None]: ...
+
+
+@dataclass
+class Relayed:
+    """The relayed stream of a run opened on another replica: abandoned there even when its caller
+    closes it before reading anything (its generator's `finally` then never runs)."""
+
+    stream: AsyncGenerator[Update, None]
+    abandon: Callable[[], None] | None
+    started: bool = False
+
+    def __aiter__(self) -> Relayed:
+        return self
+
+    def __anext__(self) -> Awaitable[Update]:
+        self.started = True
+        return self.stream.__anext__()
+
+    async def aclose(self) -> None:
+        if not self.started and self.abandon is not None:
+            self.started = True
+            self.abandon()
+        await self.stream.aclose()
 
 
 class RunForwarding:
@@ -57,9 +105,14 @@ class RunForwarding:
         self.registry = registry
         #: runs other replicas opened here, driven by this replica (their clients follow elsewhere)
         self.driving: dict[str, asyncio.Task[None]] = {}
+        #: hand-over token -> the run opened for it, while driven here
+        self.handovers: dict[str, str] = {}
+        #: hand-over tokens withdrawn before their run opened here (-> when, to forget them)
+        self.withdrawn: dict[str, float] = {}
         self._sending: set[asyncio.Task[None]] = set()
         fleet.bus.handle("open", self._on_open)
         fleet.bus.handle("abandon", self._on_abandon)
+        fleet.bus.handle("withdraw", self._on_withdraw)
 
     # -- the client's replica ------------------------------------------------------------------------
     async def replicas_for(self, agent: AgentConfig) -> list[str]:
@@ -74,9 +127,13 @@ class RunForwarding:
             return []
         return await runtimes.elsewhere(runner_id, selector, set(self.fleet.replicas.live))
 
-    async def open(self, request: Request, event_id: str, agent: AgentConfig) -> UpdateStream[Update] | None:
-        """The run's stream when a replica whose runtime takes it opened it, else None (start it here).
-        `event_id`: the event's id as this replica filled it in (a retry then finds the same run)."""
+    async def open(
+        self, request: Request, event_id: str, agent: AgentConfig
+    ) -> UpdateStream[Update] | Refusals | None:
+        """The run's stream when a replica whose runtime takes it opened it; else None (no replica to
+        hand it to) or the `Refusals` of those tried: start it here. `event_id`: the event's id as this
+        replica filled it in (a retry then finds the same run). Raises the hand-over's error (UNAVAILABLE
+        when a replica did not answer in time), after withdrawing it."""
         replicas = await self.replicas_for(agent)
         if not replicas:
             return None
@@ -84,16 +141,26 @@ class RunForwarding:
         forwarded.CopyFrom(request)
         forwarded.event.event_id = event_id
         body = forwarded.SerializeToString()
+        refusals = Refusals()
         for replica in replicas:
+            token = f"handover_{uuid.uuid4().hex}"
             try:
-                answer = await self.fleet.bus.call(replica, "open", event_id, body)
+                answer = await self.fleet.bus.call(replica, "open", token, body)
             except RunnerUnavailableError as exc:  # its runtime's slots filled meanwhile: the next one
                 log.info("run.forward_refused", replica=replica, event_id=event_id, reason=exc.message)
+                refusals.reasons[replica] = exc.message
                 continue
+            except BaseException:  # no answer in time, or this client left: A must not drive it alone
+                self._send(replica, "withdraw", token)
+                raise
             first = Update.FromString(answer)
             log.info("run.forwarded", replica=replica, run_id=first.accepted.run_id, event_id=event_id)
-            return self._relay(first, replica)
-        return None
+            run_id = first.accepted.run_id
+            abandon = (
+                None if first.accepted.attached else functools.partial(self._send, replica, "abandon", run_id)
+            )
+            return Relayed(self._relay(first, replica), abandon)
+        return refusals
 
     async def _relay(self, first: Update, replica: str) -> AsyncGenerator[Update, None]:
         """The run's stream on this replica: the first item A answered, then the ledger followed."""
@@ -121,20 +188,31 @@ class RunForwarding:
             log.warning("run.forward_signal_failed", error=repr(task.exception())[:200])
 
     # -- the runtime's replica -----------------------------------------------------------------------
-    async def _on_open(self, origin: str, event_id: str, body: bytes) -> bytes:
-        """Opens the run here and drives it; answers its first item (`accepted`)."""
+    async def _on_open(self, origin: str, token: str, body: bytes) -> bytes:
+        """Opens the run here and drives it; answers its first item (`accepted`). A hand-over withdrawn
+        before (or while) it opened leaves no run driving (see the module docstring)."""
+        if token in self.withdrawn:
+            raise RunnerUnavailableError(
+                f"the hand-over from host replica {origin!r} was withdrawn before it opened",
+                metadata={"replica": self.fleet.instance_id},
+            )
         stream = await self.runs.open_here(Request.FromString(body))
         try:
             first = await anext(stream)
         except BaseException:
             await stream.aclose()
             raise
-        if first.accepted.attached or not first.accepted.run_id:  # (a retried event: its run, elsewhere)
+        run_id = first.accepted.run_id
+        if first.accepted.attached or not run_id:  # (a retried event: its run, elsewhere)
+            await stream.aclose()
+        elif self.withdrawn.pop(token, None) is not None:  # nobody waits for it: it ends as abandoned
+            log.info("run.forward_withdrawn", run_id=run_id, origin=origin)
             await stream.aclose()
         else:
-            run_id = first.accepted.run_id
             task = asyncio.create_task(self._drive(run_id, stream), name=f"forwarded-{run_id}")
             self.driving[run_id] = task
+            self.handovers[token] = run_id
+            task.add_done_callback(lambda _: self.handovers.pop(token, None))
         return bytes(first.SerializeToString())
 
     async def _drive(self, run_id: str, stream: UpdateStream[Update]) -> None:
@@ -154,6 +232,18 @@ class RunForwarding:
         task = self.driving.get(run_id)
         if task is not None:
             task.cancel()
+        return b""
+
+    async def _on_withdraw(self, origin: str, token: str, body: bytes) -> bytes:
+        """The client's replica stopped waiting for the hand-over `token`: its run is abandoned, or
+        refused when it comes (see the module docstring)."""
+        run_id = self.handovers.get(token)
+        if run_id is not None:
+            return await self._on_abandon(origin, run_id, body)
+        now = time.monotonic()
+        for old in [t for t, at in self.withdrawn.items() if now - at > WITHDRAWN_KEEP_SECONDS]:
+            del self.withdrawn[old]
+        self.withdrawn[token] = now
         return b""
 
     async def close(self) -> None:

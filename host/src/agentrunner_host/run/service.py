@@ -55,7 +55,7 @@ from agentrunner_host.run import followers, steering
 from agentrunner_host.run.context import ContextBuilder
 from agentrunner_host.run.endings import Ending, Endings
 from agentrunner_host.run.execution import RunExecution
-from agentrunner_host.run.forwarding import RunForwarding
+from agentrunner_host.run.forwarding import Refusals, RunForwarding
 from agentrunner_host.run.journal import DeltaBatcher
 from agentrunner_host.run.outcomes import RunStatus, terminal_status_name
 from agentrunner_host.run.relay import RunRelay
@@ -181,11 +181,14 @@ class RunService:
         steered_into = await self._steer_into_open_run(event, agent)
         if steered_into is not None:
             return steered_into
+        refused = ""
         if self.forwarding is not None:  # a runtime of another replica takes it: the run lives there
             forwarded = await self.forwarding.open(request, event.event_id, agent)
-            if forwarded is not None:
+            if isinstance(forwarded, Refusals):
+                refused = forwarded.text()
+            elif forwarded is not None:
                 return forwarded
-        return await self._start_new(request, event, key, resolution, agent, metadata)
+        return await self._start_new(request, event, key, resolution, agent, metadata, refused)
 
     async def open_here(self, request: host_service_pb2.HostServiceRunRequest) -> UpdateStream[Update]:
         """A run another replica hands this one because a runtime connected here takes it
@@ -196,13 +199,15 @@ class RunService:
         resolution = self.resolver.resolve(key, request.agent_id)
         agent = resolution.agent
         runtimes = self.registry.runtimes
-        if (
-            agent is None
-            or runtimes is None
-            or not await runtimes.takes(agent.runner_id, agent.runtime_selector)
-        ):
+        placed, why = (
+            (None, "")
+            if agent is None or runtimes is None
+            else await runtimes.place(agent.runner_id, agent.runtime_selector)
+        )
+        if agent is None or placed is None:
             raise RunnerUnavailableError(
-                f"no runtime connected to host replica {self.config.instance_id!r} can take the run now",
+                f"no runtime connected to host replica {self.config.instance_id!r} can take the run now"
+                + (f": {why}" if why else ""),
                 metadata={"replica": self.config.instance_id},
             )
         return await self._start_new(request, event, key, resolution, agent, ())
@@ -215,8 +220,10 @@ class RunService:
         resolution: Resolution,
         agent: AgentConfig,
         metadata: Iterable[tuple[str, Any]],
+        refused: str = "",
     ) -> UpdateStream[Update]:
-        """A new run of the event, started here (or the stream of the run its event id already has)."""
+        """A new run of the event, started here (or the stream of the run its event id already has).
+        `refused`: why the replicas it was handed to refused it (for its `runner.unavailable`)."""
         conv = event.conversation
         # digest of the event as submitted (before the host fills in times), to tell a retry from a clash
         digest = hashlib.sha256(
@@ -242,7 +249,7 @@ class RunService:
         self._admit()
         self._starting += 1
         try:
-            start = await start_run(self.stores, self.registry, self.backends, record, event, agent)
+            start = await start_run(self.stores, self.registry, self.backends, record, event, agent, refused)
         except BaseException:
             span.end()
             raise

@@ -137,13 +137,17 @@ async def start_run(
     record: RunRecord,
     event: host_service_pb2.EventEnvelope,
     agent: AgentConfig,
+    refused: str = "",
 ) -> RunStart:
     """Resolves the runner, freezes the snapshot and issues the token (no I/O), then writes the run row
     (already `running` when the runner will be called), the event (log + transcript), the session and
     the state snapshot's read in ONE transaction, held open for a run that calls its runner. A duplicate
-    event id writes nothing: `start.started.recorded` is None and `started.record` the stored run."""
+    event id writes nothing: `start.started.recorded` is None and `started.record` the stored run.
+    `refused`: why the other replicas it was handed to refused it (`run/forwarding.py`), said first."""
     start = RunStart(record=record, event=event, agent=agent)
     runner, why = await registry.resolve_for(agent.runner_id, agent.runtime_selector)
+    if refused and runner is None:  # (`why` speaks of this replica only: one is connected elsewhere)
+        why = f"{refused}; none on this host replica can take it" + (f" ({why})" if why else "")
     start.runner = runner
     if runner is None:
         start.failure = outcomes.failed(
