@@ -135,6 +135,9 @@ def test_a_host_served_from_the_command_line_imports_no_rich(tmp_path: pathlib.P
         "alembic",
         "psycopg",
         "sqlalchemy.dialects.postgresql",
+        # `serve` with options parsed in full runs without the CLI toolkit (~1.4 MiB)
+        "typer",
+        "click",
     )
     script = (
         "import atexit, sys\n"
