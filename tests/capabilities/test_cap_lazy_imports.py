@@ -43,6 +43,8 @@ UNCONFIGURED = (
     "opentelemetry.sdk",
     "pydantic_settings",
     "prometheus_client",
+    # the PostgreSQL dialect (~2.1 MiB): JSONB and `postgresql.insert` load it when a database is one
+    "sqlalchemy.dialects.postgresql",
 )
 
 
@@ -132,6 +134,10 @@ def test_a_host_served_from_the_command_line_imports_no_rich(tmp_path: pathlib.P
         "prometheus_client",
         "alembic",
         "psycopg",
+        "sqlalchemy.dialects.postgresql",
+        # `serve` with options parsed in full runs without the CLI toolkit (~1.4 MiB)
+        "typer",
+        "click",
     )
     script = (
         "import atexit, sys\n"

@@ -36,3 +36,18 @@ async def test_a_cancelled_read_loses_nothing() -> None:
     with pytest.raises(asyncio.CancelledError):
         await reader
     assert await asyncio.wait_for(box.get(), 1) == "kept"
+
+
+async def test_an_outbox_never_written_to_reads_as_empty_and_wakes_its_reader() -> None:
+    """The deque is made by the first put (issue 37: most open runs wait without an item): until then
+    the outbox is empty and a waiting reader still wakes on the first item."""
+    box = Outbox()
+    assert len(box) == 0 and box.empty()
+    with pytest.raises(IndexError):
+        box.get_nowait()
+    reader = asyncio.create_task(box.get())
+    await asyncio.sleep(0)
+    assert not reader.done()
+    box.put_nowait("first")
+    assert await asyncio.wait_for(reader, 1) == "first"
+    assert box.empty()

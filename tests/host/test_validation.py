@@ -81,3 +81,24 @@ def test_sequences_skipped_may_come_late_once_and_repeats_are_dropped() -> None:
     assert [seq for seq, _ in kept] == [1, 2, 5, 3, 9, 7, 4, 6, 8, 10, 1_000_000, 999_999]
     assert [host_seq for _, host_seq in kept] == list(range(1, len(kept) + 1))
     assert v.dropped == 3  # the second 3, the second 8, the late 2
+
+
+def _tool(seq: int, kind: str, call_id: str) -> result_pb2.RunResult:
+    result = result_pb2.RunResult(run_id="run_v", sequence=seq)
+    if kind == "started":
+        result.tool_call_started.tool_call_id = call_id
+        result.tool_call_started.tool_name = "search"
+    else:
+        result.tool_call_completed.tool_call_id = call_id
+    return result
+
+
+def test_tool_calls_reach_the_client_whether_or_not_a_start_was_seen() -> None:
+    """The validator's set of open tool calls is made by the first start (issue 37: most runs call no
+    tool): a completion without a start (only logged as unmatched) and a started-then-completed pair
+    both reach the client, and a second completion of the same call is unmatched again, not an error."""
+    v = _validator()
+    assert _accepted(v, _tool(1, "completed", "t0")) is not None
+    assert _accepted(v, _tool(2, "started", "t1")) is not None
+    assert _accepted(v, _tool(3, "completed", "t1")) is not None
+    assert _accepted(v, _tool(4, "completed", "t1")) is not None

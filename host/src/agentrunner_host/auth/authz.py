@@ -77,12 +77,15 @@ def _names(values: Iterable[EnumT], table: Mapping[EnumT, str]) -> frozenset[str
 #: every operation / name set a snapshot holds, once: the sets come from the config and the manifests,
 #: so runs of one agent have equal ones, and each run kept ~8 copies (~1.7 KiB per open run)
 _SHARED: dict[frozenset[str], frozenset[str]] = {}
+#: the empty set, once: `frozenset()` makes a new object on every call since Python 3.10 (no singleton),
+#: and a run's snapshot held ~8 of them (1.7 KiB per open run, issue 37)
+_EMPTY: frozenset[str] = frozenset()
 
 
 def _shared(names: frozenset[str]) -> frozenset[str]:
     """The one instance of `names` (sets are immutable: sharing them changes nothing but memory)."""
     if not names:
-        return frozenset()
+        return _EMPTY
     return _SHARED.setdefault(names, names)
 
 

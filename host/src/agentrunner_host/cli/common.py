@@ -33,27 +33,14 @@ from agentrunner.client import (
 from agentrunner.errors import from_rpc_error
 from agentrunner.fleet import FleetAddressError
 from agentrunner.v1 import host_service_pb2_grpc
+from agentrunner_host.cli.output import console as console
+from agentrunner_host.cli.output import err_console as err_console
+from agentrunner_host.cli.output import fail as fail
+from agentrunner_host.cli.output import load as load
 from agentrunner_host.wire.transport_errors import explain_rpc_failure
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-
-@functools.cache
-def console() -> Console:
-    """stdout's rich console, made on first use: `serve` prints no tables, so a host started from the
-    command line does not load rich (issue 37: idle memory)."""
-    from rich.console import Console
-
-    return Console()
-
-
-@functools.cache
-def err_console() -> Console:
-    """stderr's rich console, made on first use (see `console`)."""
-    from rich.console import Console
-
-    return Console(stderr=True)
+    pass
 
 
 HostOpt = Annotated[
@@ -126,14 +113,6 @@ def run_until_interrupted(main: Callable[[], Awaitable[T]]) -> T:
         if interrupted:
             raise KeyboardInterrupt from None
         raise
-
-
-def fail(message: str, code: int = 1) -> NoReturn:
-    """One line on stderr and exit `code` (no traceback); the message is plain text (`[extra]` stays)."""
-    from rich.markup import escape
-
-    err_console().print(f"[red]error[/red]: {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def fail_rpc(exc: grpc.RpcError, target: HostTarget, timeout: float | None = None) -> NoReturn:
@@ -238,17 +217,6 @@ def host_channel(
     API key (`--api-key-file`, else `AGENTRUNNER_HOST_API_KEY_FILE` or `AGENTRUNNER_HOST_API_KEY`) on
     every call, streaming ones included (`agentrunner.client.host_service_channel`)."""
     return HostTarget(address, ca_file, cert_file, key_file, tls, api_key_file).channel()
-
-
-def load(config: pathlib.Path) -> Any:
-    """The validated host config, or every problem (`file: path: reason` lines) and exit 2."""
-    from agentrunner_host.config.model import ConfigError, load_config
-
-    try:
-        return load_config(config)
-    except ConfigError as exc:
-        err_console().print(f"[red]invalid config[/red]\n{exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
 
 
 def print_json(data: Any) -> None:

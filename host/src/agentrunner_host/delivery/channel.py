@@ -132,28 +132,35 @@ class ReplyBook:
 
 class Outbox:
     """The run loop's one queue (runner messages, replies, appended results, in arrival order): a deque
-    and at most one waiting reader, the run loop (lighter than `asyncio.Queue` on the per-result path)."""
+    and at most one waiting reader, the run loop (lighter than `asyncio.Queue` on the per-result path).
+    The deque is made by the first `put_nowait`: an empty one is ~0.75 KiB, and an open run that waits
+    (a chat's run held open, issue 37) may never put anything."""
 
     __slots__ = ("_items", "_waiter")
 
     def __init__(self) -> None:
-        self._items: collections.deque[object] = collections.deque()
+        self._items: collections.deque[object] | None = None
         self._waiter: asyncio.Future[None] | None = None
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._items) if self._items is not None else 0
 
     def empty(self) -> bool:
         return not self._items
 
     def put_nowait(self, item: object) -> None:
-        self._items.append(item)
+        items = self._items
+        if items is None:
+            items = self._items = collections.deque()
+        items.append(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def get_nowait(self) -> object:
         """The oldest item; raises IndexError when there is none."""
+        if self._items is None:
+            raise IndexError("pop from an empty outbox")
         return self._items.popleft()
 
     async def get(self) -> object:
@@ -165,6 +172,7 @@ class Outbox:
                 await self._waiter
             finally:
                 self._waiter = None
+        assert self._items is not None
         return self._items.popleft()
 
 

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Required, TypedDict, Unpack
 
 from sqlalchemy import delete, exists, inspect
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -42,6 +41,7 @@ from agentrunner_host.store.common import (
     UnitOfWork,
     dict_to_struct,
     from_timestamp,
+    insert_for,
     new_id,
     rowcount,
     struct_to_dict,
@@ -137,7 +137,7 @@ def insert_prepared_sync(conn: Connection, prepared: PreparedArtifact) -> None:
     """The rows of a prepared artifact, in the caller's transaction (the blob row unless the same body
     is stored already)."""
     if prepared.blob is not None:
-        insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        insert = insert_for(conn.dialect.name)
         conn.execute(
             insert(table_of(ArtifactBlobRow))
             .values(**prepared.blob)

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agentrunner.errors import bounded
@@ -27,6 +26,7 @@ from agentrunner_host.store.common import (
     CursorCodec,
     clip_json,
     dict_to_struct,
+    insert_for,
     json_to_message,
     message_to_json,
     new_id,
@@ -138,7 +138,7 @@ def incoming_fields(
 
 @functools.cache
 def _insert_returning_seq(dialect: str) -> Any:
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = insert_for(dialect)
     table = table_of(EventLogRow)
     return insert(table).on_conflict_do_nothing(index_elements=["record_id"]).returning(table.c.seq)
 

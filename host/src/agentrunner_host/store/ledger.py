@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import BindParameter, and_, bindparam, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
 
 from agentrunner.errors import AlreadyExistsError, InvalidArgumentError
 from agentrunner.usage import add_counts
 from agentrunner.v1 import common_pb2, result_pb2
 from agentrunner_host.ports import TERMINAL_STATUSES, RunRecord, utcnow
+from agentrunner_host.store.common import insert_for
 from agentrunner_host.store.ledger_reads import LedgerReads
 from agentrunner_host.store.ledger_rows import RECORD_FIELDS, packed_rows, result_rows
 from agentrunner_host.store.schema import RunResultRow, RunRow, table_of
@@ -52,7 +52,7 @@ _RECORD_COLUMNS = (*(_RUNS.c[name] for name in RECORD_FIELDS), _RUNS.c["metadata
 
 @functools.cache
 def _statements(dialect: str) -> dict[str, Any]:
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = insert_for(dialect)
     # `status <> a AND status <> b ...` rather than NOT IN (list): plain binds, so `fast_execute` can
     # run it without SQLAlchemy's expanding-parameter step
     not_terminal = and_(*(_RUNS.c.status != status for status in sorted(TERMINAL_STATUSES)))

@@ -11,11 +11,10 @@ import functools
 from typing import Any
 
 from sqlalchemy import bindparam, delete, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agentrunner_host.ports import AuthorizationSnapshot, RunSession, hash_token, utcnow
-from agentrunner_host.store.common import rowcount
+from agentrunner_host.store.common import insert_for, rowcount
 from agentrunner_host.store.db import Database
 from agentrunner_host.store.schema import RunSessionRow, table_of
 from agentrunner_host.store.sqlite.compiled import fast_execute
@@ -26,7 +25,7 @@ _UPSERT_KEYS = ("token_hash", "runner_id", "expires_at", "snapshot", "revoked")
 
 @functools.cache
 def _statements(dialect: str) -> dict[str, Any]:
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = insert_for(dialect)
     upsert = insert(_SESSIONS)
     return {
         "register": upsert.on_conflict_do_update(

@@ -20,11 +20,11 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from agentrunner.v1 import common_pb2
 from agentrunner_host.store.common import (
+    insert_for,
     message_to_json,
     new_id,
     utcnow,
@@ -81,7 +81,7 @@ _CONVERSATIONS = table_of(ConversationRow)
 
 @functools.cache
 def _statements(dialect: str) -> dict[str, Any]:
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = insert_for(dialect)
     cid: BindParameter[str] = bindparam("b_conversation")
     return {
         "bump": update(_CONVERSATIONS)

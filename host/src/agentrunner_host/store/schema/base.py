@@ -8,7 +8,6 @@ import datetime as dt
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData, Table, TypeDecorator
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import DeclarativeBase
 
 NAMING_CONVENTION = {
@@ -36,8 +35,28 @@ def table_of(model: type[Base]) -> Table:
 
 #: A 64-bit autoincrement key that is a rowid on SQLite.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
-#: JSON, stored as JSONB on PostgreSQL.
-Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+
+class _Json(TypeDecorator[Any]):
+    """JSON, stored as JSONB on PostgreSQL. What `JSON().with_variant(postgresql.JSONB(), ...)` was,
+    without importing the PostgreSQL dialect (~2.1 MiB, issue 37) where none is used: the dialect's
+    JSONB is made when a PostgreSQL dialect first asks for the column's implementation. A Python `None`
+    is stored as JSON `null` on both backends, as the plain JSON type does (`should_evaluate_none`;
+    `tests/store/test_json_null.py`)."""
+
+    impl = JSON
+    cache_ok = True
+    should_evaluate_none = True
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB  # only on PostgreSQL
+
+            return dialect.type_descriptor(JSONB())
+        return dialect.type_descriptor(JSON())
+
+
+Json = _Json()
 
 
 class UTCDateTime(TypeDecorator[dt.datetime]):
