@@ -8,7 +8,7 @@ runner call on the runtime's slot, validation, the journal) and answers the stre
 then on it is an ordinary run of A: cancel, steering, replies, interaction answers, `AppendRunResult`,
 `AttachRun` reach A from any replica as they do for any run another replica holds. B relays the run to
 its client as a follower of the shared ledger (gap-free; deltas in the batches A commits). A client that
-leaves B before the run ended (even before its first item: `Relayed`) has A abandon it (`abandon`: it
+leaves B before the run ended (even before its first item: the `RunStream` it returns) has A abandon it (`abandon`: it
 ends `cancelled`, as any run whose client left). When the runtime disconnects the run fails on A (`runner.stream_broken`); when A is lost another
 replica's takeover ends it `interrupted`: B's client sees either terminal. A replica that cannot take
 the run after all (its runtime's slots filled meanwhile) refuses with `RUNNER_UNAVAILABLE`: B tries the
@@ -28,7 +28,7 @@ import contextlib
 import functools
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,6 +40,7 @@ from agentrunner_host.config.model import AgentConfig
 from agentrunner_host.fleet.routing import Fleet
 from agentrunner_host.ports import UpdateStream
 from agentrunner_host.registry.endpoints import RunnerRegistry
+from agentrunner_host.run.streams import RunStream
 
 log = structlog.get_logger("agentrunner_host.run")
 
@@ -70,29 +71,6 @@ class ForwardedRuns(Protocol):
     def follow(
         self, run_id: str, after_sequence: int = 0, attached: bool = False
     ) -> AsyncGenerator[Update, None]: ...
-
-
-@dataclass
-class Relayed:
-    """The relayed stream of a run opened on another replica: abandoned there even when its caller
-    closes it before reading anything (its generator's `finally` then never runs)."""
-
-    stream: AsyncGenerator[Update, None]
-    abandon: Callable[[], None] | None
-    started: bool = False
-
-    def __aiter__(self) -> Relayed:
-        return self
-
-    def __anext__(self) -> Awaitable[Update]:
-        self.started = True
-        return self.stream.__anext__()
-
-    async def aclose(self) -> None:
-        if not self.started and self.abandon is not None:
-            self.started = True
-            self.abandon()
-        await self.stream.aclose()
 
 
 class RunForwarding:
@@ -156,11 +134,13 @@ class RunForwarding:
             first = Update.FromString(answer)
             log.info("run.forwarded", replica=replica, run_id=first.accepted.run_id, event_id=event_id)
             run_id = first.accepted.run_id
-            abandon = (
-                None if first.accepted.attached else functools.partial(self._send, replica, "abandon", run_id)
-            )
-            return Relayed(self._relay(first, replica), abandon)
+            abandon = None if first.accepted.attached else functools.partial(self._abandon, replica, run_id)
+            return RunStream(self._relay(first, replica), abandon)
         return refusals
+
+    async def _abandon(self, replica: str, run_id: str) -> None:
+        """A relayed run's client left before its first item: A abandons the run (sent, not awaited)."""
+        self._send(replica, "abandon", run_id)
 
     async def _relay(self, first: Update, replica: str) -> AsyncGenerator[Update, None]:
         """The run's stream on this replica: the first item A answered, then the ledger followed."""

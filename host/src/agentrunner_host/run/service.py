@@ -270,7 +270,7 @@ class RunService:
         self._by_conversation.setdefault(execution.record.conversation_id, {})[run_id] = execution
         RUNS_OPEN.inc()
         self.hub.open(run_id)
-        return RunStream(execution, execution.stream())
+        return RunStream(execution.stream(), execution.abandon_unstarted)
 
     async def _steer_into_open_run(
         self, event: host_service_pb2.EventEnvelope, agent: AgentConfig

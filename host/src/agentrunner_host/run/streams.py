@@ -1,5 +1,6 @@
-"""The streams `RunService.open` (`run/service.py`) returns besides a follower's: a new run's, which
-releases the run when its caller closes it before reading anything, and a discarded event's (`accepted`
+"""The streams `RunService.open` (`run/service.py`) returns besides a follower's: a new run's (opened
+here or relayed from another replica), which releases the run when its caller closes it before
+reading anything, and a discarded event's (`accepted`
 then `finished(discarded)`); and the host's defaults an incoming event gets (`normalize_event`)."""
 
 from __future__ import annotations
@@ -7,10 +8,9 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from agentrunner.v1 import common_pb2, context_pb2, host_service_pb2
-from agentrunner_host.run.execution import RunExecution
 
 Update = host_service_pb2.HostServiceRunResponse
 
@@ -34,10 +34,12 @@ def normalize_event(event: host_service_pb2.EventEnvelope) -> host_service_pb2.E
 
 @dataclasses.dataclass(slots=True)
 class RunStream:
-    """A new run's stream: released even if the caller closes it before reading anything."""
+    """A new run's stream, opened here or relayed from the replica that drives it (`run/forwarding.py`):
+    `on_unstarted` releases the run when the caller closes the stream before reading anything (the
+    generator's own `finally` never runs then)."""
 
-    execution: RunExecution
     stream: AsyncGenerator[Update, None]
+    on_unstarted: Callable[[], Awaitable[None]] | None = None
     started: bool = False
 
     def __aiter__(self) -> RunStream:
@@ -50,7 +52,8 @@ class RunStream:
     async def aclose(self) -> None:
         if not self.started:  # abandoned before anything streamed
             self.started = True
-            await self.execution.abandon_unstarted()
+            if self.on_unstarted is not None:
+                await self.on_unstarted()
         await self.stream.aclose()
 
 
